@@ -1,0 +1,48 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   install everything, then run the whole pipeline on the bundled samples (offline engine)
+#   make test   install everything, then run the test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast airflow lock bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml scripts/install_system_deps.sh
+	bash scripts/install_system_deps.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	bin/airflow db migrate > /dev/null
+	bin/airflow pools set gpu 1 "One slot per GPU for train_agent" > /dev/null
+	touch $(STAMP)
+
+demo: install
+	bin/demo
+
+test: install
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -p no:cacheprovider -m "not scheduler and not corpus" $(PYTEST_ARGS)
+
+# The Airflow UI and a scheduler on http://localhost:8080 (user admin; password printed by `bin/airflow-password`).
+airflow: install
+	bin/airflow standalone
+
+bench: install
+	$(PY) scripts/bench_profile.py
+	$(PY) scripts/bench_llm.py
+	$(PY) scripts/bench_sandbox.py
+
+lock:
+	rm -rf /tmp/datamind-lock && $(PYTHON) -m venv /tmp/datamind-lock
+	/tmp/datamind-lock/bin/pip install --quiet -r requirements.in
+	/tmp/datamind-lock/bin/pip freeze --exclude-editable | grep -v '^datamind' | sed 's/+cpu$$//' > requirements.txt
+
+clean:
+	rm -rf airflow_home data

@@ -1,0 +1,66 @@
+"""
+### Ingest BIRD / OmniSQL databases
+
+Reads a directory or archive in the BIRD layout — `<db_id>/<db_id>.sqlite`, optional
+`<db_id>/database_description/*.csv` column descriptions (any encoding), optional question JSON —
+samples `sample_size` databases (deterministic for a given `seed`), and catalogs each one, accepted
+or rejected with a reason. Table-level rules mirror the CSV rules (20-1,000 rows by default); a
+database is accepted when at least one table passes.
+
+Column descriptions travel with the file into `catalog/tables` (`description` fields), where the
+synthesis prompts read them. New catalog rows trigger **profile_files** via the `catalog/files` Asset.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from datamind.settings import REPO_ROOT
+from datamind_airflow import DAG_DEFAULTS
+from datamind_airflow.ingest_tasks import ingest_shard, plan_source_files, publish_catalog
+
+
+@dag(
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    doc_md=__doc__,
+    tags=["datamind", "ingest"],
+    params={
+        "source_uri": Param(
+            str(REPO_ROOT / "samples" / "bird"),
+            type="string",
+            title="BIRD root",
+            description="Directory or archive (.zip) holding <db_id>/<db_id>.sqlite folders; fsspec URLs work too.",
+            minLength=1,
+        ),
+        "source_name": Param("bird", type="string", title="Source name", pattern="^[a-z0-9][a-z0-9_.-]*$"),
+        "sample_size": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="Databases to sample",
+            description="Leave empty to take every database.",
+        ),
+        "seed": Param(0, type="integer", title="Sampling seed"),
+        "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
+        "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
+        "shard_size": Param(20, type="integer", minimum=1, maximum=1000, title="Databases per task instance", section="Limits"),
+    },
+    **DAG_DEFAULTS,
+)
+def ingest_bird():
+    @task
+    def plan() -> list[dict]:
+        """Discover and sample the databases, hash them and shard the new ones."""
+        from datamind.ingest.bird import discover_bird
+
+        params = get_current_context()["params"]
+        files = discover_bird(params["source_uri"], sample_size=params.get("sample_size"), seed=params["seed"])
+        return plan_source_files(files, params["source_name"], params)
+
+    summaries = ingest_shard.expand(spec=plan())
+    publish_catalog(summaries, source_name="{{ params.source_name }}")
+
+
+ingest_bird()

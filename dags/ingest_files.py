@@ -1,0 +1,66 @@
+"""
+### Ingest files: backfill any new file source
+
+Point it at a **local directory, a glob, a `.zip` archive or any fsspec URL** (`s3://`, `gs://`, ...)
+holding CSV, XLSX or SQLite files. Every file lands exactly once in `catalog/files` under the data
+root, **accepted** or **rejected with a reason** (unloadable, too few/many rows, anomalous types,
+duplicate content, ...). Accepted files are staged under `raw/<source>/<file_id>/`.
+
+Re-running over the same files changes nothing: files already in the catalog are skipped.
+When new rows land, the `catalog/files` Asset triggers **profile_files**.
+
+Outputs: `catalog/files/*.parquet`; quality report under `reports/ingest_<source>/<run>/`.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from datamind.settings import REPO_ROOT
+from datamind_airflow import DAG_DEFAULTS
+from datamind_airflow.ingest_tasks import ingest_shard, plan_source_files, publish_catalog
+
+
+@dag(
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    doc_md=__doc__,
+    tags=["datamind", "ingest"],
+    params={
+        "source_uri": Param(
+            str(REPO_ROOT / "samples" / "files"),
+            type="string",
+            title="Source URI",
+            description="Directory, glob (e.g. /data/*.csv), .zip archive, or fsspec URL (s3://bucket/prefix).",
+            minLength=1,
+        ),
+        "source_name": Param(
+            "samples",
+            type="string",
+            title="Source name",
+            description="Short name recorded as the files' source; part of every file_id.",
+            pattern="^[a-z0-9][a-z0-9_.-]*$",
+        ),
+        "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
+        "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
+        "shard_size": Param(50, type="integer", minimum=1, maximum=1000, title="Files per task instance", section="Limits"),
+    },
+    **DAG_DEFAULTS,
+)
+def ingest_files():
+    @task
+    def plan() -> list[dict]:
+        """List the source, hash every file and split the new ones into shards."""
+        from datamind.ingest.sources import list_source_files
+        from datamind_airflow.ingest_tasks import limits_from_params
+
+        params = get_current_context()["params"]
+        files = list_source_files(params["source_uri"], limits_from_params(params))
+        return plan_source_files(files, params["source_name"], params)
+
+    summaries = ingest_shard.expand(spec=plan())
+    publish_catalog(summaries, source_name="{{ params.source_name }}")
+
+
+ingest_files()

@@ -1,0 +1,69 @@
+"""Runtime settings, read from the environment so that workers, tests and the CLI agree.
+
+Every knob has a default that makes ``make demo`` work on a laptop; deployments override
+through ``DATAMIND_*`` variables (docker-compose sets them for every Airflow service).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Acceptance limits for data files (the paper's section 3.1 filter, made configurable)."""
+
+    min_rows: int = 20
+    max_rows: int = 1000
+    max_cols: int = 200
+    # Files larger than this are rejected before parsing so a hostile or huge input cannot exhaust memory.
+    max_file_bytes: int = 64 * 1024 * 1024
+    # Bound on what we decompress out of an archive member (zip-bomb guard).
+    max_uncompressed_bytes: int = 256 * 1024 * 1024
+    max_cell_chars: int = 10_000
+
+    @classmethod
+    def from_env(cls) -> "Limits":
+        d = cls()
+        return cls(
+            min_rows=_env_int("DATAMIND_MIN_ROWS", d.min_rows),
+            max_rows=_env_int("DATAMIND_MAX_ROWS", d.max_rows),
+            max_cols=_env_int("DATAMIND_MAX_COLS", d.max_cols),
+            max_file_bytes=_env_int("DATAMIND_MAX_FILE_BYTES", d.max_file_bytes),
+            max_uncompressed_bytes=_env_int("DATAMIND_MAX_UNCOMPRESSED_BYTES", d.max_uncompressed_bytes),
+            max_cell_chars=_env_int("DATAMIND_MAX_CELL_CHARS", d.max_cell_chars),
+        )
+
+    def with_overrides(self, **overrides: int | None) -> "Limits":
+        known = {f.name for f in fields(self)}
+        clean = {k: int(v) for k, v in overrides.items() if v is not None and k in known}
+        return replace(self, **clean)
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_root: str = field(default_factory=lambda: str(REPO_ROOT / "data"))
+    limits: Limits = field(default_factory=Limits)
+    shard_size: int = 50
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        return cls(
+            data_root=os.environ.get("DATAMIND_DATA_ROOT") or str(REPO_ROOT / "data"),
+            limits=Limits.from_env(),
+            shard_size=_env_int("DATAMIND_SHARD_SIZE", 50),
+        )

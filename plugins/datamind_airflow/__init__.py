@@ -1,0 +1,38 @@
+"""Airflow glue shared by the DAG files: Assets, default arguments, and access to Connections.
+
+This folder and ``dags/`` are the only code that imports Airflow; everything they call lives in
+the plain ``datamind`` package. Nothing here does I/O at import time (DAG files are re-parsed
+constantly), and heavy libraries are imported inside task bodies.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Asset
+
+from datamind import assets as names
+
+CATALOG_FILES = Asset(names.CATALOG_FILES)
+CATALOG_TABLES = Asset(names.CATALOG_TABLES)
+QUERIES = Asset(names.QUERIES)
+TRAJECTORIES = Asset(names.TRAJECTORIES)
+JUDGED = Asset(names.JUDGED)
+DATASET = Asset(names.DATASET)
+CHECKPOINTS = Asset(names.CHECKPOINTS)
+
+DEFAULT_ARGS = {
+    "owner": "datamind",
+    "retries": 2,
+    "retry_delay": timedelta(seconds=20),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": timedelta(minutes=10),
+}
+
+# One active run per DAG: stages plan "input items not yet in the output", and two overlapping
+# runs would plan the same items into differently composed shards.
+DAG_DEFAULTS = {
+    "default_args": DEFAULT_ARGS,
+    "max_active_runs": 1,
+    "catchup": False,
+}

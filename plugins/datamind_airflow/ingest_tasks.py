@@ -1,0 +1,52 @@
+"""Tasks shared by every ingest_* DAG: a source-specific plan task feeds these two."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import task
+
+from datamind_airflow import CATALOG_FILES
+from datamind_airflow import runtime
+
+
+def limits_from_params(params: dict[str, Any]):
+    return runtime.settings().limits.with_overrides(
+        min_rows=params.get("min_rows"), max_rows=params.get("max_rows")
+    )
+
+
+def plan_source_files(files, source_name: str, params: dict[str, Any]) -> list[dict]:
+    """Hash, dedupe and shard ``files``; files already in the catalog are skipped (reruns are no-ops)."""
+    from datamind.ingest.stage import plan_ingest
+
+    shard_size = int(params.get("shard_size") or runtime.settings().shard_size)
+    specs = plan_ingest(runtime.data_root(), files, source_name, shard_size)
+    runtime.log_summary(
+        f"Planned {source_name}",
+        {"files listed": len(files), "new files": sum(len(s["files"]) for s in specs), "shards": len(specs)},
+    )
+    return specs
+
+
+@task(max_active_tis_per_dagrun=2)
+def ingest_shard(spec: dict) -> dict:
+    """Load, validate and stage one shard of files; writes one catalog/files shard atomically."""
+    from airflow.sdk import get_current_context
+
+    from datamind.ingest.stage import ingest_shard as run_shard
+
+    params = get_current_context()["params"]
+    summary = run_shard(runtime.data_root(), spec, limits_from_params(params), runtime.run_id())
+    runtime.log_summary(f"Shard {spec.get('shard_id')}", summary)
+    return summary
+
+
+@task(outlets=[CATALOG_FILES])
+def publish_catalog(summaries: list[dict], source_name: str) -> dict:
+    """Validate this run's catalog rows with Great Expectations, write the report, announce the Asset."""
+    from datamind.pipeline import finalize_ingest
+
+    result = finalize_ingest(runtime.data_root(), list(summaries), source_name, runtime.run_id())
+    runtime.log_summary(f"Ingest of {source_name}", result)
+    return result

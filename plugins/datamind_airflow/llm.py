@@ -1,0 +1,35 @@
+"""The LLM client for a task, configured from the Airflow Connection named in the DAG params."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from datamind_airflow import runtime
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def client_for(params: dict[str, Any]) -> Iterator[Any]:
+    """Yield an LLMClient for ``backend == "llm"``, else None; logs token usage when done.
+
+    The Connection (default ``datamind_llm``) holds the base URL as host, the API key as password
+    and ``{"models": {"synthesizer": ..., "expert": ..., "judge": ...}}`` plus tuning in extra.
+    Without that Connection, ``DATAMIND_LLM_*`` environment variables are used.
+    """
+    if params.get("backend", "offline") != "llm":
+        yield None
+        return
+    from datamind.llm.client import LLMClient
+    from datamind.llm.config import LLMConfig
+
+    conn = runtime.connection_dict(params.get("llm_conn_id") or "datamind_llm")
+    config = LLMConfig.from_connection_dict(conn) if conn else LLMConfig.from_env()
+    client = LLMClient(config, root=runtime.data_root())
+    try:
+        yield client
+    finally:
+        log.info("LLM usage for this task: %s", client.usage.summary())

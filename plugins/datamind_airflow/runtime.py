@@ -1,0 +1,57 @@
+"""Helpers called inside task bodies (never at parse time)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from datamind.settings import Settings
+from datamind.storage import DataRoot
+
+log = logging.getLogger(__name__)
+
+
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+def data_root() -> DataRoot:
+    return DataRoot(settings().data_root)
+
+
+def run_id() -> str:
+    """The Airflow run id, made safe for use in file names."""
+    from airflow.sdk import get_current_context
+
+    raw = get_current_context()["run_id"]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
+
+
+def connection_dict(conn_id: str) -> dict[str, Any] | None:
+    """Fields of an Airflow Connection as a plain dict, or None when it is not defined.
+
+    The dict holds secrets: pass it straight to the constructor that needs it, never log it.
+    """
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException, AirflowRuntimeError
+
+    try:
+        conn = Connection.get(conn_id)
+    except (AirflowNotFoundException, AirflowRuntimeError, KeyError, ValueError) as exc:
+        log.info("Connection %r not defined (%s); falling back to the environment", conn_id, type(exc).__name__)
+        return None
+    return {
+        "conn_type": conn.conn_type,
+        "host": conn.host,
+        "login": conn.login,
+        "password": conn.password,
+        "schema": conn.schema,
+        "port": conn.port,
+        "extra": conn.extra_dejson,
+    }
+
+
+def log_summary(title: str, summary: dict[str, Any]) -> None:
+    lines = [title] + [f"  {k}: {v}" for k, v in summary.items()]
+    log.info("\n".join(lines))
