@@ -80,12 +80,21 @@ def standalone(tmp_path):
         session.headers["Authorization"] = f"Bearer {token}"
         yield base, session, tmp_path
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        _stop_group(proc)
         log.close()
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """standalone's children (api-server, scheduler, workers) share its process group: stop them all."""
+    for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _wait_for_dag(session, base, dag_id, timeout=150):
