@@ -1,0 +1,82 @@
+"""
+### Ingest Kaggle: weekly crawl of CSV/XLSX datasets
+
+Searches Kaggle with the official `kaggle` client for each configured **query**, keeps datasets
+whose **license** is allowed and whose size fits the caps, downloads their CSV/XLSX files (pinned
+to the listed version) and records provenance: dataset ref, version, license, URL, title.
+
+* Credentials: the Airflow Connection `kaggle_default` (login = username, password = key, or
+  `{"api_token": ...}` in extra), else the standard `KAGGLE_*` variables / `~/.kaggle` files.
+* 429s and network errors back off (honouring `Retry-After`) and retry; a dataset that keeps
+  failing is recorded in `rejections/` (stage `ingest_kaggle`) and the crawl goes on.
+* Dataset versions already in the catalog are skipped; the same version is never downloaded twice.
+
+Landed files go to `landing/kaggle/<owner>/<dataset>/<version>/` under the data root, then through
+the same filtering as every source into `catalog/files`, which triggers **profile_files**.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from datamind_airflow import DAG_DEFAULTS
+from datamind_airflow import runtime
+from datamind_airflow.ingest_tasks import ingest_shard, limits_from_params, plan_source_files, publish_catalog
+
+
+@dag(
+    schedule="@weekly",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    doc_md=__doc__,
+    tags=["datamind", "ingest"],
+    params={
+        "queries": Param(
+            ["sales", "weather", "healthcare", "finance", "education"],
+            type="array",
+            items={"type": "string"},
+            title="Search queries",
+            description="One Kaggle dataset search per entry.",
+        ),
+        "licenses": Param(
+            ["cc0", "cc-by", "cc-by-sa", "pddl", "odc-by", "odbl", "mit", "apache-2.0"],
+            type="array",
+            items={"type": "string"},
+            title="Allowed licenses",
+        ),
+        "file_types": Param(["csv", "xlsx"], type="array", items={"type": "string", "enum": ["csv", "xlsx"]}, title="File types"),
+        "max_datasets_per_query": Param(20, type="integer", minimum=1, maximum=500, title="Datasets per query"),
+        "max_pages": Param(5, type="integer", minimum=1, maximum=100, title="Result pages per query"),
+        "max_dataset_bytes": Param(200 * 1024 * 1024, type="integer", minimum=1, title="Max dataset size (bytes)", section="Limits"),
+        "max_file_bytes": Param(64 * 1024 * 1024, type="integer", minimum=1, title="Max file size (bytes)", section="Limits"),
+        "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
+        "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
+        "shard_size": Param(50, type="integer", minimum=1, maximum=1000, title="Files per task instance", section="Limits"),
+        "kaggle_conn_id": Param("kaggle_default", type="string", title="Kaggle Connection"),
+    },
+    **DAG_DEFAULTS,
+)
+def ingest_kaggle():
+    @task(retries=3)
+    def crawl() -> list[dict]:
+        """Search, filter and download; land files under the data root and plan them into shards."""
+        from datamind.ingest.kaggle_config import KaggleCrawlConfig, KaggleCredentials
+        from datamind.ingest.kaggle_stage import crawl_to_landing
+
+        params = dict(get_current_context()["params"])
+        config_keys = ("queries", "licenses", "file_types", "max_datasets_per_query", "max_pages", "max_dataset_bytes", "max_file_bytes")
+        config = KaggleCrawlConfig.from_dict({k: params[k] for k in config_keys})
+        conn = runtime.connection_dict(params["kaggle_conn_id"])
+        credentials = (
+            KaggleCredentials.from_connection(conn.get("login"), conn.get("password"), conn.get("extra")) if conn else None
+        )
+        limits = limits_from_params(params)
+        files, summary = crawl_to_landing(runtime.data_root(), config, credentials, limits, runtime.run_id())
+        runtime.log_summary("Kaggle crawl", summary)
+        return plan_source_files(files, "kaggle", params)
+
+    summaries = ingest_shard.expand(spec=crawl())
+    publish_catalog(summaries, source_name="kaggle")
+
+
+ingest_kaggle()

@@ -1,0 +1,232 @@
+"""What the Kaggle crawler searches for, and with whose credentials.
+
+Both records are plain data so the DAG can build them from JSON params and an Airflow Connection
+without this package importing Airflow or ``kaggle``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+# Sort orders the Kaggle dataset search accepts (kagglesdk ``DatasetSortBy`` members, lower camel case).
+SORT_ORDERS = ("hottest", "votes", "updated", "active", "published", "relevance", "usability", "downloadCount")
+FILE_TYPES = ("csv", "xlsx")
+
+# Canonical license ids; Kaggle reports free-text names ("CC0: Public Domain",
+# "Attribution 4.0 International (CC BY 4.0)", ...) which ``license_id`` maps onto these.
+LICENSE_IDS = (
+    "cc0", "cc-by", "cc-by-sa", "cc-by-nc", "cc-by-nc-sa", "cc-by-nd", "cc-by-nc-nd",
+    "pddl", "odc-by", "odbl", "mit", "apache-2.0", "bsd", "gpl", "lgpl", "agpl",
+    "world-bank", "other", "unknown",
+)
+DEFAULT_LICENSES = ("cc0", "cc-by", "cc-by-sa", "pddl", "odc-by", "odbl", "mit", "apache-2.0")
+
+
+def license_id(name: str | None) -> str:
+    """Map a Kaggle license name to a canonical id ('unknown' when empty or unrecognised)."""
+    if not name or not name.strip():
+        return "unknown"
+    n = name.lower()
+    if "cc0" in n or re.search(r"\bcc[\s-]?zero\b", n):
+        return "cc0"
+    if "pddl" in n or ("public domain" in n and "odc" in n):
+        return "pddl"
+    if "odbl" in n or "open database" in n:
+        return "odbl"
+    if "odc-by" in n or "odc attribution" in n or "odc-attribution" in n:
+        return "odc-by"
+    if "public domain" in n:
+        return "cc0"
+    cc = re.search(r"\bcc[\s-]+(by(?:[\s-]+(?:nc|sa|nd))*)", n)
+    if cc:
+        parts = re.split(r"[\s-]+", cc.group(1))
+        return "cc-" + "-".join(parts)
+    if "creative commons" in n or "attribution" in n:
+        tags = ["by"] + [t for t in ("nc", "sa", "nd") if re.search(
+            {"nc": r"noncommercial|non-commercial", "sa": r"sharealike|share-alike|share alike",
+             "nd": r"noderivatives|no derivatives|noderivs"}[t], n)]
+        return "cc-" + "-".join(tags)
+    if re.search(r"\bagpl\b", n):
+        return "agpl"
+    if re.search(r"\blgpl\b", n):
+        return "lgpl"
+    if re.search(r"\bgpl\b", n) or "gnu general public" in n:
+        return "gpl"
+    if re.search(r"\bmit\b", n):
+        return "mit"
+    if "apache" in n:
+        return "apache-2.0"
+    if re.search(r"\bbsd\b", n):
+        return "bsd"
+    if "world bank" in n:
+        return "world-bank"
+    if "unknown" in n:
+        return "unknown"
+    return "other"
+
+
+def _positive_int(name: str, value: Any) -> int:
+    try:
+        out = int(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"KaggleCrawlConfig.{name} must be an integer, got {value!r}") from exc
+    if out < 1:
+        raise ValueError(f"KaggleCrawlConfig.{name} must be >= 1, got {out}")
+    return out
+
+
+@dataclass(frozen=True)
+class KaggleCrawlConfig:
+    """One crawl's search and limits. ``licenses`` is an allow-list of canonical ids (see ``LICENSE_IDS``)
+    or exact Kaggle license names; a dataset whose license is not on it is skipped, never downloaded."""
+
+    queries: tuple[str, ...] = ("sales", "survey", "finance")
+    licenses: tuple[str, ...] = DEFAULT_LICENSES
+    file_types: tuple[str, ...] = FILE_TYPES
+    max_dataset_bytes: int = 200 * 1024 * 1024
+    max_file_bytes: int = 64 * 1024 * 1024
+    # Datasets downloaded (or attempted) per query; skipped ones do not count, pages bound the walk.
+    max_datasets_per_query: int = 20
+    max_pages: int = 5
+    page_size: int = 20
+    max_files_per_dataset: int = 20
+    sort_by: str = "votes"
+    retries: int = 4  # attempts per API call, the first included
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    request_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        for name in ("queries", "licenses", "file_types"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = (value,)
+            object.__setattr__(self, name, tuple(str(v).strip() for v in value if str(v).strip()))
+        object.__setattr__(self, "file_types", tuple(t.lower().lstrip(".") for t in self.file_types))
+        if not self.queries:
+            raise ValueError("KaggleCrawlConfig.queries must name at least one search query")
+        if not self.licenses:
+            raise ValueError("KaggleCrawlConfig.licenses must allow at least one license")
+        bad = [t for t in self.file_types if t not in FILE_TYPES]
+        if bad or not self.file_types:
+            raise ValueError(f"KaggleCrawlConfig.file_types must be a non-empty subset of {FILE_TYPES}, got {bad}")
+        if self.sort_by not in SORT_ORDERS:
+            raise ValueError(f"KaggleCrawlConfig.sort_by must be one of {SORT_ORDERS}, got {self.sort_by!r}")
+        for name in ("max_dataset_bytes", "max_file_bytes", "max_datasets_per_query", "max_pages",
+                     "page_size", "max_files_per_dataset", "retries"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        for name in ("backoff_base_s", "backoff_max_s", "request_timeout_s"):
+            value = float(getattr(self, name))
+            if value < 0 or (name == "request_timeout_s" and value == 0):
+                raise ValueError(f"KaggleCrawlConfig.{name} must be positive, got {value}")
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "KaggleCrawlConfig":
+        """Build from DAG params (JSON); unknown keys are an error so a typo never silently uses a default."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown Kaggle crawl setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**{k: v for k, v in data.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+    def allows_license(self, name: str | None) -> bool:
+        allowed = {a.lower() for a in self.licenses}
+        return license_id(name) in allowed or (name or "").strip().lower() in allowed
+
+
+_MASK = "***"
+
+
+@dataclass(frozen=True)
+class KaggleCredentials:
+    """Kaggle credentials: a legacy username + API key, or an API token. Never logged, repr'd or written
+    anywhere by this package: ``repr``/``str`` mask the values and the crawler hands them to the client
+    in memory (no kaggle.json)."""
+
+    username: str | None = field(default=None, repr=False)
+    key: str | None = field(default=None, repr=False)
+    api_token: str | None = field(default=None, repr=False)
+    source: str = "explicit"
+
+    def __post_init__(self) -> None:
+        for name in ("username", "key", "api_token"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, value.strip() if isinstance(value, str) and value.strip() else None)
+        if not self.api_token and bool(self.username) != bool(self.key):
+            raise ValueError("Kaggle credentials need both a username and a key (or an API token)")
+
+    def __repr__(self) -> str:
+        kind = "api_token" if self.api_token else ("username/key" if self.key else "none")
+        user = self.username if self.username else None
+        return f"KaggleCredentials(kind={kind}, username={user!r}, secret={_MASK}, source={self.source!r})"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        # Pickling (XCom, multiprocessing) would copy the secret out of this process's control.
+        raise TypeError("KaggleCredentials cannot be pickled; build them inside the task that crawls")
+
+    @property
+    def present(self) -> bool:
+        return bool(self.api_token or (self.username and self.key))
+
+    def secrets(self) -> list[str]:
+        return [s for s in (self.key, self.api_token) if s]
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets():
+            text = text.replace(secret, _MASK)
+        return text
+
+    @classmethod
+    def from_connection(
+        cls, login: str | None, password: str | None, extra: Mapping[str, Any] | str | None = None
+    ) -> "KaggleCredentials":
+        """From an Airflow Connection's fields: login = username, password = key; an API token may sit
+        in ``extra["api_token"]`` (or in password with an empty login)."""
+        if isinstance(extra, str):
+            extra = json.loads(extra) if extra.strip() else {}
+        token = (extra or {}).get("api_token") or (extra or {}).get("token")
+        if not token and password and not login:
+            token = password
+            password = None
+        return cls(username=login, key=password if login else None, api_token=token, source="connection")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, home: str | None = None) -> "KaggleCredentials":
+        """The standard Kaggle places, in the client's own order: KAGGLE_API_TOKEN (value or file path),
+        ~/.kaggle/access_token, KAGGLE_USERNAME + KAGGLE_KEY, then kaggle.json (KAGGLE_CONFIG_DIR or ~/.kaggle)."""
+        env = os.environ if environ is None else environ
+        home_dir = Path(home or env.get("HOME") or os.path.expanduser("~"))
+        token = env.get("KAGGLE_API_TOKEN")
+        if token and len(token) < 4096 and Path(token).is_file():
+            token = Path(token).read_text().strip()
+        if token:
+            return cls(api_token=token, source="env:KAGGLE_API_TOKEN")
+        for candidate in (home_dir / ".kaggle" / "access_token", home_dir / ".kaggle" / "access_token.txt"):
+            if candidate.is_file() and candidate.read_text().strip():
+                return cls(api_token=candidate.read_text().strip(), source="file:access_token")
+        if env.get("KAGGLE_USERNAME") and env.get("KAGGLE_KEY"):
+            return cls(username=env["KAGGLE_USERNAME"], key=env["KAGGLE_KEY"], source="env:KAGGLE_USERNAME")
+        config_dirs = [Path(env["KAGGLE_CONFIG_DIR"])] if env.get("KAGGLE_CONFIG_DIR") else []
+        config_dirs += [home_dir / ".kaggle", Path(env.get("XDG_CONFIG_HOME") or home_dir / ".config") / "kaggle"]
+        for config_dir in config_dirs:
+            path = config_dir / "kaggle.json"
+            if path.is_file():
+                try:
+                    data = json.loads(path.read_text() or "{}")
+                except json.JSONDecodeError:
+                    raise ValueError(f"{path} is not valid JSON") from None
+                if data.get("username") and data.get("key"):
+                    return cls(username=data["username"], key=data["key"], source="file:kaggle.json")
+        return cls(source="none")
