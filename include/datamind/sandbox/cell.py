@@ -1,0 +1,135 @@
+"""What runs inside a forked, already-confined child: execute chunks and report a status frame.
+
+Output goes straight to fds 1/2 (a socket the host reads and caps); the status frame travels on a
+separate control socket (fd 3) so printed text can never be mistaken for a status.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import io
+import linecache
+import os
+import resource
+import socket
+import sys
+import traceback
+
+from datamind.sandbox.wire import recv_frame, send_frame
+
+CELL_FILENAME = "<cell>"
+HISTORY_FILENAME = "<history>"
+
+
+class _Discard(io.TextIOBase):
+    def write(self, s: str) -> int:
+        return len(s)
+
+
+def serve(ctl_fd: int, kind: str, language: str, db_path: str | None, sql_timeout_s: float,
+          cpu_s: int) -> None:
+    """Loop of the cell process: one request for a one-shot cell, many for a live interpreter."""
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                  errors="backslashreplace", write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                  errors="backslashreplace", write_through=True)
+    ctl = socket.socket(fileno=ctl_fd)
+    namespace = _new_namespace(language, db_path, sql_timeout_s)
+    _seed_random_generators()
+    while True:
+        request = recv_frame(ctl)
+        if request is None:
+            os._exit(0)
+        if kind == "kernel":  # per-cell CPU allowance inside the session-wide hard cap
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used.ru_utime + used.ru_stime) + cpu_s, hard), hard))
+        status = run_cell(namespace, request.get("prelude", ""), request["code"])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        send_frame(ctl, {"status": status, "maxrss_kb": rss})
+        if kind == "oneshot":
+            os._exit(0)
+
+
+def _seed_random_generators() -> None:
+    """Replayed chunks must see the same random numbers the agent saw: every cell process (and every
+    live interpreter) starts from the same seeds, so chunked replay matches a live session."""
+    import random
+
+    random.seed(0)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(0)
+
+
+def _new_namespace(language: str, db_path: str | None, sql_timeout_s: float) -> dict:
+    namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
+    if language == "sql":
+        from datamind.sandbox import sqltools
+
+        tools = sqltools.ReadOnlyDatabase(db_path, timeout_s=sql_timeout_s)
+        namespace["get_db_info"] = tools.get_db_info
+        namespace["execute_sql"] = tools.execute_sql
+    return namespace
+
+
+def run_cell(namespace: dict, prelude: str, code: str) -> str:
+    """Replay `prelude` silently, then run `code` notebook-style. Returns ok|exception|memory."""
+    if prelude:
+        # Silence replayed output at the fd level too (C extensions and child processes write there).
+        real = sys.stdout, sys.stderr
+        saved = os.dup(1), os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        sys.stdout = sys.stderr = _Discard()
+        failure = None
+        try:
+            _exec(prelude, HISTORY_FILENAME, namespace)
+        except BaseException as exc:  # noqa: BLE001 - reported to the agent, never raised
+            failure = exc
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in (*saved, devnull):
+                os.close(fd)
+            sys.stdout, sys.stderr = real
+        if failure is not None:
+            print("Error while re-running the earlier successful cells:", file=sys.stderr)
+            return _report(failure)
+    try:
+        _exec(code, CELL_FILENAME, namespace, display_last=True)
+        return "ok"
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return "ok"
+        return _report(exc)
+    except BaseException as exc:  # noqa: BLE001
+        return _report(exc)
+
+
+def _exec(source: str, filename: str, namespace: dict, display_last: bool = False) -> None:
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    tree = ast.parse(source, filename=filename)
+    last = None
+    if display_last and tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, filename, "exec"), namespace)
+    if last is not None:
+        value = eval(compile(last, filename, "eval"), namespace)
+        if value is not None:
+            print(repr(value))
+
+
+def _report(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    try:
+        sys.stderr.write(text)
+    except MemoryError:
+        sys.stderr.write(f"{type(exc).__name__}\n")
+    return "memory" if isinstance(exc, MemoryError) else "exception"

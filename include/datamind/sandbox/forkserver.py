@@ -1,0 +1,468 @@
+"""The zygote: a separate Python process that imports pandas/numpy once and forks one child per cell.
+
+It is started as a fresh interpreter (``python -I -c "...zygote_main(fd)"``), never forked from the
+Airflow worker, whose threads make forking unsafe, and talks to its owner over a SOCK_SEQPACKET socket:
+
+    host -> zygote  {"op": "spawn", "id", "workdir", "uid", "gid", "kind", "language", "db_path", "limits"}
+                    + two fds (the cell's output socket and control socket), {"op": "kill", "pid"}
+    zygote -> host  {"event": "ready", "layers", "notes"}, {"event": "spawned", "id", "pid"},
+                    {"event": "spawn_failed", "id", "error"}, {"event": "exit", "pid", "status", "maxrss_kb"}
+
+Namespaces are entered before anything is imported (unshare(CLONE_NEWUSER) demands a single thread).
+
+Each cell is confined in this order: own session/process group, pids cgroup (root), stdio onto the
+host's sockets and every other fd closed, cwd = its workspace, rlimits, per-cell pid namespace
+(user-namespace mode), then the dedicated uid (root) or dropped capabilities, then no_new_privs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from datamind.sandbox import isolation  # stdlib + ctypes only: safe to import before unshare()
+from datamind.sandbox.limits import SandboxUnavailable
+
+_MAX_MSG = 1 << 16
+# Thread pools would make fork() unsafe and multiply the pids a cell needs.
+SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                     "NUMEXPR_MAX_THREADS": "1", "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1",
+                     "POLARS_MAX_THREADS": "1", "ARROW_NUM_THREADS": "1"}
+
+
+# ----------------------------------------------------------------------------------------- zygote
+def _send(sock: socket.socket, obj: dict) -> None:
+    sock.send(json.dumps(obj).encode())
+
+
+def zygote_main(fd: int) -> None:
+    ctl = socket.socket(fileno=fd)
+    config = json.loads(ctl.recv(_MAX_MSG))
+
+    # No PDEATHSIG here: it fires when the *thread* that started us exits. Host death is seen as EOF
+    # on the control socket instead, and then every cell is killed.
+    isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)  # orphaned grandchildren come back to us
+    layers, notes = [], []
+    mode = config["mode"]
+    cell_inner_id = None
+    # Both need the host's /proc, which the mount namespace is about to hide.
+    cgroup = isolation.PidsCgroup.probe() if mode == "root" and config["pids_cgroup"] else None
+    proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY) if mode == "root" else None
+    try:
+        obtained, cell_inner_id = isolation.enter_namespaces(mode)
+        layers += obtained
+        # Started with -I, our own sys.path is exactly what a cell may import from.
+        python_paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if os.path.isdir(p))}
+        expose = [(p, False) for p in sorted(python_paths)] + [tuple(e) for e in config["expose"]]
+        notes += isolation.hide_and_expose(config["hide"], expose,
+                                           tmp_mb=config["tmp_mb"],
+                                           check_traversal=(mode == "root" or cell_inner_id is not None))
+    except OSError as exc:
+        layers = [x for x in layers if x != "mount_namespace"] if "mount" in str(exc) else []
+        import traceback
+
+        notes.append(f"namespaces unavailable: {exc}: {traceback.format_exc(limit=3)}")
+    if mode == "root":
+        layers.append("dedicated_uid")
+    elif "network_namespace" in layers:  # only true once the user namespace was actually entered
+        layers.append("user_namespace_no_caps")
+    if cgroup is not None:
+        layers.append("pids_cgroup")
+    layers += ["rlimit_nproc", "rlimits", "process_group_kill", "no_new_privs"]
+    # Without a cgroup or a dedicated uid to sweep, a per-cell pid namespace is what kills detached
+    # descendants: when its init exits, the kernel kills everything left inside.
+    use_pidns = mode != "root" and "network_namespace" in layers and _pid_namespace_works()
+    if use_pidns:
+        layers.append("pid_namespace")
+    for name in config["preload"]:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            notes.append(f"preload {name} failed: {exc}")
+    import datamind.sandbox.cell  # noqa: F401  (and sqltools) ride along in every fork
+    import datamind.sandbox.sqltools  # noqa: F401
+
+    cell_gid = isolation.NOBODY if cell_inner_id is not None else None
+    _send(ctl, {"event": "ready", "layers": layers, "notes": notes, "pid": os.getpid(), "cell_gid": cell_gid})
+    zygote = _Zygote(ctl, mode, cgroup, cell_inner_id, proc_fd, use_pidns)
+    signal.signal(signal.SIGTERM, _raise_exit)
+    try:
+        zygote.loop()
+    finally:
+        zygote.shutdown()
+        if cgroup is not None:
+            cgroup.close()
+    os._exit(0)
+
+
+def _raise_exit(*_args) -> None:
+    raise SystemExit(0)
+
+
+class _Zygote:
+    def __init__(self, ctl: socket.socket, mode: str, cgroup, cell_inner_id: int | None,
+                 proc_fd: int | None, use_pidns: bool) -> None:
+        self.ctl, self.mode, self.cgroup, self.cell_inner_id = ctl, mode, cgroup, cell_inner_id
+        self.use_pidns = use_pidns
+        self.proc_fd = proc_fd
+        self.children: dict[int, object] = {}  # pid -> cgroup path (or None)
+        self.uids: dict[int, int] = {}  # pid -> dedicated uid (root mode)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.ctl, selectors.EVENT_READ, "ctl")
+        sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        while True:
+            for key, _ in sel.select():
+                if key.data == "wake":
+                    os.read(self.wake_r, 4096)
+                    self._reap()
+                    continue
+                msg, fds, _flags, _addr = socket.recv_fds(self.ctl, _MAX_MSG, 4)
+                if not msg:
+                    return
+                request = json.loads(msg)
+                if request["op"] == "spawn":
+                    self._spawn(request, fds)
+                elif request["op"] == "kill":
+                    self._kill(request["pid"])
+                for fd in fds:
+                    os.close(fd)
+
+    def _spawn(self, req: dict, fds: list[int]) -> None:
+        cg_path = None
+        try:
+            if self.cgroup is not None:
+                cg_path = self.cgroup.create(req["limits"]["max_procs"])
+            pid = os.fork()
+        except OSError as exc:
+            _send(self.ctl, {"event": "spawn_failed", "id": req["id"], "error": str(exc)})
+            return
+        if pid == 0:
+            _child(req, fds, self.mode, cg_path, self.cell_inner_id, self.use_pidns)
+        self.children[pid] = cg_path
+        if self.mode == "root":
+            self.uids[pid] = req["uid"]
+        _send(self.ctl, {"event": "spawned", "id": req["id"], "pid": pid})
+
+    def _kill(self, pid: int) -> None:
+        if pid not in self.children:
+            return
+        for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._sweep(pid)
+
+    def _sweep(self, pid: int) -> None:
+        """Kill what a cell left behind, even processes that left its process group (setsid)."""
+        if self.children.get(pid) is not None:
+            self.cgroup.kill_all(self.children[pid])
+        elif pid in self.uids and self.proc_fd is not None:
+            isolation.kill_uid(self.proc_fd, self.uids[pid])
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid not in self.children:
+                continue  # an orphaned grandchild handed to us as subreaper
+            try:
+                os.killpg(pid, signal.SIGKILL)  # stragglers left in the cell's process group
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._sweep(pid)
+            cg_path = self.children.pop(pid)
+            self.uids.pop(pid, None)
+            if cg_path is not None:
+                self.cgroup.remove(cg_path)
+            _send(self.ctl, {"event": "exit", "pid": pid, "status": status, "maxrss_kb": usage.ru_maxrss,
+                             "cpu_s": usage.ru_utime + usage.ru_stime})
+
+    def shutdown(self) -> None:
+        """Kill every cell (and what it left behind), reaping them so their cgroups can be removed."""
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for pid in list(self.children):
+            self._kill(pid)
+        while self.children:
+            try:
+                pid, _status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            if pid in self.children:
+                self._sweep(pid)
+                cg_path = self.children.pop(pid)
+                if cg_path is not None:
+                    self.cgroup.remove(cg_path)
+
+
+def _child(req: dict, fds: list[int], mode: str, cg_path, cell_inner_id: int | None, use_pidns: bool) -> None:
+    """Confine this freshly forked process, then serve cells. Never returns."""
+    code = 70
+    try:
+        from datamind.sandbox import cell
+        from datamind.sandbox.limits import SandboxLimits, apply_rlimits
+
+        limits = SandboxLimits(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in req["limits"].items()})
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-large writes raise OSError instead of killing
+        zygote_pid = os.getppid()
+        os.setsid()
+        if cg_path is not None:
+            (cg_path / "cgroup.procs").write_text(str(os.getpid()))
+        out_fd, ctl_fd = fds
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(ctl_fd, 3)
+        os.closerange(4, 1 << 16)  # the zygote's control socket must not leak into the cell
+        os.chdir(req["workdir"])
+        kernel = req["kind"] == "kernel"
+        nproc = limits.max_procs if mode == "root" else limits.max_procs * 4
+        apply_rlimits(limits, nproc=nproc, cpu_hard_s=limits.cpu_s * 100 if kernel else None)
+        if use_pidns:
+            _enter_pid_namespace()
+        if mode == "root":
+            os.setgroups([])
+            os.setresgid(req["gid"], req["gid"], req["gid"])
+            os.setresuid(req["uid"], req["uid"], req["uid"])
+        elif cell_inner_id is not None:  # root worker in user-namespace mode: become inner uid 1 (nobody)
+            os.setgroups([])
+            os.setresgid(cell_inner_id, cell_inner_id, cell_inner_id)
+            os.setresuid(cell_inner_id, cell_inner_id, cell_inner_id)
+            isolation.drop_all_capabilities()
+        else:
+            isolation.drop_all_capabilities()
+        isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+        # Only now: changing credentials clears the parent-death signal. Then close the race with a
+        # zygote that died before this line.
+        isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if not use_pidns and os.getppid() != zygote_pid:
+            os._exit(70)
+        os.environ.clear()
+        os.environ.update({"HOME": req["workdir"], "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+                           "PATH": "/usr/local/bin:/usr/bin:/bin", "MPLCONFIGDIR": req["workdir"],
+                           **SINGLE_THREAD_ENV})
+        sys.argv = ["<cell>"]
+        cell.serve(3, req["kind"], req["language"], req.get("db_path"), limits.sql_timeout_s, limits.cpu_s)
+        code = 0
+    except BaseException:  # noqa: BLE001 - setup failure: report on the output socket and die
+        try:
+            import traceback
+
+            os.write(2, ("sandbox setup failed:\n" + traceback.format_exc()).encode())
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(code)
+
+
+def _pid_namespace_works() -> bool:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            isolation.unshare(isolation.CLONE_NEWPID)
+            inner = os.fork()
+            if inner == 0:
+                os._exit(0 if os.getpid() == 1 else 1)
+            _, status = os.waitpid(inner, 0)
+            os._exit(os.waitstatus_to_exitcode(status))
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _enter_pid_namespace() -> None:
+    """Continue as pid 2 of a fresh pid namespace; returns only in that process.
+
+    Chain: this process (outside) -> init (pid 1, reaps) -> cell (pid 2). The cell is not pid 1 because
+    pid 1 ignores default-action signals such as SIGXCPU from the CPU limit. Init hands the cell's raw
+    wait status to the outside process through a pipe; the outside process re-raises it, so the zygote
+    sees the same exit status it would without the namespace.
+    """
+    status_r, status_w = os.pipe()
+    isolation.unshare(isolation.CLONE_NEWPID)
+    init = os.fork()
+    if init != 0:  # outside the namespace: mirror the cell's fate as soon as init reports it
+        isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.close(status_w)
+        _close_cell_fds()
+        raw = os.read(status_r, 64)  # empty: init itself was killed (wall-time kill of the group)
+        # Not waiting for init: tearing a pid namespace down takes tens of ms; the zygote, our
+        # subreaper, reaps init once we are gone, and the kernel has already SIGKILLed the rest.
+        _mirror_status(int(raw) if raw else signal.SIGKILL)
+    isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.close(status_r)
+    target = os.fork()
+    if target != 0:  # pid 1: reap everything until the cell ends; leaving tears the namespace down
+        _close_cell_fds()
+        while True:
+            pid, status = os.wait()
+            if pid == target:
+                os.write(status_w, str(status).encode())
+                os._exit(0)
+    os.close(status_w)  # the caller sets this cell's parent-death signal after dropping privileges
+
+
+def _close_cell_fds() -> None:
+    """The helper processes must not hold the cell's sockets open (the host waits for their EOF)."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2, 3):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _mirror_status(status: int) -> None:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 70)
+
+
+# ----------------------------------------------------------------------------------------- client
+@dataclass
+class _Exit:
+    status: int
+    maxrss_kb: int
+    cpu_s: float = 0.0
+    event: threading.Event = field(default_factory=threading.Event)
+
+
+class ZygoteClient:
+    """Host side: starts the zygote process and multiplexes spawn/kill/exit messages for many sessions."""
+
+    def __init__(self, config: dict, env: dict[str, str], start_timeout_s: float = 60.0) -> None:
+        import subprocess
+
+        host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = host_end
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", "import sys; from datamind.sandbox.forkserver import zygote_main; "
+             "zygote_main(int(sys.argv[1]))", str(zygote_end.fileno())],
+            pass_fds=[zygote_end.fileno()], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            cwd="/", close_fds=True,
+            # Own session: a signal to the worker's process group (e.g. `timeout`) must not kill the zygote
+            # before it cleans up; it sees EOF on its socket when the worker dies and shuts down in order.
+            start_new_session=True)
+        zygote_end.close()
+        self._sock.send(json.dumps(config).encode())
+        self._sock.settimeout(start_timeout_s)
+        try:
+            raw = self._sock.recv(_MAX_MSG)
+        except socket.timeout as exc:
+            self._proc.kill()
+            raise SandboxUnavailable("sandbox zygote did not start in time") from exc
+        if not raw:
+            self._proc.wait()
+            raise SandboxUnavailable(f"sandbox zygote exited during start-up (code {self._proc.returncode})")
+        self._sock.settimeout(None)
+        self.ready = json.loads(raw)
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._spawn_replies: dict[int, dict] = {}
+        self._spawn_cv = threading.Condition()
+        self._exits: dict[int, _Exit] = {}
+        self._closed = False
+        self._reader = threading.Thread(target=self._read_loop, name="sandbox-zygote-reader", daemon=True)
+        self._reader.start()
+
+    def spawn(self, request: dict, fds: list[int], timeout_s: float = 30.0) -> int:
+        with self._lock:
+            if self._closed:
+                raise SandboxUnavailable("sandbox zygote has exited")
+            self._next_id += 1
+            rid = self._next_id
+            try:
+                socket.send_fds(self._sock, [json.dumps({**request, "op": "spawn", "id": rid}).encode()], fds)
+            except OSError as exc:
+                raise SandboxUnavailable(f"sandbox zygote is gone: {exc}") from exc
+        with self._spawn_cv:
+            if not self._spawn_cv.wait_for(lambda: rid in self._spawn_replies or self._closed, timeout_s):
+                raise SandboxUnavailable("sandbox zygote did not answer a spawn request")
+            if self._closed and rid not in self._spawn_replies:
+                raise SandboxUnavailable("sandbox zygote has exited")
+            reply = self._spawn_replies.pop(rid)
+        if reply["event"] != "spawned":
+            raise SandboxUnavailable(f"sandbox could not fork a cell: {reply.get('error')}")
+        return reply["pid"]
+
+    def kill(self, pid: int) -> None:
+        with self._lock:
+            if not self._closed:
+                try:
+                    self._sock.send(json.dumps({"op": "kill", "pid": pid}).encode())
+                except OSError:
+                    pass  # the zygote is gone, and its cells died with it (PDEATHSIG)
+
+    def exit_info(self, pid: int) -> _Exit:
+        with self._spawn_cv:
+            return self._exits.setdefault(pid, _Exit(-1, 0))
+
+    def forget(self, pid: int) -> None:
+        with self._spawn_cv:
+            self._exits.pop(pid, None)
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._proc.poll() is None
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                raw = self._sock.recv(_MAX_MSG)
+            except OSError:
+                raw = b""
+            if not raw:
+                with self._spawn_cv:
+                    self._closed = True
+                    for info in self._exits.values():
+                        info.event.set()
+                    self._spawn_cv.notify_all()
+                return
+            msg = json.loads(raw)
+            with self._spawn_cv:
+                if msg["event"] in ("spawned", "spawn_failed"):
+                    self._spawn_replies[msg["id"]] = msg
+                    self._spawn_cv.notify_all()
+                elif msg["event"] == "exit":
+                    info = self._exits.setdefault(msg["pid"], _Exit(-1, 0))
+                    info.status, info.maxrss_kb, info.cpu_s = msg["status"], msg["maxrss_kb"], msg["cpu_s"]
+                    info.event.set()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                try:
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        try:
+            self._proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001
+            self._proc.kill()
+            self._proc.wait()
+        self._reader.join(timeout=5)
+        self._sock.close()
+
+

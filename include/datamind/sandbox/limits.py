@@ -1,0 +1,126 @@
+"""Resource caps for one sandboxed cell, and the isolation policy a sandbox must meet.
+
+The numbers below were measured on the project machines: a zygote with pandas and numpy
+imported already maps about 330 MB of address space, which every forked child inherits, so the
+address-space cap must sit well above that (2 GiB by default leaves ~1.7 GiB for the cell).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+IsolationPolicy = Literal["strict", "best_effort"]
+IsolationMode = Literal["auto", "root", "userns"]
+
+# Layers the sandbox can stack; `Sandbox.layers` reports which are active.
+LAYER_GUARD = "ast_guard"
+LAYER_RLIMITS = "rlimits"
+LAYER_NETNS = "network_namespace"
+LAYER_MOUNTNS = "mount_namespace"
+LAYER_UID = "dedicated_uid"
+LAYER_USERNS = "user_namespace_no_caps"
+LAYER_PIDS_CGROUP = "pids_cgroup"
+LAYER_NPROC = "rlimit_nproc"
+LAYER_PGROUP_KILL = "process_group_kill"
+LAYER_NO_NEW_PRIVS = "no_new_privs"
+
+# What "strict" demands: no network, hidden host paths, no privilege inside, and a fork bomb
+# cannot outgrow its cell. Each tuple is a set of alternatives, one of which must be active.
+STRICT_REQUIREMENTS: tuple[tuple[str, ...], ...] = (
+    (LAYER_NETNS,),
+    (LAYER_MOUNTNS,),
+    (LAYER_UID, LAYER_USERNS),
+    (LAYER_PIDS_CGROUP, LAYER_NPROC),
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The host cannot provide the isolation the policy demands; nothing was executed."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    cpu_s: int = 30
+    wall_s: float = 60.0
+    memory_mb: int = 2048  # RLIMIT_AS, absolute (includes the ~330 MB inherited from the zygote)
+    max_procs: int = 32  # processes/threads per cell (pids cgroup or RLIMIT_NPROC)
+    max_file_mb: int = 256  # RLIMIT_FSIZE: largest file a cell may write
+    max_open_files: int = 256
+    max_output_bytes: int = 1_000_000  # the cell is killed once it has printed more than this
+    head_chars: int = 2000  # observation keeps this many leading characters...
+    tail_chars: int = 2000  # ...and this many trailing ones
+    sql_timeout_s: float = 10.0  # per statement, enforced by a SQLite progress handler
+    tmp_mb: int = 64  # size of the private /tmp, /var/tmp and /dev/shm inside the sandbox
+    max_code_chars: int = 200_000  # one chunk; longer code is refused before execution
+    isolation: IsolationPolicy = "strict"
+    isolation_mode: IsolationMode = "auto"
+    guard: bool = True  # only tests of the runtime layers switch the AST guard off
+    pids_cgroup: bool = True  # use a pids cgroup per cell when the host lets us create one
+    hide_paths: tuple[str, ...] = ()  # extra host paths to hide (data root, AIRFLOW_HOME... are default)
+    preload: tuple[str, ...] = field(
+        default=("numpy", "pandas", "sqlite3", "csv", "json", "math", "statistics", "re", "datetime",
+                 "collections", "itertools", "functools", "decimal", "fractions", "random", "string")
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_s", "wall_s", "memory_mb", "max_procs", "max_file_mb", "max_open_files",
+                     "max_output_bytes", "sql_timeout_s", "tmp_mb", "max_code_chars"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)!r}")
+        if self.head_chars < 0 or self.tail_chars < 0:
+            raise ValueError("SandboxLimits.head_chars and tail_chars must be >= 0")
+        if self.memory_mb < 512:
+            raise ValueError("SandboxLimits.memory_mb below 512 cannot even hold the preloaded pandas")
+        if self.isolation not in ("strict", "best_effort"):
+            raise ValueError(f"SandboxLimits.isolation must be 'strict' or 'best_effort', got {self.isolation!r}")
+        if self.isolation_mode not in ("auto", "root", "userns"):
+            raise ValueError(f"SandboxLimits.isolation_mode must be auto|root|userns, got {self.isolation_mode!r}")
+
+    @classmethod
+    def from_env(cls) -> "SandboxLimits":
+        """Deployment overrides through DATAMIND_SANDBOX_<FIELD> (e.g. DATAMIND_SANDBOX_MEMORY_MB)."""
+        d = cls()
+        kwargs: dict = {}
+        for name, default in asdict(d).items():
+            raw = os.environ.get(f"DATAMIND_SANDBOX_{name.upper()}")
+            if raw is None or raw.strip() == "":
+                continue
+            if isinstance(default, bool):
+                kwargs[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(default, (int, float)):
+                try:
+                    kwargs[name] = type(default)(raw)
+                except ValueError as exc:
+                    raise ValueError(f"DATAMIND_SANDBOX_{name.upper()} must be a number, got {raw!r}") from exc
+            elif isinstance(default, tuple):
+                kwargs[name] = tuple(p for p in raw.split(os.pathsep) if p)
+            else:
+                kwargs[name] = raw.strip()
+        return cls(**kwargs)
+
+
+def missing_layers(active: set[str]) -> list[str]:
+    """Requirements of the strict policy that `active` does not satisfy, as readable strings."""
+    return [" or ".join(alts) for alts in STRICT_REQUIREMENTS if not any(a in active for a in alts)]
+
+
+def apply_rlimits(limits: SandboxLimits, *, nproc: int | None, cpu_hard_s: int | None = None) -> None:
+    """Called in the forked child before it drops privileges (hard limits can then never be raised).
+
+    `cpu_hard_s` lets a live interpreter, which runs many cells, have a session-wide CPU ceiling
+    while its per-cell soft limit is moved forward before each cell.
+    """
+    mem = limits.memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    # Soft < hard: the soft limit sends SIGXCPU, which we classify as a timeout.
+    hard = cpu_hard_s if cpu_hard_s is not None else limits.cpu_s + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, hard))
+    fsize = limits.max_file_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if nproc is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
