@@ -66,12 +66,13 @@ TABLE_VERDICT = pa.struct(
         _f("reason", _STR),
         _f("n_rows", pa.int64()),
         _f("n_cols", pa.int32()),
+        _f("read_options", _STR),  # JSON: how loaders.load_table reloads this table (1.1)
     ]
 )
 
 CATALOG_FILES = TableSchema(
     "catalog_files",
-    "1.0",
+    "1.1",
     pa.schema(
         [
             _f("file_id", _STR, False),
@@ -204,7 +205,7 @@ MESSAGE = pa.struct([_f("role", _STR), _f("content", _STR)])
 
 TRAJECTORIES = TableSchema(
     "trajectories",
-    "1.0",
+    "1.1",
     pa.schema(
         [
             _f("trajectory_id", _STR, False),
@@ -223,6 +224,7 @@ TRAJECTORIES = TableSchema(
             _f("completion_tokens", pa.int64()),
             _f("created_at", TS, False),
             _f("run_id", _STR),
+            _f("error", _STR),  # 1.1: reason code (and detail) when status == error
         ]
     ),
     "Every sampled ReAct trajectory, before judging.",
@@ -258,3 +260,72 @@ DATASET = TableSchema(
 )
 
 ALL = {s.name: s for s in (CATALOG_FILES, CATALOG_TABLES, REJECTIONS, QUERIES, TRAJECTORIES, DATASET)}
+
+# -- training (datamind.train) ------------------------------------------------------------------
+RL_EXPORT = TableSchema(
+    "rl_export",
+    "1.0",
+    pa.schema(
+        [
+            _f("data_source", _STR, False),
+            _f("prompt", pa.list_(MESSAGE), False),  # system + user turns (verl applies the chat template)
+            _f("ability", _STR),
+            _f("reward_model", pa.struct([_f("style", _STR), _f("ground_truth", _STR)])),
+            _f(
+                "extra_info",
+                pa.struct(
+                    [
+                        _f("split", _STR),
+                        _f("index", pa.int64()),
+                        _f("sample_id", _STR),
+                        _f("query_id", _STR),
+                        _f("question", _STR),
+                        _f("category", _STR),
+                        _f("hop", pa.int8()),
+                        _f("file_id", _STR),
+                        _f("data_uri", _STR),
+                        _f("data_format", _STR),
+                        _f("dataset_version", _STR),
+                    ]
+                ),
+            ),
+            # Expert continuation for the SFT term; loss_mask 0 marks interpreter (environment) turns.
+            _f("target", pa.list_(pa.struct([_f("role", _STR), _f("content", _STR), _f("loss_mask", pa.int8())]))),
+        ]
+    ),
+    "verl RL layout of the dataset, one row per sample (exports/<dataset_version>/rl/train.parquet).",
+)
+
+TRAIN_METRICS = TableSchema(
+    "train_metrics",
+    "1.0",
+    pa.schema(
+        [
+            _f("run_id", _STR, False),
+            _f("phase", _STR, False),  # sft | sft+rl
+            _f("step", pa.int64(), False),  # optimizer step within the phase
+            _f("global_step", pa.int64(), False),
+            _f("epoch", pa.float64()),
+            _f("loss", pa.float64()),
+            _f("sft_loss", pa.float64()),
+            _f("dapo_loss", pa.float64()),
+            _f("gamma", pa.float64()),
+            _f("reward_mean", pa.float64()),
+            _f("reward_std", pa.float64()),
+            _f("answer_acc", pa.float64()),
+            _f("format_rate", pa.float64()),
+            _f("entropy", pa.float64()),
+            _f("filtered_group_frac", pa.float64()),  # groups with all-equal rewards (SFT term only)
+            _f("void_turn_frac", pa.float64()),  # rollouts masked for containing a void turn
+            _f("clip_frac", pa.float64()),
+            _f("lr", pa.float64()),
+            _f("grad_norm", pa.float64()),
+            _f("n_tokens", pa.int64()),
+            _f("step_time_s", pa.float64()),
+            _f("logged_at", TS, False),
+        ]
+    ),
+    "One row per optimizer step of a training run (runs/train/<run_id>/metrics.parquet).",
+)
+
+ALL.update({s.name: s for s in (RL_EXPORT, TRAIN_METRICS)})

@@ -1,0 +1,598 @@
+"""Turn one file into tables, and record for each table the ``read_options`` that reload it identically.
+
+``load_tables`` decides (format, encoding, dialect, header rows, repairs) once; ``load_table`` replays a
+table from its ``read_options`` without guessing again, so ingestion, profiling and every later stage
+see exactly the same DataFrame.
+
+What the loaders repair rather than reject (each repair is recorded in ``read_options``):
+* title rows above the header and multi-row headers (``header_start``, ``header_rows``);
+* merged header cells in sheets (their value fills the whole range);
+* footnote rows under a sheet's table (rows with at most one filled cell after the last data row);
+* a trailing delimiter on every line (the empty last column is dropped);
+* rows with an unquoted delimiter inside a value (``repair_rows``: the extra fields are merged at the
+  position that best matches the column types of the well-formed rows);
+* fully empty rows and fully empty unnamed columns are dropped; text cells are stripped.
+
+Memory guards: files are never read past ``limits.max_file_bytes``; xlsx members are checked against
+``limits.max_uncompressed_bytes`` before decompressing; SQLite row counts come from ``COUNT(*)`` and a
+table with more than ``limits.max_rows`` rows is never materialized, nor is a sheet whose dimensions
+say it is far over the limit.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import gzip
+import io
+import os
+import re
+import sqlite3
+import zipfile
+from collections import Counter
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datamind.ingest import sniff
+from datamind.settings import Limits
+
+FORMATS = ("csv", "xlsx", "sqlite")  # what load_tables turns into tables
+_SHEET_SLACK = 100  # rows of titles/footers tolerated above max_rows before a sheet counts as huge
+
+
+class LoadError(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class LoadedTable:
+    name: str
+    df: pd.DataFrame | None  # None when too large to materialize or unloadable
+    n_rows: int
+    n_cols: int
+    read_options: dict[str, Any]
+    raw_columns: list[str] = field(default_factory=list)  # header cells as written (before naming fixes)
+    ddl: str | None = None
+    foreign_keys: list[dict[str, str]] = field(default_factory=list)
+    error: str | None = None  # table-level load failure
+    rows_estimated: bool = False  # n_rows from sheet dimensions, not from a parse
+
+
+@dataclass
+class LoadResult:
+    format: str
+    declared_format: str | None
+    encoding: str | None
+    tables: list[LoadedTable]
+    error: str | None = None
+    error_code: str | None = None
+
+
+# -- entry points ------------------------------------------------------------------------------
+def load_tables(local_path: str, limits: Limits | None = None, data: bytes | None = None,
+                filename: str | None = None) -> LoadResult:
+    """Detect, load and describe every table of the file at ``local_path`` (``data``: its bytes, if already read)."""
+    limits = limits or Limits.from_env()
+    declared = sniff.declared_format(filename or os.path.basename(local_path))
+    if data is None:
+        size = os.path.getsize(local_path)
+        if size > limits.max_file_bytes:
+            return LoadResult("unknown", declared, None, [], f"file is {size:,} bytes, above the "
+                              f"{limits.max_file_bytes:,}-byte limit", "file_too_large")
+        with open(local_path, "rb") as fh:
+            data = fh.read()
+    if not data:
+        return LoadResult("unknown", declared, None, [], "empty file", "no_tables")
+    fmt = sniff.detect_format(data)
+    try:
+        if fmt == "gzip":
+            inner = _gunzip(data, min(limits.max_uncompressed_bytes, limits.max_file_bytes))
+            if sniff.detect_format(inner) != "csv":
+                raise LoadError("unsupported_format", "gzip archives are read only when they hold delimited text")
+            result = _load_csv(inner, limits, _stem(filename or local_path))
+            for t in result.tables:
+                t.read_options["compression"] = "gzip"
+            result.declared_format = declared
+            return result
+        if fmt == "csv":
+            result = _load_csv(data, limits, _stem(filename or local_path))
+        elif fmt == "xlsx":
+            result = _load_workbook(local_path, data, fmt, limits)
+        elif fmt == "xls":
+            # Downstream stages (and the agents' sandboxes) handle csv, xlsx and SQLite only.
+            raise LoadError("unsupported_format",
+                            "legacy Excel 97-2003 (OLE2) workbook, or a password-protected xlsx: save it as xlsx")
+        elif fmt == "sqlite":
+            result = _load_sqlite(local_path, limits)
+        elif fmt == "zip":
+            raise LoadError("unsupported_format",
+                            "a zip archive inside the source: point source_uri at the archive itself")
+        elif fmt in ("json", "sql"):
+            raise LoadError("unsupported_format", f"content is a {fmt.upper()} document, not a table")
+        else:
+            raise LoadError("unsupported_format", "content is not delimited text, xlsx or SQLite")
+    except LoadError as exc:
+        return LoadResult(fmt, declared, None, [], exc.message, exc.code)
+    except Exception as exc:  # any parser crash is a property of the file, recorded, never raised
+        return LoadResult(fmt, declared, None, [], f"{type(exc).__name__}: {exc}"[:500], "unloadable")
+    result.declared_format = declared
+    return result
+
+
+def load_table(local_path: str, read_options: dict[str, Any]) -> pd.DataFrame:
+    """Reload exactly one table from the ``read_options`` recorded by ``load_tables`` (deterministic)."""
+    fmt = read_options["format"]
+    if fmt == "csv":
+        with open(local_path, "rb") as fh:
+            data = fh.read()
+        if read_options.get("compression") == "gzip":
+            data = gzip.decompress(data)
+        return read_csv_text(decode_text(data, read_options["encoding"]), read_options)[0]
+    if fmt == "xlsx":
+        from python_calamine import CalamineWorkbook
+
+        wb = CalamineWorkbook.from_path(local_path)
+        return _sheet_frame(wb.get_sheet_by_name(read_options["sheet"]), read_options)[0]
+    if fmt == "sqlite":
+        with closing(_connect_ro(local_path)) as con:
+            return pd.read_sql_query(f"SELECT * FROM {_qident(read_options['table'])}", con)
+    raise ValueError(f"unknown table format {fmt!r}")
+
+
+def load_recorded(local_path: str, read_options: list[dict[str, Any]]) -> list[LoadedTable]:
+    """Reload several tables of one file from their recorded options, reading the file once.
+
+    No detection runs: this is what profiling and later stages use, so they see exactly the tables
+    ingestion judged (SQLite tables also get their DDL and foreign keys back)."""
+    if not read_options:
+        return []
+    fmt = read_options[0]["format"]
+    out: list[LoadedTable] = []
+    if fmt == "csv":
+        for opts in read_options:
+            df = load_table(local_path, opts)
+            out.append(LoadedTable(opts.get("table", "data"), df, len(df), df.shape[1], opts))
+    elif fmt == "xlsx":
+        from python_calamine import CalamineWorkbook
+
+        wb = CalamineWorkbook.from_path(local_path)
+        for opts in read_options:
+            df = _sheet_frame(wb.get_sheet_by_name(opts["sheet"]), opts)[0]
+            out.append(LoadedTable(opts["sheet"], df, len(df), df.shape[1], opts))
+    elif fmt == "sqlite":
+        with closing(_connect_ro(local_path)) as con:
+            for opts in read_options:
+                name = opts["table"]
+                q = _qident(name)
+                ddl = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+                fks = [{"from_table": name, "from_column": r[3], "to_table": r[2], "to_column": r[4]}
+                       for r in con.execute(f"PRAGMA foreign_key_list({q})")]
+                df = pd.read_sql_query(f"SELECT * FROM {q}", con)
+                out.append(LoadedTable(name, df, len(df), df.shape[1], opts, ddl=ddl[0] if ddl else None,
+                                       foreign_keys=fks))
+    else:
+        raise ValueError(f"unknown table format {fmt!r}")
+    return out
+
+
+# -- helpers shared by all formats -------------------------------------------------------------
+def _gunzip(data: bytes, cap: int) -> bytes:
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+        while chunk := gz.read(1 << 20):
+            out.write(chunk)
+            if out.tell() > cap:
+                raise LoadError("archive_bomb", f"gzip content decompresses past the {cap:,}-byte cap")
+    return out.getvalue()
+
+
+def column_names(raw: list[str]) -> list[str]:
+    """Unique, non-empty names: empty -> ``Unnamed: i`` and repeats -> ``name.1`` (pandas' conventions)."""
+    out: list[str] = []
+    seen: Counter[str] = Counter()
+    for i, name in enumerate(raw):
+        name = name.strip() or f"Unnamed: {i}"
+        base = name
+        while name in seen:
+            name = f"{base}.{seen[base]}"
+            seen[base] += 1
+        seen[name] += 1
+        out.append(name)
+    return out
+
+
+def column_values(df: pd.DataFrame, j: int):
+    """The j-th column's array without building a Series (pandas makes that cost ~50us per column,
+    which dominates the profile of a small table); falls back to the public route."""
+    try:
+        return df._get_column_array(j)
+    except AttributeError:  # pragma: no cover - older/newer pandas without the helper
+        return df.iloc[:, j].array
+
+
+def _strip_text(values):
+    """Stripped text column (empty -> missing), or None when nothing needs stripping."""
+    if isinstance(values, np.ndarray):
+        if values.dtype != object:
+            return None
+        if not any(isinstance(v, str) and (v[:1].isspace() or v[-1:].isspace() or not v) for v in values):
+            return None
+        return np.array([(v.strip() or None) if isinstance(v, str) else v for v in values], dtype=object)
+    if not isinstance(values.dtype, pd.StringDtype):
+        return None
+    arr = pa.array(values)
+    trimmed = pc.utf8_trim_whitespace(arr)
+    # pandas already turns empty cells into missing values, so unchanged lengths mean nothing to do.
+    if pc.sum(pc.binary_length(arr)).as_py() == pc.sum(pc.binary_length(trimmed)).as_py():
+        return None
+    cleaned = pc.if_else(pc.equal(trimmed, ""), pa.scalar(None, trimmed.type), trimmed)
+    return pd.array(cleaned, dtype=values.dtype)
+
+
+def _tidy(df: pd.DataFrame, raw: list[str], drop_empty_rows: bool = True) -> tuple[pd.DataFrame, list[str]]:
+    """Drop empty unnamed columns (and empty rows), strip text; returns the frame and the kept raw names."""
+    if any(not r.strip() for r in raw):
+        keep = [j for j, r in enumerate(raw) if r.strip() or df.iloc[:, j].notna().any()]
+        if len(keep) < df.shape[1]:
+            df = df.iloc[:, keep]
+            raw = [raw[j] for j in keep]
+    changed = {}
+    for j in range(df.shape[1]):
+        stripped = _strip_text(column_values(df, j))
+        if stripped is not None:
+            changed[j] = stripped
+    if changed:
+        df = df.copy()
+        for j, values in changed.items():
+            df.isetitem(j, values)
+    if drop_empty_rows:
+        df = df.dropna(how="all").reset_index(drop=True)
+    return df, raw
+
+
+# -- delimited text ----------------------------------------------------------------------------
+def decode_text(data: bytes, encoding: str) -> str:
+    """Decoded text with every line ending turned into ``\n`` (old Mac files end lines with a bare CR)."""
+    text = data.decode(encoding)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+def _stem(path: str) -> str:
+    """A delimited file's one table is named after the file (``sales.csv.gz`` -> ``sales``)."""
+    name = os.path.basename(path)
+    for _ in range(2):
+        stem, dot, ext = name.rpartition(".")
+        if dot and stem and ext.lower() in ("csv", "tsv", "txt", "tab", "psv", "gz", "xlsx", "xls", "dat"):
+            name = stem
+    return name or "data"
+
+
+def _load_csv(data: bytes, limits: Limits, name: str = "data") -> LoadResult:
+    encoding = sniff.detect_encoding(data)
+    text = decode_text(data, encoding)
+    dialect = sniff.sniff_dialect(text)
+    if not dialect.tabular:
+        raise LoadError(
+            "not_tabular",
+            f"text without a consistent delimiter: best split gives {dialect.fields} field(s) on "
+            f"{dialect.consistency:.0%} of lines (needs >= 2 fields on {sniff.MIN_CONSISTENCY:.0%})",
+        )
+    head_rows = sniff.parse_rows(sniff.sample_lines(text, 25, 50_000), dialect.delimiter, dialect.quotechar)
+    spec = sniff.detect_header(head_rows)
+    options: dict[str, Any] = {
+        "format": "csv",
+        "table": name,
+        "encoding": encoding,
+        "sep": dialect.delimiter,
+        "quotechar": dialect.quotechar,
+        "decimal": dialect.decimal,
+        "thousands": dialect.thousands,
+        "header_start": spec.start,
+        "header_rows": spec.n_rows,
+        "repair_rows": False,
+    }
+    try:
+        df, raw = read_csv_text(text, options)
+    except _NeedsRepair:
+        options["repair_rows"] = True
+        df, raw = read_csv_text(text, options)
+    table = LoadedTable(name, df, len(df), df.shape[1], options, raw_columns=raw)
+    return LoadResult("csv", None, encoding, [table])
+
+
+class _NeedsRepair(Exception):
+    pass
+
+
+def _skip_records(text: str, n: int, delimiter: str, quotechar: str) -> tuple[list[list[str]], str]:
+    """First ``n`` csv records and the text after them (quote-aware, so multi-line cells are fine)."""
+    if n == 0:
+        return [], text
+    lines = io.StringIO(text)
+    reader = csv.reader(lines, delimiter=delimiter, quotechar=quotechar)
+    records = []
+    for _ in range(n):
+        try:
+            records.append(next(reader))
+        except StopIteration:
+            break
+    consumed = reader.line_num
+    pos = 0
+    for _ in range(consumed):
+        nl = text.find("\n", pos)
+        if nl < 0:
+            return records, ""
+        pos = nl + 1
+    return records, text[pos:]
+
+
+def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
+    sep, quote_ = opts["sep"], opts.get("quotechar", '"')
+    start, n_header = int(opts.get("header_start", 0)), int(opts.get("header_rows", 1))
+    header_records, body = _skip_records(text, start + n_header, sep, quote_)
+    header_records = header_records[start:]
+    if opts.get("repair_rows"):
+        body = _repair_body(body, header_records, opts)
+    kwargs = dict(sep=sep, quotechar=quote_, decimal=opts.get("decimal", "."), thousands=opts.get("thousands"),
+                  header=None, skip_blank_lines=True, low_memory=False)
+    try:
+        df = pd.read_csv(io.StringIO(body), **kwargs)
+    except pd.errors.EmptyDataError:
+        df = pd.DataFrame()
+    except pd.errors.ParserError as exc:
+        if opts.get("repair_rows"):
+            raise
+        raise _NeedsRepair() from exc
+    ncols = df.shape[1]
+    raw = sniff.combine_header(header_records, ncols) if n_header else [""] * ncols
+    if n_header and not opts.get("repair_rows"):
+        hdr_width = max((len(r) for r in header_records), default=0)
+        if ncols > hdr_width or _misaligned_tail(df, raw):
+            raise _NeedsRepair()
+    raw = raw + [""] * (ncols - len(raw))
+    df.columns = column_names(raw)
+    # Only a line made of delimiters and blanks can become an all-missing row; skip the costly check otherwise.
+    empty_line = re.compile(rf"\n[{re.escape(sep)} \t\"]*\n")  # a literal first char keeps the scan fast
+    return _tidy(df, raw, drop_empty_rows=bool(ncols and empty_line.search("\n" + body.rstrip("\n") + "\n")))
+
+
+def _misaligned_tail(df: pd.DataFrame, raw: list[str]) -> bool:
+    """A trailing unnamed column that is empty on most rows but not all: some rows hold an extra field."""
+    if not raw or raw[-1].strip() or df.shape[1] < 2 or len(df) == 0:
+        return False
+    filled = int(df.iloc[:, -1].notna().sum())
+    return 0 < filled <= max(1, len(df) // 10)
+
+
+def _repair_body(body: str, header_records: list[list[str]], opts: dict[str, Any]) -> str:
+    sep, quote_ = opts["sep"], opts.get("quotechar", '"')
+    rows = [r for r in csv.reader(io.StringIO(body), delimiter=sep, quotechar=quote_) if r]
+    if header_records:
+        width = max(len(r) for r in header_records)
+        last_empty = all(not (r[-1].strip() if len(r) == width else "") for r in header_records)
+    else:
+        width = Counter(len(r) for r in rows).most_common(1)[0][0] if rows else 0
+        last_empty = False
+    if last_empty and width > 1:
+        # A trailing delimiter on every line: the empty last field is not data.
+        width -= 1
+        rows = [r[:-1] if len(r) > width and not r[-1].strip() else r for r in rows]
+    good = [r for r in rows if len(r) == width]
+    numeric = [
+        sum(sniff.cell_kind(r[j]) == "num" for r in good) > 0.5 * max(1, sum(bool(r[j].strip()) for r in good))
+        for j in range(width)
+    ]
+    fixed = []
+    for r in rows:
+        if len(r) > width:
+            r = _merge_extra(r, width, numeric, sep)
+        elif len(r) < width:
+            r = r + [""] * (width - len(r))
+        fixed.append(r)
+    out = io.StringIO()
+    csv.writer(out, delimiter=sep, quotechar=quote_, lineterminator="\n").writerows(fixed)
+    return out.getvalue()
+
+
+def _merge_extra(row: list[str], width: int, numeric: list[bool], sep: str) -> list[str]:
+    extra = len(row) - width
+    best, best_score = None, -1
+    for j in range(width):
+        cand = row[:j] + [sep.join(row[j : j + extra + 1])] + row[j + extra + 1 :]
+        score = sum((sniff.cell_kind(v) == "num") == numeric[k] or not v.strip() for k, v in enumerate(cand))
+        if score > best_score:
+            best, best_score = cand, score
+    return best or row[:width]
+
+
+# -- workbooks ---------------------------------------------------------------------------------
+def _check_zip_members(data: bytes, limits: Limits) -> None:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            total = sum(i.file_size for i in zf.infolist())
+    except zipfile.BadZipFile as exc:
+        raise LoadError("unloadable", f"corrupt xlsx container: {exc}") from exc
+    if total > limits.max_uncompressed_bytes:
+        raise LoadError("archive_bomb", f"xlsx parts decompress to {total:,} bytes, above the "
+                                        f"{limits.max_uncompressed_bytes:,}-byte cap")
+
+
+def _load_workbook(local_path: str, data: bytes, fmt: str, limits: Limits) -> LoadResult:
+    from python_calamine import CalamineWorkbook
+
+    if fmt == "xlsx":
+        _check_zip_members(data, limits)
+    try:
+        wb = CalamineWorkbook.from_filelike(io.BytesIO(data))
+    except Exception as exc:
+        raise LoadError("unloadable", f"workbook cannot be opened: {type(exc).__name__}: {exc}"[:500]) from exc
+    tables = []
+    for name in wb.sheet_names:
+        try:
+            sheet = wb.get_sheet_by_name(name)
+        except Exception as exc:
+            tables.append(LoadedTable(name, None, 0, 0, {"format": fmt, "sheet": name}, error=str(exc)[:300]))
+            continue
+        opts: dict[str, Any] = {"format": fmt, "sheet": name}
+        if sheet.height > limits.max_rows + _SHEET_SLACK:
+            tables.append(_huge_sheet(sheet, opts))
+            continue
+        try:
+            df, raw, opts = _sheet_frame(sheet, opts)
+        except Exception as exc:
+            tables.append(LoadedTable(name, None, 0, 0, opts, error=f"{type(exc).__name__}: {exc}"[:300]))
+            continue
+        tables.append(LoadedTable(name, df, len(df), df.shape[1], opts, raw_columns=raw))
+    # xlsx parts are XML in UTF-8; legacy xls text encoding is per workbook and not exposed by the reader.
+    return LoadResult(fmt, None, "utf-8" if fmt == "xlsx" else None, tables)
+
+
+def _huge_sheet(sheet, opts: dict[str, Any]) -> LoadedTable:
+    """Row count from the sheet's dimensions; only the top rows are read, to find the header."""
+    top = [list(r) for r in sheet.to_python(skip_empty_area=False, nrows=60)]
+    spec = _sheet_header(top, _fill_merged(top, getattr(sheet, "merged_cell_ranges", None)))
+    ncols = max((len(r) for r in top), default=0)
+    raw = sniff.combine_header(top[spec.start : spec.start + spec.n_rows], ncols)
+    opts.update(header_start=spec.start, header_rows=spec.n_rows)
+    n_rows = max(0, sheet.height - spec.start - spec.n_rows)
+    return LoadedTable(opts["sheet"], None, n_rows, ncols, opts, raw_columns=raw, rows_estimated=True)
+
+
+def _sheet_header(rows: list[list[Any]], grouped: list[tuple[int, int]]) -> sniff.HeaderSpec:
+    """Header detection for a sheet; a merge that starts on the header row and runs down extends it."""
+    spec = sniff.detect_header(rows, multi_row=bool(grouped))
+    if spec.n_rows:
+        down = [r1 for r0, r1 in grouped if r0 == spec.start and r1 > r0]
+        if down:
+            return sniff.HeaderSpec(spec.start, max(spec.n_rows, min(max(down) - spec.start + 1, 3)))
+    return spec
+
+
+def _fill_merged(rows: list[list[Any]], ranges) -> list[tuple[int, int]]:
+    """Give every cell of a merged range its value, except banners (titles, notes) spanning the whole
+    width; returns the (first row, last row) of the other merges (grouped headers)."""
+    width = max((len(r) for r in rows), default=0)
+    grouped = []
+    for (r0, c0), (r1, c1) in ranges or []:
+        if r0 >= len(rows) or (r0 == r1 and c0 == 0 and c1 >= width - 1):
+            continue
+        grouped.append((r0, r1))
+        value = rows[r0][c0] if c0 < len(rows[r0]) else ""
+        for r in range(r0, min(r1, len(rows) - 1) + 1):
+            row = rows[r]
+            if len(row) <= c1:
+                row.extend([""] * (c1 + 1 - len(row)))
+            for c in range(c0, c1 + 1):
+                if sniff.cell_kind(row[c]) == "empty":
+                    row[c] = value
+    return grouped
+
+
+def _sheet_frame(sheet, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], dict[str, Any]]:
+    rows = [list(r) for r in sheet.to_python(skip_empty_area=False)]
+    grouped = _fill_merged(rows, getattr(sheet, "merged_cell_ranges", None))
+    if "header_start" not in opts:
+        spec = _sheet_header(rows, grouped)
+        opts = {**opts, "header_start": spec.start, "header_rows": spec.n_rows, "trim_footer": True}
+    start, n = int(opts["header_start"]), int(opts["header_rows"])
+    ncols = max((len(r) for r in rows), default=0)
+    raw = sniff.combine_header(rows[start : start + n], ncols)
+    body = [r + [""] * (ncols - len(r)) for r in rows[start + n :]]
+    body = [r for r in body if any(sniff.cell_kind(v) != "empty" for v in r)]
+    if opts.get("trim_footer") and ncols >= 3:
+        while body and sum(sniff.cell_kind(v) != "empty" for v in body[-1]) <= 1:
+            body.pop()
+    df = pd.DataFrame(body, columns=range(ncols), dtype=object)
+    df = df.map(lambda v: None if isinstance(v, str) and not v.strip() else v)
+    df.columns = column_names(raw)
+    df, raw = _tidy(df, raw)
+    return _infer_sheet_types(df), raw, opts
+
+
+def _infer_sheet_types(df: pd.DataFrame) -> pd.DataFrame:
+    """Sheet cells arrive as python objects; give homogeneous columns a proper dtype, leave mixed ones as object."""
+    out = {}
+    for c in df.columns:
+        s = df[c]
+        vals = s.dropna()
+        kinds = {type(v) for v in vals}
+        if not kinds:
+            out[c] = s.astype("float64")
+        elif kinds <= {float, int}:
+            num = pd.to_numeric(s)
+            if num.notna().all() and (num % 1 == 0).all():
+                num = num.astype("int64")
+            out[c] = num
+        elif kinds <= {bool}:
+            out[c] = s.astype("boolean")
+        elif kinds <= {dt.date, dt.datetime}:
+            out[c] = pd.to_datetime(s)
+        elif kinds <= {str}:
+            out[c] = s.astype("string")
+        else:
+            out[c] = s
+    return pd.DataFrame(out, index=df.index)
+
+
+# -- SQLite ------------------------------------------------------------------------------------
+def _connect_ro(path: str) -> sqlite3.Connection:
+    """Read-only connection; a WAL database in a read-only folder cannot create its -shm file, so it is
+    then opened as immutable (the copy we read never changes under us)."""
+    uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        con.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.OperationalError:
+        con.close()
+        con = sqlite3.connect(uri + "&immutable=1", uri=True)
+    con.text_factory = lambda b: b.decode("utf-8", errors="replace")
+    return con
+
+
+def _qident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _load_sqlite(local_path: str, limits: Limits) -> LoadResult:
+    try:
+        con = _connect_ro(local_path)
+    except sqlite3.DatabaseError as exc:
+        raise LoadError("unloadable", f"SQLite database cannot be opened: {exc}") from exc
+    with closing(con):
+        try:
+            master = con.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+            ).fetchall()
+            encoding = con.execute("PRAGMA encoding").fetchone()[0].lower()
+        except sqlite3.DatabaseError as exc:
+            raise LoadError("unloadable", f"SQLite database cannot be read: {exc}") from exc
+        tables = []
+        for name, ddl in master:
+            opts = {"format": "sqlite", "table": name}
+            q = _qident(name)
+            try:
+                cols = [r[1] for r in con.execute(f"PRAGMA table_info({q})")]
+                fks = [
+                    {"from_table": name, "from_column": r[3], "to_table": r[2], "to_column": r[4]}
+                    for r in con.execute(f"PRAGMA foreign_key_list({q})")
+                ]
+                n_rows = con.execute(f"SELECT COUNT(*) FROM {q}").fetchone()[0]
+                df = pd.read_sql_query(f"SELECT * FROM {q}", con) if n_rows <= limits.max_rows else None
+            except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+                tables.append(LoadedTable(name, None, 0, 0, opts, ddl=ddl, error=str(exc)[:300]))
+                continue
+            tables.append(LoadedTable(name, df, n_rows, len(cols), opts, raw_columns=[str(c) for c in cols],
+                                      ddl=ddl, foreign_keys=fks))
+    return LoadResult("sqlite", None, encoding, tables)

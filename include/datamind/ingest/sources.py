@@ -1,0 +1,265 @@
+"""List the files of a source (local directory, glob, ``.zip`` archive, any fsspec URL) with size caps.
+
+Nothing here parses content. Listing never fails on a single bad file: a file that is too large, or an
+archive member whose decompressed size breaks the zip-bomb guard, is still listed, with a ``precheck``
+reason code, so it lands in the catalog as rejected instead of vanishing.
+
+URIs of archive members use fsspec's chained form ``zip://<member>::<archive uri>``, so
+``fsspec.open(uri)`` opens them too; we read them ourselves, though, to enforce the size caps while
+streaming (fsspec would trust the declared size).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import posixpath
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from datamind.settings import Limits
+
+_CHUNK = 1 << 20
+_SKIP_DIRS = {"__MACOSX", ".git", "__pycache__"}
+GLOB_CHARS = set("*?[")
+
+
+class SourceReadError(Exception):
+    """A file could not be read within the limits; ``code`` is a rules reason code."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    rel_path: str  # posix path relative to the source root; part of the file id
+    source_uri: str  # where this one file lives (local path, fsspec URL, or zip://member::archive)
+    size: int  # bytes as listed (declared size for archive members)
+    read_cap: int  # never read more than this many bytes of content
+    precheck: str | None = None  # reason code decided without reading (file_too_large, archive_bomb)
+    provenance: dict[str, Any] = field(default_factory=dict)  # JSON-able facts about the file's origin
+
+    @property
+    def filename(self) -> str:
+        return posixpath.basename(self.rel_path)
+
+    def read_bytes(self) -> bytes:
+        if self.precheck:
+            raise SourceReadError(self.precheck, precheck_message(self))
+        return read_source_bytes(self.source_uri, self.read_cap)
+
+    def sha256(self) -> str:
+        """Content hash, streamed; files refused by the precheck hash a descriptor instead (never read)."""
+        if self.precheck:
+            return hashlib.sha256(f"unread:{self.source_uri}:{self.size}".encode()).hexdigest()
+        h = hashlib.sha256()
+        for chunk in iter_source_chunks(self.source_uri, self.read_cap):
+            h.update(chunk)
+        return h.hexdigest()
+
+    def to_spec(self) -> dict[str, Any]:
+        return {
+            "rel_path": self.rel_path,
+            "source_uri": self.source_uri,
+            "size": self.size,
+            "read_cap": self.read_cap,
+            "precheck": self.precheck,
+            "provenance": self.provenance,
+        }
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "SourceFile":
+        return cls(
+            rel_path=spec["rel_path"],
+            source_uri=spec["source_uri"],
+            size=int(spec["size"]),
+            read_cap=int(spec["read_cap"]),
+            precheck=spec.get("precheck"),
+            provenance=dict(spec.get("provenance") or {}),
+        )
+
+
+def precheck_message(f: SourceFile) -> str:
+    if f.precheck == "archive_bomb":
+        return f"archive member declares {f.size:,} bytes uncompressed, above the {f.read_cap:,}-byte zip-bomb cap"
+    return f"file is {f.size:,} bytes, above the {f.read_cap:,}-byte limit (not read)"
+
+
+# -- reading -----------------------------------------------------------------------------------
+def split_zip_uri(uri: str) -> tuple[str, str] | None:
+    if uri.startswith("zip://") and "::" in uri:
+        member, archive = uri[len("zip://") :].split("::", 1)
+        return member, archive
+    return None
+
+
+def _open_archive(archive_uri: str):
+    if "://" not in archive_uri:
+        return open(archive_uri, "rb")
+    return fsspec.open(archive_uri, "rb").open()
+
+
+def iter_source_chunks(uri: str, cap: int) -> Iterator[bytes]:
+    """Stream a file's bytes; raises SourceReadError once more than ``cap`` bytes come out."""
+    zipped = split_zip_uri(uri)
+    total = 0
+    if zipped:
+        member, archive = zipped
+        try:
+            with _open_archive(archive) as raw, zipfile.ZipFile(raw) as zf:
+                info = zf.getinfo(member)
+                if info.file_size > cap:
+                    raise SourceReadError("archive_bomb", f"{member}: declares {info.file_size:,} bytes, cap {cap:,}")
+                with zf.open(info) as fh:
+                    while chunk := fh.read(_CHUNK):
+                        total += len(chunk)
+                        # The declared size can lie; the stream is what counts.
+                        if total > cap:
+                            raise SourceReadError(
+                                "archive_bomb",
+                                f"{member}: decompressed past the {cap:,}-byte cap (declared {info.file_size:,})",
+                            )
+                        yield chunk
+        except (zipfile.BadZipFile, zlib.error, KeyError, EOFError) as exc:
+            # zipfile stops at the declared size and then fails the CRC check: a lying header ends here.
+            raise SourceReadError("unloadable", f"{member}: corrupt archive member: {exc}") from exc
+        return
+    fh = open(uri, "rb") if "://" not in uri else fsspec.open(uri, "rb").open()
+    with fh:
+        while chunk := fh.read(_CHUNK):
+            total += len(chunk)
+            if total > cap:
+                raise SourceReadError("file_too_large", f"file grew past the {cap:,}-byte limit while reading")
+            yield chunk
+
+
+def read_source_bytes(uri: str, cap: int) -> bytes:
+    buf = io.BytesIO()
+    for chunk in iter_source_chunks(uri, cap):
+        buf.write(chunk)
+    return buf.getvalue()
+
+
+# -- listing -----------------------------------------------------------------------------------
+def _file_entry(rel_path: str, uri: str, size: int, limits: Limits) -> SourceFile:
+    cap = limits.max_file_bytes
+    return SourceFile(rel_path, uri, size, cap, "file_too_large" if size > cap else None)
+
+
+def _hidden(rel_path: str) -> bool:
+    parts = rel_path.split("/")
+    return any(p.startswith(".") or p in _SKIP_DIRS for p in parts)
+
+
+def list_zip(archive_uri: str, limits: Limits, prefix: str = "") -> list[SourceFile]:
+    """Members of a zip archive; sizes come from the central directory, checked again while reading."""
+    out: list[SourceFile] = []
+    with _open_archive(archive_uri) as raw, zipfile.ZipFile(raw) as zf:
+        for info in zf.infolist():
+            if info.is_dir() or _hidden(info.filename):
+                continue
+            rel = posixpath.join(prefix, info.filename) if prefix else info.filename
+            uri = f"zip://{info.filename}::{archive_uri}"
+            cap = min(limits.max_uncompressed_bytes, limits.max_file_bytes)
+            if info.file_size > limits.max_uncompressed_bytes:
+                out.append(SourceFile(rel, uri, info.file_size, limits.max_uncompressed_bytes, "archive_bomb"))
+            elif info.file_size > limits.max_file_bytes:
+                out.append(SourceFile(rel, uri, info.file_size, limits.max_file_bytes, "file_too_large"))
+            else:
+                out.append(SourceFile(rel, uri, info.file_size, cap))
+    return sorted(out, key=lambda f: f.rel_path)
+
+
+def _list_local(path: str, limits: Limits) -> list[SourceFile]:
+    path = os.path.abspath(path)
+    if os.path.isfile(path):
+        if path.lower().endswith(".zip") and zipfile.is_zipfile(path):
+            return list_zip(path, limits)
+        return [_file_entry(os.path.basename(path), path, os.path.getsize(path), limits)]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, path).replace(os.sep, "/")
+            out.append(_file_entry(rel, full, os.path.getsize(full), limits))
+    return out
+
+
+def _glob_base(pattern: str) -> str:
+    parts = pattern.split("/")
+    base = []
+    for p in parts:
+        if GLOB_CHARS & set(p):
+            break
+        base.append(p)
+    return "/".join(base) or "/"
+
+
+def list_source_files(source_uri: str, limits: Limits | None = None) -> list[SourceFile]:
+    """Every file under ``source_uri`` (sorted by rel_path); raises FileNotFoundError when it is empty or absent."""
+    limits = limits or Limits.from_env()
+    local = "://" not in source_uri or source_uri.startswith("file://")
+    if local:
+        path = source_uri[len("file://") :] if source_uri.startswith("file://") else source_uri
+        if GLOB_CHARS & set(path):
+            import glob
+
+            base = os.path.abspath(_glob_base(path))
+            hits = sorted(h for h in glob.glob(path, recursive=True) if os.path.isfile(h))
+            files = [
+                _file_entry(os.path.relpath(os.path.abspath(h), base).replace(os.sep, "/"), os.path.abspath(h),
+                            os.path.getsize(h), limits)
+                for h in hits
+            ]
+            files = [f for f in files if not _hidden(f.rel_path)]
+        elif os.path.exists(path):
+            files = _list_local(path, limits)
+        else:
+            raise FileNotFoundError(f"source {source_uri!r} does not exist")
+    else:
+        files = _list_fsspec(source_uri, limits)
+    if not files:
+        raise FileNotFoundError(f"source {source_uri!r} holds no files")
+    return sorted(files, key=lambda f: f.rel_path)
+
+
+def _list_fsspec(source_uri: str, limits: Limits) -> list[SourceFile]:
+    fs, path = url_to_fs(source_uri)
+    proto = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+
+    def url(p: str) -> str:
+        return f"{proto}://{p}"
+
+    if GLOB_CHARS & set(path):
+        base = _glob_base(path)
+        infos = fs.glob(path, detail=True)
+    elif fs.isdir(path):
+        base = path
+        infos = fs.find(path, detail=True)
+    else:
+        if path.lower().endswith(".zip"):
+            return list_zip(url(path), limits)
+        base = posixpath.dirname(path)
+        infos = {path: fs.info(path)}
+    out = []
+    for p, info in sorted(infos.items()):
+        if info.get("type") == "directory":
+            continue
+        rel = posixpath.relpath(p, base) if base not in ("", "/") else p.lstrip("/")
+        if _hidden(rel):
+            continue
+        out.append(_file_entry(rel, url(p), int(info.get("size") or 0), limits))
+    return out

@@ -1,0 +1,205 @@
+"""Plan and run ingestion shards: every listed file ends up exactly once in ``catalog/files``.
+
+``plan_ingest`` is cheap (streams each file once to hash it) and returns small JSON-serialisable shard
+specs; ``ingest_shard`` does the real work for one spec and writes one ``catalog/files`` shard whose
+name is derived from the file ids it holds, so a retried task rewrites the same file.
+
+Ids: ``file_id = stable_id(source_name, rel_path, sha256)``. A file already in the catalog under that
+id is not planned again (a rerun over the same files is a no-op); a changed file gets a new id.
+Duplicates: the first file (in rel_path order) with given bytes is judged normally, later ones in the
+same batch, and files whose bytes match a file already *accepted* in the catalog, are rejected as
+``duplicate_content`` naming the original.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import posixpath
+import re
+import tempfile
+from collections import Counter
+from typing import Any
+
+import pyarrow.compute as pc
+
+from datamind.assets import DIRS
+from datamind.ids import stable_id
+from datamind.ingest import sniff
+from datamind.ingest.loaders import LoadResult, load_tables
+from datamind.ingest.rules import ACCEPTED, RULES, Verdict, check_file, check_tables
+from datamind.ingest.sources import SourceFile, SourceReadError, precheck_message
+from datamind.schemas import CATALOG_FILES
+from datamind.settings import Limits
+from datamind.shards import chunk, read_table, shard_name, write_shard
+from datamind.storage import DataRoot
+
+_EXT = {"csv": ".csv", "xlsx": ".xlsx", "sqlite": ".sqlite"}
+CATALOG_FORMATS = ("csv", "xlsx", "sqlite")  # the catalog's vocabulary; anything else is "unknown"
+
+
+def catalog_format(fmt: str) -> str:
+    return fmt if fmt in CATALOG_FORMATS else "unknown"
+
+
+def _catalog_index(root: DataRoot) -> tuple[set[str], dict[str, str]]:
+    """(all file ids, sha256 -> file_id of accepted files) from catalog/files."""
+    t = read_table(root, CATALOG_FILES, DIRS["catalog_files"],
+                   columns=["file_id", "status", "content_sha256", "rel_path"])
+    ids = set(t.column("file_id").to_pylist())
+    accepted = t.filter(pc.equal(t.column("status"), ACCEPTED))
+    accepted = accepted.sort_by([("rel_path", "ascending"), ("file_id", "ascending")])
+    by_sha: dict[str, str] = {}
+    for sha, fid in zip(accepted.column("content_sha256").to_pylist(), accepted.column("file_id").to_pylist()):
+        by_sha.setdefault(sha, fid)
+    return ids, by_sha
+
+
+def plan_ingest(root: DataRoot, files: list[SourceFile], source_name: str, shard_size: int) -> list[dict[str, Any]]:
+    """New files of ``files`` as shard specs: {"shard_id", "source", "files": [file entries]}."""
+    known_ids, accepted_sha = _catalog_index(root)
+    seen_sha: dict[str, str] = {}
+    entries = []
+    for f in sorted(files, key=lambda x: x.rel_path):
+        precheck = f.precheck
+        try:
+            sha = f.sha256()
+        except SourceReadError as exc:
+            # A member whose stream outgrows its declared size: refuse it from now on, without re-reading.
+            precheck = exc.code
+            f = SourceFile(f.rel_path, f.source_uri, f.size, f.read_cap, precheck, f.provenance)
+            sha = f.sha256()
+        except OSError as exc:
+            f = SourceFile(f.rel_path, f.source_uri, f.size, f.read_cap, "unloadable",
+                           {**f.provenance, "read_error": str(exc)[:300]})
+            sha = f.sha256()
+        file_id = stable_id(source_name, f.rel_path, sha)
+        if file_id in known_ids:
+            continue
+        duplicate_of = None
+        if not f.precheck:
+            duplicate_of = accepted_sha.get(sha) or seen_sha.get(sha)
+            seen_sha.setdefault(sha, file_id)
+        known_ids.add(file_id)
+        entries.append({**f.to_spec(), "file_id": file_id, "sha256": sha, "duplicate_of": duplicate_of})
+    specs = []
+    for part in chunk(entries, shard_size):
+        ids = [e["file_id"] for e in part]
+        specs.append({"shard_id": stable_id(source_name, sorted(ids)), "source": source_name, "files": part})
+    return specs
+
+
+def staged_filename(rel_path: str, fmt: str) -> str:
+    """The file's own name, made safe, with the extension of its real format when the name lies."""
+    name = re.sub(r"[^\w.\- ()=+,]", "_", posixpath.basename(rel_path)).strip() or "file"
+    ext = _EXT.get(fmt)
+    if ext and sniff.declared_format(name) not in (fmt, "gzip" if fmt == "csv" else fmt):
+        stem = name.rsplit(".", 1)[0] if "." in name else name
+        name = stem + ext
+    return name
+
+
+def _verdict_rows(result: LoadResult, verdicts: list[Verdict]) -> list[dict[str, Any]]:
+    return [
+        {
+            "table_name": t.name,
+            "status": v.status,
+            "reason_code": v.reason_code,
+            "reason": v.reason,
+            "n_rows": int(t.n_rows),
+            "n_cols": int(t.n_cols),
+            "read_options": json.dumps(t.read_options, sort_keys=True, ensure_ascii=False),
+        }
+        for t, v in zip(result.tables, verdicts)
+    ]
+
+
+def ingest_file(root: DataRoot, entry: dict[str, Any], source: str, limits: Limits,
+                run_id: str | None) -> dict[str, Any]:
+    """Judge one planned file and return its catalog/files row (staging its bytes when accepted)."""
+    f = SourceFile.from_spec(entry)
+    row: dict[str, Any] = {
+        "file_id": entry["file_id"],
+        "source": source,
+        "source_uri": f.source_uri,
+        "rel_path": f.rel_path,
+        "format": "unknown",
+        "declared_format": sniff.declared_format(f.filename),
+        "content_sha256": entry["sha256"],
+        "size_bytes": int(f.size),
+        "encoding": None,
+        "n_tables": 0,
+        "n_rows": 0,
+        "n_cols": 0,
+        "staged_uri": None,
+        "table_verdicts": [],
+        "ingested_at": dt.datetime.now(dt.timezone.utc),
+        "run_id": run_id,
+    }
+    provenance = {**f.provenance, "original_filename": f.filename}
+
+    def reject(code: str, reason: str) -> dict[str, Any]:
+        row.update(status="rejected", reason_code=code, reason=reason,
+                   provenance=json.dumps(provenance, sort_keys=True))
+        return row
+
+    if f.precheck:
+        return reject(f.precheck if f.precheck in RULES else "unloadable",
+                      provenance.get("read_error") or precheck_message(f))
+    try:
+        data = f.read_bytes()
+    except SourceReadError as exc:
+        return reject(exc.code, exc.message)
+    except OSError as exc:
+        return reject("unloadable", f"cannot read file: {exc}"[:500])
+    row["size_bytes"] = len(data)
+    row["format"] = catalog_format(sniff.detect_format(data))
+    if entry.get("duplicate_of"):
+        return reject("duplicate_content", f"same bytes as file {entry['duplicate_of']}")
+    local = f.source_uri if "://" not in f.source_uri and os.path.isfile(f.source_uri) else None
+    with tempfile.TemporaryDirectory(prefix="datamind-ingest-") as tmp:
+        if local is None:
+            local = os.path.join(tmp, "content" + _EXT.get(row["format"], ".bin"))
+            with open(local, "wb") as fh:
+                fh.write(data)
+        result = load_tables(local, limits, data=data, filename=f.filename)
+    verdicts = check_tables(result, limits)
+    verdict = check_file(result, verdicts, limits)
+    passed = [t for t, v in zip(result.tables, verdicts) if v.accepted]
+    row.update(
+        format=catalog_format(result.format),
+        encoding=result.encoding,
+        n_tables=len(passed),
+        n_rows=sum(int(t.n_rows) for t in passed),
+        n_cols=sum(int(t.n_cols) for t in passed),
+        table_verdicts=_verdict_rows(result, verdicts),
+    )
+    if not verdict.accepted:
+        return reject(verdict.reason_code or "unloadable", verdict.reason or "")
+    rel = posixpath.join(DIRS["raw"], source, entry["file_id"], staged_filename(f.rel_path, result.format))
+    root.write_bytes(rel, data)
+    row.update(status=ACCEPTED, reason_code=None, reason=None, staged_uri=root.uri(rel),
+               provenance=json.dumps(provenance, sort_keys=True))
+    return row
+
+
+def ingest_shard(root: DataRoot, shard_spec: dict[str, Any], limits: Limits | None,
+                 run_id: str | None) -> dict[str, Any]:
+    """Judge, stage and catalog one shard; returns a summary (counts per status and reason)."""
+    limits = limits or Limits.from_env()
+    source = shard_spec["source"]
+    rows = [ingest_file(root, e, source, limits, run_id) for e in shard_spec["files"]]
+    path = write_shard(root, CATALOG_FILES, DIRS["catalog_files"], rows,
+                       shard_name([r["file_id"] for r in rows], prefix=f"ingest-{source}"))
+    reasons = Counter(r["reason_code"] for r in rows if r["status"] != ACCEPTED)
+    return {
+        "shard_id": shard_spec.get("shard_id"),
+        "source": source,
+        "files": len(rows),
+        "accepted": sum(r["status"] == ACCEPTED for r in rows),
+        "rejected": sum(r["status"] != ACCEPTED for r in rows),
+        "reasons": dict(sorted(reasons.items())),
+        "tables_accepted": sum(sum(v["status"] == ACCEPTED for v in r["table_verdicts"]) for r in rows),
+        "path": path,
+    }

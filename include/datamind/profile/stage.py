@@ -1,0 +1,151 @@
+"""Plan and run profiling shards: one ``catalog/tables`` row per accepted table of every accepted file.
+
+``plan_profile`` lists accepted files of ``catalog/files`` that have no ``catalog/tables`` row yet (and
+no recorded profiling failure) as small JSON shard specs. ``profile_shard`` reads each staged file once
+(one parse yields every table and its ``read_options``), profiles the tables the ingest verdicts accepted,
+and writes one deterministic-named shard. A file that cannot be profiled any more (staged copy gone,
+parser changed its mind) is recorded in ``rejections`` with stage ``profile``, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datamind.assets import DIRS
+from datamind.ids import stable_id
+from datamind.ingest.loaders import LoadedTable, load_recorded, load_tables
+from datamind.profile.meta import profile_table
+from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS
+from datamind.settings import Limits
+from datamind.shards import chunk, read_table, shard_name, write_shard
+from datamind.storage import DataRoot
+
+STAGE = "profile"
+
+
+def _profile_failures(root: DataRoot) -> set[str]:
+    t = read_table(root, REJECTIONS, DIRS["rejections"], columns=["stage", "file_id"])
+    return set(t.filter(pc.equal(t.column("stage"), STAGE)).column("file_id").to_pylist())
+
+
+def plan_profile(root: DataRoot, shard_size: int) -> list[dict[str, Any]]:
+    files = read_table(root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "status", "rel_path"])
+    accepted = files.filter(pc.equal(files.column("status"), "accepted"))
+    profiled = read_table(root, CATALOG_TABLES, DIRS["catalog_tables"], columns=["file_id"])
+    done = set(profiled.column("file_id").to_pylist())
+    done |= _profile_failures(root)
+    todo = sorted({fid for fid in accepted.column("file_id").to_pylist() if fid not in done})
+    return [{"shard_id": stable_id("profile", part), "files": part} for part in chunk(todo, shard_size)]
+
+
+def _fk_sentence(fks: list[dict[str, str]]) -> str:
+    return "Foreign keys: " + "; ".join(
+        f"{k['from_table']}.{k['from_column']} -> {k['to_table']}.{k['to_column'] or '(primary key)'}" for k in fks
+    ) + "."
+
+
+def table_row(file_row: dict[str, Any], t: LoadedTable, provenance: dict[str, Any], run_id: str | None,
+              now: dt.datetime) -> dict[str, Any]:
+    descs = provenance.get("column_descriptions") or {}
+    table_descs = {k.casefold(): v for k, v in descs.items()}.get(t.name.casefold(), {})
+    fks = [{k: (str(v) if v is not None else None) for k, v in fk.items()} for fk in t.foreign_keys]
+    description = _fk_sentence(fks) if fks else None
+    prof = profile_table(t.df, table_name=t.name, description=description, column_descriptions=table_descs)
+    return {
+        "table_id": stable_id(file_row["file_id"], t.name),
+        "file_id": file_row["file_id"],
+        "source": file_row["source"],
+        "format": file_row["format"],
+        "table_name": t.name,
+        "n_rows": prof["n_rows"],
+        "n_cols": prof["n_cols"],
+        "columns": prof["columns"],
+        "column_profiles": prof["column_profiles"],
+        "head_markdown": prof["head_markdown"],
+        "description": prof["description"],
+        "ddl": t.ddl,
+        "foreign_keys": fks,
+        "meta_info": prof["meta_info"],
+        "read_options": json.dumps(t.read_options, sort_keys=True, ensure_ascii=False),
+        "staged_uri": file_row["staged_uri"],
+        "profiled_at": now,
+        "run_id": run_id,
+    }
+
+
+def profile_file(root: DataRoot, file_row: dict[str, Any], run_id: str | None,
+                 now: dt.datetime) -> tuple[list[dict[str, Any]], str | None]:
+    """(catalog/tables rows, failure reason) for one accepted file."""
+    verdicts = file_row.get("table_verdicts") or []
+    wanted = {v["table_name"]: v for v in verdicts if v["status"] == "accepted"}
+    if not wanted:
+        return [], "no accepted tables recorded at ingestion"
+    # The limits only decide what gets materialized: reuse the largest accepted table so nothing accepted is skipped.
+    limits = Limits.from_env()
+    limits = limits.with_overrides(max_rows=max([limits.max_rows] + [int(v["n_rows"]) for v in wanted.values()]))
+    provenance = json.loads(file_row.get("provenance") or "{}")
+    recorded = [json.loads(v["read_options"]) for v in wanted.values() if v.get("read_options")]
+    try:
+        path = root.local_copy(root.path(root.rel(file_row["staged_uri"])))
+        if len(recorded) == len(wanted):
+            # One read, no detection: the options ingestion recorded reproduce the tables it judged.
+            loaded = load_recorded(path, recorded)
+        else:  # rows cataloged before read_options were recorded: detect again
+            # The original name keeps table names (a CSV's table is named after its file) as ingestion saw them.
+            result = load_tables(path, limits, filename=provenance.get("original_filename"))
+            if result.error:
+                return [], f"staged file no longer loads: {result.error_code}: {result.error}"[:500]
+            loaded = result.tables
+    except Exception as exc:  # a file that loaded at ingestion and fails now is recorded, never raised
+        return [], f"staged file unreadable: {type(exc).__name__}: {exc}"[:500]
+    rows, missing = [], []
+    for t in loaded:
+        if t.name not in wanted:
+            continue
+        if t.df is None:
+            missing.append(t.name)
+            continue
+        rows.append(table_row(file_row, t, provenance, run_id, now))
+    missing += sorted(set(wanted) - {t.name for t in loaded})
+    return rows, (f"tables not loadable at profiling: {', '.join(missing)}" if missing else None)
+
+
+def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None) -> dict[str, Any]:
+    """Profile one shard of accepted files into a catalog/tables shard; failures go to rejections."""
+    ids = set(shard_spec["files"])
+    catalog = read_table(root, CATALOG_FILES, DIRS["catalog_files"])
+    catalog = catalog.filter(pc.is_in(catalog.column("file_id"), value_set=pa.array(sorted(ids), pa.string())))
+    by_id = {r["file_id"]: r for r in catalog.to_pylist()}
+    now = dt.datetime.now(dt.timezone.utc)
+    rows: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    for fid in sorted(ids):
+        file_row = by_id.get(fid)
+        if file_row is None:
+            reason = "file_id not found in catalog/files"
+            tables = []
+        else:
+            tables, reason = profile_file(root, file_row, run_id, now)
+        rows.extend(tables)
+        if reason:
+            failures.append({"item_id": stable_id(STAGE, fid), "stage": STAGE, "reason_code": "profile_failed",
+                             "reason": reason, "file_id": fid, "created_at": now, "run_id": run_id})
+    name = shard_name(sorted(ids), prefix="profile")
+    path = write_shard(root, CATALOG_TABLES, DIRS["catalog_tables"], rows, name)
+    if failures:
+        write_shard(root, REJECTIONS, DIRS["rejections"], failures, name)
+    kinds = Counter(p["kind"] for r in rows for p in r["column_profiles"])
+    return {
+        "shard_id": shard_spec.get("shard_id"),
+        "files": len(ids),
+        "tables": len(rows),
+        "failed_files": len(failures),
+        "column_kinds": dict(sorted(kinds.items())),
+        "path": path,
+    }

@@ -1,0 +1,99 @@
+"""Profiling throughput over the DABench tables, against one plain ``pandas.read_csv`` per file.
+
+Usage: .venv/bin/python scripts/bench_profile.py [--repeats 7] [--data ../shared/data]
+
+It ingests the 52 DABench CSVs into a temporary data root twice over: with the default limits (32 files
+accepted) and with ``max_rows`` lifted so all 52 are accepted. For each set it then times, as medians
+over the repeats:
+  * baseline: ``pd.read_csv(path)`` once per staged file (what "just parsing" costs);
+  * profile (core): one read + parse (recorded read_options, no detection) + profile of every accepted
+    table (``profile_file``, no catalog or Parquet I/O);
+  * profile (stage): ``plan_profile`` + ``profile_shard``, catalog reads and the Parquet write included.
+and prints files/second and the ratio to the baseline (target: profile within 2x of one plain parse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from datamind.assets import DIRS
+from datamind.ingest.sources import list_source_files
+from datamind.ingest.stage import ingest_shard, plan_ingest
+from datamind.profile.stage import plan_profile, profile_file, profile_shard
+from datamind.schemas import CATALOG_FILES
+from datamind.settings import REPO_ROOT, Limits
+from datamind.shards import read_rows
+from datamind.storage import DataRoot
+
+
+def _timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process): CPU time is what other users of a shared machine
+    disturb least, so the ratios are computed on it; wall time is printed alongside."""
+    gc.collect()
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="datamind-bench-") as tmp:
+        root = DataRoot(tmp)
+        for spec in plan_ingest(root, list_source_files(str(tables_dir), limits), "dabench", 100):
+            ingest_shard(root, spec, limits, "bench")
+        rows = [r for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"]) if r["status"] == "accepted"]
+        paths = [r["staged_uri"] for r in rows]
+        now = dt.datetime.now(dt.timezone.utc)
+
+        def baseline() -> None:
+            for p in paths:
+                pd.read_csv(p)
+
+        def core() -> None:
+            for r in rows:
+                profile_file(root, r, "bench", now)
+
+        def stage() -> None:
+            root.remove(DIRS["catalog_tables"])
+            for spec in plan_profile(root, 100):
+                profile_shard(root, spec, "bench")
+
+        for fn in (baseline, core, stage):  # warm the page cache and imports
+            fn()
+        # Interleaved rounds: on a shared machine the load changes minute to minute, so each round's
+        # ratio compares runs taken under the same conditions; we report medians over rounds.
+        rounds = [(_timed(baseline), _timed(core), _timed(stage)) for _ in range(repeats)]
+        n = len(paths)
+        print(f"{label}: {n} files, {sum(r['n_rows'] for r in rows):,} rows, medians of {repeats} interleaved rounds")
+        print(f"  {'':26s} {'wall ms':>9s} {'files/s':>9s} {'CPU ms':>9s} {'CPU ratio':>10s}")
+        for i, name in enumerate(("baseline pd.read_csv", "profile (core)", "profile (stage, parquet)")):
+            wall = statistics.median(r[i][0] for r in rounds)
+            cpu = statistics.median(r[i][1] for r in rounds)
+            ratio = statistics.median(r[i][1] / r[0][1] for r in rounds)
+            print(f"  {name:26s} {wall * 1000:9.1f} {n / wall:9.1f} {cpu * 1000:9.1f} {ratio:9.2f}x")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--data", default=str(REPO_ROOT.parent / "shared" / "data"))
+    args = ap.parse_args()
+    tables = Path(args.data) / "dabench" / "da-dev-tables"
+    if not tables.is_dir():
+        print(f"DABench tables not found under {tables}", file=sys.stderr)
+        return 2
+    bench(tables, Limits(), args.repeats, "default limits (20-1,000 rows)")
+    bench(tables, Limits(max_rows=10**7), args.repeats, "all DABench tables (max_rows lifted)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

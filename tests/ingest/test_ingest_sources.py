@@ -1,0 +1,110 @@
+"""Listing sources: directories, globs, zip archives (bomb-safe) and fsspec URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zipfile
+
+import fsspec
+import pytest
+from ingest_builders import write_csv, zip_with
+
+from datamind.ingest.sources import SourceFile, SourceReadError, list_source_files
+from datamind.settings import Limits
+
+
+def test_directory_listing_is_recursive_sorted_and_skips_hidden(tmp_path, limits):
+    write_csv(tmp_path / "b.csv")
+    (tmp_path / "sub").mkdir()
+    write_csv(tmp_path / "sub" / "a.csv")
+    (tmp_path / ".hidden.csv").write_text("x")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "c.csv").write_text("x")
+    files = list_source_files(str(tmp_path), limits)
+    assert [f.rel_path for f in files] == ["b.csv", "sub/a.csv"]
+    assert files[0].read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert files[0].sha256() == hashlib.sha256((tmp_path / "b.csv").read_bytes()).hexdigest()
+
+
+def test_glob_keeps_paths_relative_to_its_base(tmp_path, limits):
+    (tmp_path / "x").mkdir()
+    write_csv(tmp_path / "x" / "a.csv")
+    (tmp_path / "x" / "notes.txt").write_text("hi")
+    files = list_source_files(str(tmp_path / "x" / "*.csv"), limits)
+    assert [f.rel_path for f in files] == ["a.csv"]
+
+
+def test_missing_or_empty_source_is_an_error(tmp_path, limits):
+    with pytest.raises(FileNotFoundError):
+        list_source_files(str(tmp_path / "nope"), limits)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError):
+        list_source_files(str(tmp_path / "empty"), limits)
+
+
+def test_zip_members_are_listed_and_read(tmp_path, limits):
+    data = b"id,v\n" + b"".join(b"%d,%d\n" % (i, i) for i in range(30))
+    members = {"tables/one.csv": data, "two.csv": data + b"30,30\n", "__MACOSX/._one.csv": b"x"}
+    z = zip_with(tmp_path / "bundle.zip", members)
+    files = list_source_files(str(z), limits)
+    assert [f.rel_path for f in files] == ["tables/one.csv", "two.csv"]
+    assert files[0].source_uri == f"zip://tables/one.csv::{z}"
+    assert files[0].read_bytes() == data
+    with fsspec.open(files[0].source_uri, "rb") as fh:  # the URI is a valid fsspec chain too
+        assert fh.read() == data
+
+
+def test_zip_bomb_by_declared_size_is_never_decompressed(tmp_path):
+    z = zip_with(tmp_path / "bomb.zip", {"zeros.csv": b"0" * 2_000_000})
+    (f,) = list_source_files(str(z), Limits(max_uncompressed_bytes=100_000))
+    assert f.precheck == "archive_bomb"
+    with pytest.raises(SourceReadError) as err:
+        f.read_bytes()
+    assert err.value.code == "archive_bomb"
+
+
+def _patch_declared_size(path, new_size: int) -> None:
+    """Rewrite a single-member zip so its headers understate the uncompressed size (a lying bomb)."""
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = zf.infolist()[0]
+    struct.pack_into("<I", raw, info.header_offset + 22, new_size)  # local header: uncompressed size
+    cd = raw.find(b"PK\x01\x02")
+    struct.pack_into("<I", raw, cd + 24, new_size)  # central directory: uncompressed size
+    path.write_bytes(bytes(raw))
+
+
+def test_zip_member_that_lies_about_its_size_is_stopped(tmp_path):
+    z = zip_with(tmp_path / "liar.zip", {"big.csv": b"1,2\n" * 500_000})
+    _patch_declared_size(z, 1_000)
+    (f,) = list_source_files(str(z), Limits(max_uncompressed_bytes=100_000))
+    assert f.precheck is None and f.size == 1_000
+    with pytest.raises(SourceReadError) as err:
+        f.read_bytes()
+    assert err.value.code in ("archive_bomb", "unloadable")
+
+
+def test_oversized_plain_file_is_listed_with_a_precheck(tmp_path):
+    write_csv(tmp_path / "a.csv", 100)
+    (f,) = list_source_files(str(tmp_path), Limits(max_file_bytes=100))
+    assert f.precheck == "file_too_large"
+    assert f.sha256() != hashlib.sha256((tmp_path / "a.csv").read_bytes()).hexdigest()  # never read
+
+
+def test_fsspec_url_source():
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/dm-src/in/a.csv", b"id\n1\n")
+    fs.pipe("/dm-src/in/deep/b.csv", b"id\n2\n")
+    try:
+        files = list_source_files("memory://dm-src/in", Limits())
+        assert [f.rel_path for f in files] == ["a.csv", "deep/b.csv"]
+        assert files[1].read_bytes() == b"id\n2\n"
+        assert files[1].source_uri.startswith("memory://")
+    finally:
+        fs.rm("/dm-src", recursive=True)
+
+
+def test_spec_round_trip():
+    f = SourceFile("a/b.csv", "/x/a/b.csv", 10, 100, None, {"dataset": "d"})
+    assert SourceFile.from_spec(f.to_spec()) == f

@@ -1,0 +1,120 @@
+"""Profiling shards end to end over the bundled samples (files + BIRD database)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from datamind.assets import DIRS
+from datamind.ingest.bird import discover_bird
+from datamind.ingest.loaders import load_table
+from datamind.ingest.sources import list_source_files
+from datamind.ingest.stage import ingest_shard, plan_ingest
+from datamind.profile.stage import plan_profile, profile_shard
+from datamind.schemas import CATALOG_TABLES, REJECTIONS
+from datamind.settings import REPO_ROOT, Limits
+from datamind.shards import read_rows
+from datamind.storage import DataRoot
+
+SAMPLES = REPO_ROOT / "samples"
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    root = DataRoot(str(tmp_path_factory.mktemp("profiled") / "root"))
+    limits = Limits()
+    for spec in plan_ingest(root, list_source_files(str(SAMPLES / "files"), limits), "samples", 50):
+        ingest_shard(root, spec, limits, "r1")
+    for spec in plan_ingest(root, discover_bird(str(SAMPLES / "bird")), "bird", 50):
+        ingest_shard(root, spec, limits, "r1")
+    specs = plan_profile(root, 2)
+    json.dumps(specs)
+    summaries = [profile_shard(root, s, "r1") for s in specs]
+    return root, specs, summaries
+
+
+def tables(root):
+    return {r["table_name"]: r for r in read_rows(root, CATALOG_TABLES, DIRS["catalog_tables"])}
+
+
+def test_one_row_per_accepted_table(profiled):
+    root, specs, summaries = profiled
+    assert sum(len(s["files"]) for s in specs) == 5  # 4 accepted sample files + 1 database
+    assert set(tables(root)) == {"sales_orders", "wetter_muenchen", "employees_latin1", "Q1 Sales", "Targets",
+                                 "customers", "products", "orders"}
+    assert sum(s["failed_files"] for s in summaries) == 0
+
+
+def test_rerun_plans_nothing(profiled):
+    root, _, _ = profiled
+    assert plan_profile(root, 2) == []
+
+
+def test_rows_describe_what_reloading_gives(profiled):
+    root, _, _ = profiled
+    for name, row in tables(root).items():
+        df = load_table(row["staged_uri"], json.loads(row["read_options"]))
+        meta = json.loads(row["meta_info"])
+        assert (row["n_rows"], row["n_cols"]) == df.shape == (meta["row_count"], meta["column_count"]), name
+        assert row["columns"] == meta["columns"] == [str(c) for c in df.columns]
+        for p in row["column_profiles"]:
+            assert p["n_null"] == int(df[p["name"]].isna().sum()), (name, p["name"])
+
+
+def test_semicolon_csv_profile(profiled):
+    row = tables(profiled[0])["wetter_muenchen"]
+    meta = json.loads(row["meta_info"])
+    raw = (SAMPLES / "files" / "wetter_muenchen.csv").read_text(encoding="utf-8").splitlines()[1:]
+    temps = [float(line.split(";")[2].replace(",", ".")) for line in raw]
+    assert meta["range"]["Temperatur (°C)"] == [min(temps), max(temps)]
+    assert meta["type"]["Datum"] == "datetime" and meta["range"]["Datum"] == ["2023-03-01", "2023-08-27"]
+
+
+def test_sqlite_tables_carry_ddl_foreign_keys_and_bird_descriptions(profiled):
+    root, _, _ = profiled
+    orders = tables(root)["orders"]
+    db = Path(orders["staged_uri"])
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    expected_fks = sorted((r[3], r[2], r[4]) for r in con.execute("PRAGMA foreign_key_list(orders)"))
+    ddl = con.execute("SELECT sql FROM sqlite_master WHERE name = 'orders'").fetchone()[0]
+    count = con.execute("SELECT COUNT(*) FROM orders").fetchone()[0]
+    con.close()
+    assert orders["ddl"] == ddl and orders["n_rows"] == count == 300
+    assert sorted((k["from_column"], k["to_table"], k["to_column"]) for k in orders["foreign_keys"]) == expected_fks
+    status = next(p for p in orders["column_profiles"] if p["name"] == "status")
+    assert status["description"].startswith("fulfilment status")
+    assert "Foreign keys:" in orders["description"] and "status: fulfilment status" in orders["description"]
+    products = tables(root)["products"]
+    price = next(p for p in products["column_profiles"] if p["name"] == "list_price")
+    assert "€" in price["description"]
+
+
+def test_workbook_sheet_profile(profiled):
+    row = tables(profiled[0])["Q1 Sales"]
+    opts = json.loads(row["read_options"])
+    assert (opts["sheet"], opts["header_start"], opts["header_rows"]) == ("Q1 Sales", 2, 1)
+    meta = json.loads(row["meta_info"])
+    assert meta["type"]["Date"] == "datetime" and meta["row_count"] == 150
+    assert sorted(meta["unique"]["Region"]) == ["East", "North", "South", "West"]
+
+
+def test_missing_staged_file_is_recorded_not_dropped(tmp_path):
+    root = DataRoot(str(tmp_path / "root"))
+    limits = Limits()
+    src = tmp_path / "src"
+    src.mkdir()
+    pd.DataFrame({"a": range(30), "b": ["x", "y", "z"] * 10}).to_csv(src / "t.csv", index=False)
+    for spec in plan_ingest(root, list_source_files(str(src), limits), "s", 10):
+        ingest_shard(root, spec, limits, "r1")
+    for p in (Path(root.path("raw"))).rglob("*.csv"):
+        p.unlink()
+    (spec,) = plan_profile(root, 10)
+    summary = profile_shard(root, spec, "r1")
+    assert summary["failed_files"] == 1 and summary["tables"] == 0
+    (rej,) = read_rows(root, REJECTIONS, DIRS["rejections"])
+    assert rej["stage"] == "profile" and rej["file_id"] == spec["files"][0]
+    assert plan_profile(root, 10) == []  # recorded failures are not retried forever
