@@ -1,0 +1,107 @@
+"""Eq. 8: the rollout reward from format, answer (via a judge) and a length factor."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from datamind.train.config import RewardConfig
+from datamind.train.react import final_answer, format_ok, parse_turn
+
+
+class Judge(Protocol):
+    """Decides whether ``prediction`` answers ``question`` the way ``ground_truth`` does.
+
+    The paper uses an LLM judge (GPT-4o-mini); the pipeline's judge plugs in here.
+    """
+
+    def __call__(self, question: str, prediction: str, ground_truth: str) -> bool: ...
+
+
+_NUM = re.compile(r"[-+]?(?:\d+(?:,\d{3})*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?%?")
+_FILLER = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s+is\s*[:\-]?\s*", re.IGNORECASE)
+
+
+def _normalise(text: str) -> str:
+    text = _FILLER.sub("", text.strip())
+    return re.sub(r"[\s`'\".,;:!?]+", " ", text.lower()).strip()
+
+
+def _numbers(text: str) -> list[float]:
+    out = []
+    for tok in _NUM.findall(text):
+        try:
+            v = float(tok.rstrip("%").replace(",", ""))
+        except ValueError:
+            continue
+        out.append(v)
+    return out
+
+
+class MatchJudge:
+    """Offline judge: equal after normalisation, or the same numbers in the same order (rel. tol 1e-4).
+
+    Deliberately strict: a prediction listing many candidate values does not match a single number.
+    """
+
+    def __init__(self, rel_tol: float = 1e-4) -> None:
+        self.rel_tol = rel_tol
+
+    def __call__(self, question: str, prediction: str, ground_truth: str) -> bool:
+        if _normalise(prediction) == _normalise(ground_truth):
+            return True
+        p, g = _numbers(prediction), _numbers(ground_truth)
+        return bool(g) and len(p) == len(g) and all(
+            math.isclose(a, b, rel_tol=self.rel_tol, abs_tol=1e-9) for a, b in zip(p, g)
+        )
+
+
+def length_factor(length: int, l_min: int = 256, l_max: int = 1024) -> float:
+    """r_length: 1 up to ``l_min``, linear down to 0.5 at ``l_max``, 0.5 beyond."""
+    if length <= l_min:
+        return 1.0
+    if length <= l_max:
+        return (l_max - length) / (l_max - l_min) * 0.5 + 0.5
+    return 0.5
+
+
+def combine_reward(r_format: int, r_answer: int, r_length: float, format_penalty: float = -0.1) -> float:
+    if r_answer == 1:
+        return r_length * r_answer
+    return 0.0 if r_format == 1 else format_penalty
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    reward: float
+    r_format: int
+    r_answer: int
+    r_length: float
+    length: int
+
+
+def score(
+    messages: list[dict],
+    question: str,
+    ground_truth: str,
+    judge: Judge,
+    count_tokens: Callable[[str], int],
+    cfg: RewardConfig = RewardConfig(),
+) -> RewardBreakdown:
+    """Reward of one trajectory (``messages`` = the generated turns, prompt excluded)."""
+    r_format = int(format_ok(messages))
+    answer = final_answer(messages)
+    r_answer = int(answer is not None and bool(judge(question, answer, ground_truth)))
+    if cfg.length_basis == "answer":
+        length = count_tokens(answer or "")
+    else:
+        length = sum(count_tokens(m["content"]) for m in messages if m["role"] == "assistant")
+    r_length = length_factor(length, cfg.l_min, cfg.l_max)
+    return RewardBreakdown(combine_reward(r_format, r_answer, r_length, cfg.format_penalty), r_format, r_answer, r_length, length)
+
+
+def void_turns(messages: list[dict]) -> int:
+    return sum(1 for m in messages if m["role"] == "assistant" and parse_turn(m["content"]).is_void)

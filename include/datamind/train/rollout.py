@@ -1,0 +1,233 @@
+"""Multi-turn agent rollouts: the policy writes a turn, ``<code>`` runs, ``<interpreter>`` output comes back.
+
+``Rollout`` is the seam the trainer depends on; the production sandbox and agent loop
+(``datamind.sandbox`` / ``datamind.rollout``) plug in behind it. ``AgentLoopRollout`` is the
+built-in loop, running code through any ``Executor`` -- by default ``SubprocessPythonExecutor``,
+a plain ``python`` child process per cell with a timeout and an output cap. That default is *not* a
+security boundary (no network or filesystem isolation): use it on trusted workers only.
+
+Code is kept as text, not as live interpreter state (the paper's "chunked code maintenance"): a cell
+runs after re-executing the earlier cells that succeeded, with their output silenced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from datamind.train.react import cut_at_stop, parse_turn
+
+Message = dict[str, str]
+
+
+class GenerateFn(Protocol):
+    """The policy: next assistant turn (text, stop at ``</code>``/``</answer>``) for each conversation."""
+
+    def __call__(self, conversations: Sequence[list[Message]], max_new_tokens: int) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    code: str
+    history: tuple[str, ...]  # earlier cells of this trajectory that ran without error
+    workdir: str  # per-trajectory directory; the data file is under data/files/
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    output: str
+    ok: bool
+
+
+Executor = Callable[[ExecRequest], ExecResult]
+
+
+@dataclass(frozen=True)
+class RolloutPrompt:
+    sample_id: str
+    messages: list[Message]  # system + user turns
+    question: str
+    ground_truth: str
+    data_uri: str | None = None
+
+
+@dataclass
+class Trajectory:
+    messages: list[Message]  # generated turns only (assistant + tool), prompt excluded
+    status: str  # answered | void | max_turns | length
+    n_turns: int = 0
+    n_void_turns: int = 0
+    response_tokens: int = 0
+
+
+class Rollout(Protocol):
+    def __call__(
+        self, prompt: RolloutPrompt, *, group_size: int, generate: GenerateFn, execute: Executor
+    ) -> list[Trajectory]: ...
+
+
+# The child reads its cell from a file so no code is ever spliced into a command line.
+_RUNNER = r"""
+import contextlib, io, json, sys
+with open(sys.argv[1], encoding="utf-8") as fh:
+    cell = json.load(fh)
+scope = {"__name__": "__main__"}
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    for src in cell["history"]:
+        try:
+            exec(compile(src, "<previous cell>", "exec"), scope)
+        except BaseException:
+            pass
+exec(compile(cell["code"], "<cell>", "exec"), scope)
+"""
+
+
+@dataclass
+class SubprocessPythonExecutor:
+    """Runs a cell with ``python`` in the trajectory's workdir; stdout and stderr become the observation."""
+
+    python: str = sys.executable
+    max_output_chars: int = 4000
+    memory_mb: int | None = 2048
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, req: ExecRequest) -> ExecResult:
+        cell_path = os.path.join(req.workdir, ".cell.json")
+        with open(cell_path, "w", encoding="utf-8") as fh:
+            json.dump({"code": req.code, "history": list(req.history)}, fh)
+        # A clean environment: nothing of the worker's (credentials included) leaks into agent code.
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": req.workdir, "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg", **self.extra_env}
+        proc = subprocess.Popen(
+            [self.python, "-I", "-c", _RUNNER, cell_path],
+            cwd=req.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=self._limits if self.memory_mb else None,
+        )
+        try:
+            out, _ = proc.communicate(timeout=req.timeout_s)
+            text, ok = out.decode("utf-8", "replace"), proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            text, ok = f"TimeoutError: the cell ran longer than {req.timeout_s:g} s and was stopped", False
+        finally:
+            os.remove(cell_path)
+        return ExecResult(_clip(text, self.max_output_chars), ok)
+
+    def _limits(self) -> None:
+        import resource
+
+        cap = self.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2  # keep the head (context) and the tail (where tracebacks end)
+    return f"{text[:half]}\n... [{len(text) - limit} characters omitted] ...\n{text[-half:]}"
+
+
+def interpreter_message(output: str) -> Message:
+    # A closing tag printed by the program would end the block early for every reader of the trajectory.
+    body = output.replace("</interpreter>", "</ interpreter>").rstrip()
+    return {"role": "tool", "content": f"<interpreter>\n{body}\n</interpreter>"}
+
+
+@dataclass
+class _State:
+    workdir: str
+    messages: list[Message] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)
+    tokens: int = 0
+    n_void: int = 0
+    status: str | None = None
+
+
+@dataclass
+class AgentLoopRollout:
+    """The ReAct loop, all G trajectories of a prompt stepped together (one batched generate per turn)."""
+
+    count_tokens: Callable[[str], int]
+    max_turns: int = 10
+    max_turn_tokens: int = 1024
+    max_response_tokens: int = 8192
+    exec_timeout_s: float = 30.0
+    workdir_root: str | None = None
+
+    def __call__(
+        self, prompt: RolloutPrompt, *, group_size: int, generate: GenerateFn, execute: Executor
+    ) -> list[Trajectory]:
+        states = [_State(self._workdir(prompt)) for _ in range(group_size)]
+        try:
+            for _ in range(self.max_turns):
+                active = [s for s in states if s.status is None]
+                if not active:
+                    break
+                budget = min(self.max_response_tokens - s.tokens for s in active)
+                texts = generate([prompt.messages + s.messages for s in active], min(self.max_turn_tokens, budget))
+                for state, raw in zip(active, texts, strict=True):
+                    self._step(state, cut_at_stop(raw), execute)
+            for s in states:
+                s.status = s.status or "max_turns"
+            return [
+                Trajectory(s.messages, s.status, sum(m["role"] == "assistant" for m in s.messages), s.n_void, s.tokens)
+                for s in states
+            ]
+        finally:
+            for s in states:
+                shutil.rmtree(s.workdir, ignore_errors=True)
+
+    def _step(self, state: _State, text: str, execute: Executor) -> None:
+        state.messages.append({"role": "assistant", "content": text})
+        state.tokens += self.count_tokens(text)
+        turn = parse_turn(text)
+        if turn.answer is not None and turn.answer.strip():
+            state.status = "answered"
+            return
+        if turn.is_void:
+            # The trajectory is masked out of the loss anyway; stop spending compute on it.
+            state.n_void += 1
+            state.status = "void"
+            return
+        result = execute(ExecRequest(turn.code, tuple(state.history), state.workdir, self.exec_timeout_s))
+        if result.ok:
+            state.history.append(turn.code)
+        obs = interpreter_message(result.output)
+        state.messages.append(obs)
+        state.tokens += self.count_tokens(obs["content"])
+        if state.tokens >= self.max_response_tokens:
+            state.status = "length"
+
+    def _workdir(self, prompt: RolloutPrompt) -> str:
+        workdir = tempfile.mkdtemp(prefix="datamind-rollout-", dir=self.workdir_root)
+        files = os.path.join(workdir, "data", "files")
+        os.makedirs(files)
+        os.makedirs(os.path.join(workdir, "data", "tmp"))
+        if prompt.data_uri:
+            _stage(prompt.data_uri, os.path.join(files, posixpath.basename(prompt.data_uri.rstrip("/"))))
+        return workdir
+
+
+def _stage(uri: str, dest: str) -> None:
+    """Make the sample's data file visible in the workdir (symlink when local, a copy otherwise)."""
+    if "://" not in uri or uri.startswith("file://"):
+        path = uri.removeprefix("file://")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"data file for rollout not found: {path}")
+        os.symlink(os.path.abspath(path), dest)
+        return
+    import fsspec
+
+    with fsspec.open(uri, "rb") as src, open(dest, "wb") as dst:
+        shutil.copyfileobj(src, dst)

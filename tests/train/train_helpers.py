@@ -1,0 +1,141 @@
+"""Helpers and fixtures for the training tests: a tokenizer and a tiny Llama built locally, and a small dataset.
+
+Imported by conftest.py (fixtures) and by test modules (helpers) under a unique module name: several test
+folders have a conftest.py, so `from conftest import ...` would pick up whichever was imported first."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+
+import pytest
+
+# One intra-op thread: on a small shared CPU, torch's thread pool spins against other processes and
+# makes these tiny models ~10x slower. Set before torch is imported; inherited by launched subprocesses.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from datamind.schemas import DATASET  # noqa: E402
+from datamind.shards import write_shard  # noqa: E402
+from datamind.storage import DataRoot  # noqa: E402
+
+SYSTEM = "You are a data analyst. Think in <think>, run Python in <code>, answer in <answer>."
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TAGS = ["<think>", "</think>", "<code>", "</code>", "<answer>", "</answer>", "<interpreter>", "</interpreter>"]
+
+
+def conversation(question: str, code: str, output: str, answer: str) -> list[dict]:
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": f"<think>Load the table first.</think><code>{code}</code>"},
+        {"role": "tool", "content": f"<interpreter>\n{output}\n</interpreter>"},
+        {"role": "assistant", "content": f"<think>That settles it.</think><answer>{answer}</answer>"},
+    ]
+
+
+QUESTIONS = [
+    ("How many rows does sales.csv have?", "print(len(open('data/files/sales.csv').readlines()) - 1)", "3", "3"),
+    ("What is the total of column a?", "print(1 + 2 + 3)", "6", "6"),
+    ("Which region sells most?", "print('north')", "north", "north"),
+    ("What is the mean of column b?", "print((4 + 5 + 6) / 3)", "5.0", "5"),
+]
+
+
+def dataset_rows(n: int = 4) -> list[dict]:
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rows = []
+    for i, (q, code, out, ans) in enumerate(QUESTIONS[:n]):
+        rows.append(
+            {
+                "sample_id": f"s{i:02d}",
+                "query_id": f"q{i:02d}",
+                "trajectory_id": f"t{i:02d}",
+                "file_id": "f-sales",
+                "data_uri": None,
+                "data_format": "csv",
+                "category": ["counting", "aggregation", "ranking", "statistics"][i % 4],
+                "hop": 1,
+                "question": q,
+                "messages": conversation(q, code, out, ans),
+                "final_answer": ans,
+                "created_at": now,
+            }
+        )
+    return rows
+
+
+def write_dataset(root: DataRoot, rows: list[dict], shard_size: int = 2) -> None:
+    for k in range(0, len(rows), shard_size):
+        part = rows[k : k + shard_size]
+        write_shard(root, DATASET, "dataset", part, name=f"part-{k:03d}.parquet")
+
+
+def build_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    lines = [m["content"] for row in dataset_rows() for m in row["messages"]]
+    lines += ["The final answer is 42.", "import pandas as pd\ndf = pd.read_csv('x.csv')\nprint(df.head())"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<|pad|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(lines * 4, trainer)
+    tok.add_tokens(TAGS)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|im_end|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer):
+    """A randomly initialised 2-layer Llama and its tokenizer, saved like any local checkpoint."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.set_num_threads(1)  # in case torch was imported before this conftest set OMP_NUM_THREADS
+    path = tmp_path_factory.mktemp("tiny-llama")
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture
+def data_root(tmp_path) -> DataRoot:
+    return DataRoot(str(tmp_path / "root"))
+
+
+@pytest.fixture
+def exported(data_root):
+    """The standard 4-sample dataset, exported; returns (root, ExportResult)."""
+    from datamind.train.exports import export
+
+    write_dataset(data_root, dataset_rows())
+    return data_root, export(data_root)
+
+
+def read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
