@@ -196,7 +196,7 @@ def test_run_does_not_outlive_a_killed_launcher(exported, tiny_model_dir, tmp_pa
     parent = subprocess.Popen([sys.executable, "-c", f"""
 import json, sys, time
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-from test_launchers import Scripted
+from test_train_launchers import Scripted
 from datamind.train.config import TrainConfig
 h = Scripted("import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)").start(
     TrainConfig.from_dict(json.loads({cfg_json!r})))
