@@ -4,8 +4,9 @@
 Reads a directory or archive in the BIRD layout — `<db_id>/<db_id>.sqlite`, optional
 `<db_id>/database_description/*.csv` column descriptions (any encoding), optional question JSON —
 samples `sample_size` databases (deterministic for a given `seed`), and catalogs each one, accepted
-or rejected with a reason. Table-level rules mirror the CSV rules (20-1,000 rows by default); a
-database is accepted when at least one table passes.
+or rejected with a reason. Table rules mirror the CSV rules (anomalous types, at most 1,000 rows by
+default), except that small lookup tables are normal in a database: instead of each table, the
+accepted tables together must hold at least `min_rows` rows.
 
 Column descriptions travel with the file into `catalog/tables` (`description` fields), where the
 synthesis prompts read them. New catalog rows trigger **profile_files** via the `catalog/files` Asset.

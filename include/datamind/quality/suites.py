@@ -167,8 +167,15 @@ def _catalog_tables(limits: Limits) -> Suite:
         _e("ExpectCompoundColumnsToBeUnique", "a table name appears once per file",
            column_list=["file_id", "table_name"]),
         _in_set("format", TABLE_FORMATS, "only csv, xlsx and sqlite tables are catalogued"),
-        _between("n_rows", limits.min_rows, limits.max_rows,
-                 f"acceptance limits: {limits.min_rows}..{limits.max_rows} rows"),
+        _between("n_rows", 1, limits.max_rows, f"acceptance limits: at most {limits.max_rows} rows"),
+        # Database tables are judged per database (small lookup tables are normal there); spreadsheet
+        # tables each stand alone and must meet the minimum.
+        *[
+            _between("n_rows", limits.min_rows, limits.max_rows,
+                     f"acceptance limits for {fmt} tables: {limits.min_rows}..{limits.max_rows} rows",
+                     when=("format", fmt))
+            for fmt in ("csv", "xlsx")
+        ],
         _between("n_cols", 1, limits.max_cols, f"acceptance limits: 1..{limits.max_cols} columns"),
         _not_blank("table_name", "the table name is how prompts and solutions refer to it"),
     ]

@@ -1,0 +1,349 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions protocol, for tests and benchmarks.
+
+It stands in for the hosted LLM (which cannot be reached here); the real ``openai`` client talks to it over
+TCP.  Written on stdlib asyncio (HTTP/1.1 with keep-alive) and run on its own thread and event loop, so it
+serves sync tests, async tests and the benchmark alike.
+
+Scripting, in order of precedence for each ``POST /v1/chat/completions``:
+  1. ``server.script(Fault..., None, ...)`` queues one outcome per incoming request (``None`` = answer normally);
+  2. ``responder(body) -> str | Fault`` decides by request content (e.g. by prompt text);
+  3. otherwise the reply is ``default_reply``.
+
+Usage fields are deterministic so tests can compute expected tokens by hand:
+prompt_tokens = whitespace-separated words over all message contents, completion_tokens = words in the reply.
+
+Run standalone (used by ``scripts/bench_llm.py`` so the server gets its own process and core):
+    python tests/fakes/openai_server.py --latency 0.2 [--port 0]     # prints "PORT <n>" then serves until killed
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One scripted misbehaviour for one request."""
+
+    kind: str  # rate_limit | status | hang | malformed | empty_choices | delay
+    status: int = 200
+    retry_after: float | None = None
+    seconds: float = 0.0
+
+    @classmethod
+    def rate_limit(cls, retry_after: float | None = 0.01) -> "Fault":
+        return cls("rate_limit", status=429, retry_after=retry_after)
+
+    @classmethod
+    def server_error(cls, status: int = 500) -> "Fault":
+        return cls("status", status=status)
+
+    @classmethod
+    def http_status(cls, status: int) -> "Fault":
+        return cls("status", status=status)
+
+    @classmethod
+    def hang(cls, seconds: float = 30.0) -> "Fault":
+        """Accept the request and say nothing for ``seconds`` (longer than the client's timeout)."""
+        return cls("hang", seconds=seconds)
+
+    @classmethod
+    def malformed(cls) -> "Fault":
+        return cls("malformed")
+
+    @classmethod
+    def empty_choices(cls) -> "Fault":
+        return cls("empty_choices")
+
+
+Responder = Callable[[dict], "str | Fault"]
+
+
+def count_words(text: str | None) -> int:
+    return len(text.split()) if text else 0
+
+
+class FakeOpenAIServer:
+    def __init__(
+        self,
+        *,
+        latency_s: float = 0.0,
+        responder: Responder | None = None,
+        default_reply: str = "<answer>ok</answer>",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        record_bodies: bool = True,
+        api_key: str | None = None,
+    ) -> None:
+        self.latency_s = latency_s
+        self.responder = responder
+        self.default_reply = default_reply
+        self.host = host
+        self._port = port
+        self.record_bodies = record_bodies
+        self.api_key = api_key  # when set, requests without "Authorization: Bearer <api_key>" get a 401
+        self.bodies: list[dict] = []  # every chat-completions request body, in arrival order
+        self.faults_served: list[str] = []
+        self._script: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._count = 0
+        self._max_in_flight = 0
+        self._in_flight = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._thread: threading.Thread | None = None
+        self._handlers: set[asyncio.Task] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "FakeOpenAIServer":
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="fake-openai", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fake OpenAI server did not start within 10 s")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        fut = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        fut.result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop = self._thread = None
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self._port}/v1"
+
+    # -- scripting and observation --------------------------------------------------------------
+    def script(self, *outcomes: Fault | None) -> None:
+        """Queue one outcome per future request, in order (``None`` answers normally)."""
+        with self._lock:
+            self._script.extend(outcomes)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self.bodies.clear()
+            self.faults_served.clear()
+            self._count = 0
+            self._max_in_flight = 0
+        self.responder = None
+        self.latency_s = 0.0
+
+    @property
+    def request_count(self) -> int:
+        """Chat-completion requests received (faulted ones included)."""
+        with self._lock:
+            return self._count
+
+    @property
+    def max_in_flight(self) -> int:
+        with self._lock:
+            return self._max_in_flight
+
+    # -- serving ---------------------------------------------------------------------------------
+    def _run(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._server = loop.run_until_complete(
+            asyncio.start_server(self._on_connection, self.host, self._port, backlog=1024)
+        )
+        self._port = self._server.sockets[0].getsockname()[1]
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _shutdown(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    break
+                method, path, headers, body = request
+                if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+                    await _respond(writer, 401, {"error": {"message": "invalid api key", "type": "auth"}})
+                    continue
+                keep_alive = await self._dispatch(method, path, body, reader, writer)
+                if not keep_alive or headers.get("connection", "").lower() == "close":
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+
+    async def _dispatch(
+        self, method: str, path: str, raw: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        if method == "GET" and path.rstrip("/").endswith("/models"):
+            await _respond(writer, 200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+            return True
+        if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
+            await _respond(writer, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
+            return True
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            await _respond(writer, 400, {"error": {"message": "request body is not JSON", "type": "invalid_request"}})
+            return True
+        with self._lock:
+            self._count += 1
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+            if self.record_bodies:
+                self.bodies.append(body)
+            scripted = self._script.popleft() if self._script else None
+        try:
+            return await self._answer(body, scripted, reader, writer)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    async def _answer(
+        self, body: dict, scripted: Fault | None, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        outcome: str | Fault = scripted if scripted is not None else self._reply_for(body)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if isinstance(outcome, Fault):
+            with self._lock:
+                self.faults_served.append(outcome.kind)
+            return await _serve_fault(outcome, reader, writer)
+        await _respond(writer, 200, completion_body(body, outcome))
+        return True
+
+    def _reply_for(self, body: dict) -> str | Fault:
+        if self.responder is None:
+            return self.default_reply
+        return self.responder(body)
+
+
+def completion_body(request: dict, text: str) -> dict[str, Any]:
+    prompt_tokens = sum(count_words(m.get("content")) for m in request.get("messages", []))
+    completion_tokens = count_words(text)
+    return {
+        "id": f"chatcmpl-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model", "fake-model"),
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop", "logprobs": None}
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+async def _serve_fault(fault: Fault, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    if fault.kind == "rate_limit":
+        headers = {"retry-after": f"{fault.retry_after}"} if fault.retry_after is not None else {}
+        await _respond(writer, 429, {"error": {"message": "rate limited", "type": "rate_limit"}}, headers)
+        return True
+    if fault.kind == "status":
+        await _respond(writer, fault.status, {"error": {"message": f"scripted {fault.status}", "type": "server"}})
+        return True
+    if fault.kind == "hang":
+        # Say nothing until the time is up or the client gives up and closes the connection (a real server
+        # notices the disconnect too; this keeps hung handlers from piling up across tests).
+        try:
+            await asyncio.wait_for(reader.read(1), fault.seconds)
+        except asyncio.TimeoutError:
+            pass
+        return False
+    if fault.kind == "malformed":
+        await _respond_raw(writer, 200, b'{"id": "chatcmpl-x", "choices": [{"message": {"content": "tru', {})
+        return True
+    if fault.kind == "empty_choices":
+        await _respond(
+            writer, 200, {"id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "m", "choices": []}
+        )
+        return True
+    raise ValueError(f"unknown fault {fault.kind!r}")
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:
+    head = await reader.readuntil(b"\r\n\r\n") if not reader.at_eof() else b""
+    if not head:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _version = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    length = int(headers.get("content-length", "0") or 0)
+    body = await reader.readexactly(length) if length else b""
+    return method, path, headers, body
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests"}
+
+
+async def _respond(writer: asyncio.StreamWriter, status: int, payload: dict, headers: dict | None = None) -> None:
+    await _respond_raw(writer, status, json.dumps(payload).encode(), headers or {})
+
+
+async def _respond_raw(writer: asyncio.StreamWriter, status: int, data: bytes, headers: dict) -> None:
+    reason = _REASONS.get(status, "Server Error" if status >= 500 else "Status")
+    head = [f"HTTP/1.1 {status} {reason}", "content-type: application/json", f"content-length: {len(data)}"]
+    head += [f"{k}: {v}" for k, v in headers.items()]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
+    await writer.drain()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--latency", type=float, default=0.2, help="seconds added to every response")
+    args = ap.parse_args()
+    server = FakeOpenAIServer(latency_s=args.latency, port=args.port, record_bodies=False).start()
+    print(f"PORT {server.port}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
