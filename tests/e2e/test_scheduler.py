@@ -51,6 +51,8 @@ def standalone(tmp_path):
         AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
         AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK="False",
         DATAMIND_DATA_ROOT=str(tmp_path / "data"),
+        # standalone starts its components as `airflow ...` subprocesses found on PATH.
+        PATH=f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     env.pop("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", None)
     home.mkdir()

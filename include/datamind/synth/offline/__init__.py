@@ -1,0 +1,1 @@
+"""Offline (no-LLM) query synthesis: parameterized templates with executed reference solutions."""

@@ -1,0 +1,145 @@
+"""Which columns can carry which kind of question.
+
+Kinds come from the catalog's column profiles when present and agree with the loaded frame; otherwise
+they are inferred here. The roles the generators need:
+measures (numeric, not identifiers, enough distinct values), groups (few distinct labels, each seen
+more than once), dates (parseable timestamps or a year-like integer column).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+_ID_NAME = re.compile(r"(^id$|_id$|^id_|(?<![a-z])id(?![a-z])|code$|^zip|postal|phone|(^|_)nr$|nummer)", re.I)
+_YEAR_NAME = re.compile(r"(^|[_\s])(year|yr|jahr)($|[_\s])|^year|^jahr", re.I)
+MAX_GROUPS = 30
+MAX_INTEGER_GROUPS = 10
+
+
+@dataclass
+class Column:
+    name: str
+    kind: str  # numeric | integer | datetime | boolean | categorical | text | id
+    n_unique: int
+    n_null: int
+
+
+@dataclass
+class TableView:
+    """A loaded table with column roles; what every generator reads."""
+
+    df: pd.DataFrame
+    columns: dict[str, Column]
+    measures: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    dates: list[str] = field(default_factory=list)
+    year_columns: list[str] = field(default_factory=list)  # integer columns holding calendar years
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.df)
+
+    _counts: dict = field(default_factory=dict, repr=False)
+
+    def group_values(self, col: str, min_count: int = 2, limit: int = 6) -> list:
+        """Most frequent values of a group column, ties broken by value, each seen >= min_count times."""
+        counts = self._counts.get(col)
+        if counts is None:
+            counts = self._counts[col] = self.df[col].dropna().value_counts()
+        items = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        return [python_scalar(v) for v, c in items if c >= min_count][:limit]
+
+
+def python_scalar(value):
+    """numpy/pandas scalar -> plain Python (so repr() gives a clean literal)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    return value
+
+
+def infer_kind(s: pd.Series, name: str) -> str:
+    non_null = s.dropna()
+    n_unique = int(non_null.nunique())
+    if pd.api.types.is_bool_dtype(s):
+        return "boolean"
+    if pd.api.types.is_datetime64_any_dtype(s):
+        return "datetime"
+    if pd.api.types.is_numeric_dtype(s):
+        integral = pd.api.types.is_integer_dtype(s) or (len(non_null) and (non_null % 1 == 0).all())
+        if integral and _ID_NAME.search(name):
+            return "id"
+        if integral and len(non_null) > 20 and n_unique == len(non_null) and non_null.is_monotonic_increasing:
+            return "id"
+        return "integer" if integral else "numeric"
+    if len(non_null) == 0:
+        return "text"
+    if _looks_like_dates(non_null):
+        return "datetime"
+    if _ID_NAME.search(name) and n_unique > 0.9 * len(non_null):
+        return "id"
+    if n_unique <= max(MAX_GROUPS, 0.05 * len(non_null)) or n_unique <= 0.5 * len(non_null):
+        return "categorical"
+    return "text"
+
+
+def _looks_like_dates(values: pd.Series) -> bool:
+    sample = values.astype(str).head(200)
+    if not sample.str.contains(r"\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}", regex=True).mean() > 0.9:
+        return False
+    parsed = pd.to_datetime(sample, errors="coerce", format="mixed")
+    return parsed.notna().mean() > 0.9
+
+
+def _parses_as_dates(values: pd.Series) -> bool:
+    sample = values.astype(str).head(200)
+    return len(sample) > 0 and pd.to_datetime(sample, errors="coerce", format="mixed").notna().mean() > 0.9
+
+
+def _kind_agrees(kind: str, s: pd.Series) -> bool:
+    numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+    if kind in ("numeric", "integer"):
+        return numeric
+    if kind == "datetime":
+        return pd.api.types.is_datetime64_any_dtype(s) or (not numeric and _parses_as_dates(s.dropna()))
+    return True
+
+
+def build_view(df: pd.DataFrame, profiles: list[dict] | None = None, keys: set[str] | frozenset = frozenset()) -> TableView:
+    """Column roles of ``df``; ``keys`` are key columns (e.g. foreign keys), never measures or groups."""
+    by_name = {str(p.get("name")): p for p in (profiles or []) if p.get("name") is not None}
+    columns: dict[str, Column] = {}
+    for name in df.columns:
+        s = df[name]
+        prof = by_name.get(str(name))
+        kind = prof.get("kind") if prof else None
+        if not kind or not _kind_agrees(kind, s):
+            kind = infer_kind(s, str(name))
+        columns[str(name)] = Column(str(name), kind, int(s.nunique(dropna=True)), int(s.isna().sum()))
+
+    view = TableView(df=df, columns=columns)
+    n = len(df)
+    for name, col in columns.items():
+        if name in keys or _ID_NAME.search(name) and col.kind in ("integer", "id"):
+            continue
+        s = df[name]
+        numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+        if col.kind in ("numeric", "integer") and numeric and col.n_unique >= 5 and s.notna().sum() >= 5:
+            view.measures.append(name)
+        # Integers group only when they are codes with a handful of levels (class, rating), not counts.
+        max_groups = MAX_INTEGER_GROUPS if col.kind == "integer" else MAX_GROUPS
+        if col.kind in ("categorical", "boolean", "integer", "text") and 2 <= col.n_unique <= min(max_groups, max(2, n // 2)):
+            counts = s.dropna().value_counts()
+            if (counts >= 2).sum() >= 2:
+                view.groups.append(name)
+        if col.kind == "datetime":
+            view.dates.append(name)
+        elif col.kind == "integer" and _YEAR_NAME.search(name) and numeric:
+            vals = s.dropna()
+            if len(vals) and vals.between(1800, 2100).all() and col.n_unique >= 2:
+                view.year_columns.append(name)
+    # A year column is a time axis, not a quantity to average.
+    view.measures = [m for m in view.measures if m not in view.year_columns]
+    return view

@@ -1,0 +1,96 @@
+"""Single-hop question templates for all 18 categories: the Task record, the registry, shared helpers.
+
+The templates themselves live in ``offline/templates/`` (importing that package registers them).
+Each template looks at the table's column roles, picks real columns and values, and yields a
+:class:`Task`: the question, a pandas body that sets ``answer`` on ``df``, and (where SQL expresses it
+plainly) an SQL variant over ``{src}``. A template yields nothing when the table cannot support it, and
+it checks the data first so the question has one well-defined answer (no ties for "which is highest",
+no division by zero, enough values for a test). The engine executes the chosen variant to get the
+ground-truth answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from datamind.synth.offline.columns import TableView, python_scalar
+
+OFFLINE_TEMPLATES_VERSION = "offline-1.0"
+MAX_COMBOS = 4  # column choices tried per template, after a seeded shuffle
+
+
+@dataclass
+class Task:
+    category: str
+    template: str
+    question: str
+    description: str
+    py: str  # body: reads ``df``, assigns ``answer``
+    sql: str | None = None  # uses ``{src}`` for the relation
+    imports: tuple[str, ...] = ()
+    params: dict = field(default_factory=dict)
+
+
+Generator = Callable[[TableView, random.Random], Iterator[Task]]
+REGISTRY: dict[str, list[Generator]] = {}
+
+
+def template(category: str):
+    def deco(fn: Generator) -> Generator:
+        REGISTRY.setdefault(category, []).append(fn)
+        return fn
+
+    return deco
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def c(name: str) -> str:
+    """pandas column access with the name as a safe literal."""
+    return f"df[{name!r}]"
+
+
+def an(word: str) -> str:
+    """The indefinite article for a column name in a question."""
+    return "an" if str(word)[:1].lower() in "aeio" else "a"  # "a unit", "a user": u mostly sounds like "you"
+
+
+def sample(items, rng: random.Random, k: int = MAX_COMBOS) -> list:
+    items = list(items)
+    rng.shuffle(items)
+    return items[:k]
+
+
+def unique_top(values: pd.Series, ascending: bool = False) -> bool:
+    """True when the best value is strictly better than the runner-up (one right answer)."""
+    v = values.dropna().sort_values(ascending=ascending)
+    return len(v) >= 2 and not np.isclose(v.iloc[0], v.iloc[1], rtol=1e-9, atol=1e-12)
+
+
+def fmt(v) -> str:
+    """A value as it reads inside a question."""
+    v = python_scalar(v)
+    if isinstance(v, float):
+        return f"{round(v, 4):g}"
+    return f"'{v}'" if isinstance(v, str) else str(v)
+
+
+def two_values(view: TableView, g: str, m: str | None = None, min_count: int = 2) -> list[tuple]:
+    vals = view.group_values(g, min_count=min_count)
+    if m is not None:
+        vals = [v for v in vals if view.df.loc[view.df[g] == v, m].notna().sum() >= min_count]
+    return list(itertools.combinations(vals[:4], 2))
+
+
+# Data-derived names and values enter program text only as repr() literals in plain expressions, never
+# inside f-strings or code fragments, so no column name or cell value can change what a program does.
+GROUP_MEAN_SORT = (
+    "means = df.groupby({g})[{m}].mean().dropna()\n"
+    "means = means.reset_index().sort_values([{m}, {g}], ascending=[False, True])\n"
+)

@@ -1,0 +1,213 @@
+"""The query-synthesis stage: ``catalog_tables`` -> ``queries`` (+ ``rejections``), in shards.
+
+Input: catalog_tables rows (schemas.CATALOG_TABLES). Output, per parameter set (fingerprint ``fp``):
+
+    queries/params=<fp>/part-<shard_id>.parquet          schemas.QUERIES
+    queries/params=<fp>/part-<shard_id>.summary.json     counts per category and hop, skips, rejections
+    rejections/synthesis/params=<fp>/part-<shard_id>.parquet   schemas.REJECTIONS
+
+The summary is written last and marks the shard done: ``plan_synthesis`` leaves out tables already
+listed in a summary for the same parameters, and ``synthesize_shard`` returns the stored summary
+without doing any work when it exists, so reruns neither duplicate rows nor call the LLM again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import posixpath
+from collections import Counter, defaultdict
+from typing import Any
+
+from datamind.assets import DIRS
+from datamind.ids import stable_id
+from datamind.schemas import CATALOG_TABLES, QUERIES, REJECTIONS
+from datamind.shards import chunk, read_rows, write_shard
+from datamind.storage import DataRoot
+from datamind.synth import rows as R
+from datamind.synth.params import SynthParams
+from datamind.synth.table import dedup_rows, synthesize_table_offline, verify_rows
+
+log = logging.getLogger(__name__)
+
+
+def output_dir(params: SynthParams) -> str:
+    return posixpath.join(DIRS["queries"], f"params={params.fingerprint}")
+
+
+def rejections_dir(params: SynthParams) -> str:
+    return posixpath.join(DIRS["rejections"], R.STAGE, f"params={params.fingerprint}")
+
+
+def _params(params: SynthParams | dict | None) -> SynthParams:
+    return params if isinstance(params, SynthParams) else SynthParams.from_dict(params)
+
+
+def _summary_paths(root: DataRoot, params: SynthParams) -> list[str]:
+    out = output_dir(params)
+    return root.glob(out, "part-*.summary.json") if root.exists(out) else []
+
+
+def catalog_by_id(root: DataRoot) -> dict[str, dict]:
+    """Latest catalog row per table_id (a re-profiled table supersedes its older row)."""
+    latest: dict[str, dict] = {}
+    for row in read_rows(root, CATALOG_TABLES, DIRS["catalog_tables"]):
+        old = latest.get(row["table_id"])
+        if old is None or (row["profiled_at"] or 0) >= (old["profiled_at"] or 0):
+            latest[row["table_id"]] = row
+    return latest
+
+
+def plan_synthesis(root: DataRoot, shard_size: int, params: SynthParams | dict | None = None) -> list[dict[str, Any]]:
+    """Shard specs over catalog tables not yet synthesized with these parameters."""
+    params = _params(params)
+    done: set[str] = set()
+    for path in _summary_paths(root, params):
+        with root.open(path) as fh:
+            done.update(json.load(fh)["table_ids"])
+    todo = sorted(tid for tid in catalog_by_id(root) if tid not in done)
+    return [
+        {"shard_id": stable_id("synthesis", params.fingerprint, part), "table_ids": part,
+         "params_fingerprint": params.fingerprint}
+        for part in chunk(todo, shard_size)
+    ]
+
+
+def _summary(shard_id: str, params: SynthParams, run_id: str | None, table_ids: list[str], queries: list[dict],
+             rejections: list[dict], skips: list[dict], llm: dict) -> dict[str, Any]:
+    by_cat_hop: dict[str, Counter] = defaultdict(Counter)
+    for q in queries:
+        by_cat_hop[q["category"]][str(q["hop"])] += 1
+    skip_counts: dict[str, Counter] = defaultdict(Counter)
+    for s in skips:
+        skip_counts[s["category"]][s["reason_code"]] += 1
+    return {
+        "shard_id": shard_id,
+        "params_fingerprint": params.fingerprint,
+        "params": params.to_dict(),
+        "run_id": run_id,
+        "backend": params.backend,
+        "table_ids": table_ids,
+        "n_tables": len(table_ids),
+        "n_queries": len(queries),
+        "n_rejections": len(rejections),
+        "by_category": dict(sorted(Counter(q["category"] for q in queries).items())),
+        "by_hop": dict(sorted(Counter(str(q["hop"]) for q in queries).items())),
+        "by_category_hop": {c: dict(sorted(h.items())) for c, h in sorted(by_cat_hop.items())},
+        "by_backend": dict(Counter(q["backend"] for q in queries)),
+        "skips": {c: dict(r) for c, r in sorted(skip_counts.items())},
+        "skip_details": skips,
+        "rejections": dict(sorted(Counter(r["reason_code"] for r in rejections).items())),
+        "llm": llm,
+    }
+
+
+def synthesize_shard(root: DataRoot, shard_spec: dict[str, Any], params: SynthParams | dict | None, run_id: str | None,
+                     llm_client=None) -> dict[str, Any]:
+    """Synthesize queries for the shard's tables; returns the shard summary (also written as JSON)."""
+    params = _params(params)
+    if shard_spec.get("params_fingerprint", params.fingerprint) != params.fingerprint:
+        raise ValueError("shard spec was planned with different synthesis parameters")
+    if params.backend == "llm" and llm_client is None:
+        raise ValueError("backend 'llm' needs an llm_client")
+    shard_id = shard_spec["shard_id"]
+    name = f"part-{shard_id}"
+    summary_rel = posixpath.join(output_dir(params), f"{name}.summary.json")
+    if root.exists(summary_rel):
+        summary = json.loads(root.read_text(summary_rel))
+        log.info("synthesis shard %s already done (%d queries); nothing to do", shard_id, summary["n_queries"])
+        return {**summary, "reused": True}
+
+    catalog = catalog_by_id(root)
+    queries: list[dict] = []
+    rejections: list[dict] = []
+    skips: list[dict] = []
+    llm_stats = Counter()
+    work: list[tuple[dict, list[str], list[list[dict]], list[dict]]] = []
+    for tid in shard_spec["table_ids"]:
+        table = catalog.get(tid)
+        if table is None:
+            rejections.append(R.rejection_row(key=(params.fingerprint, tid, "missing"), reason_code="table_not_in_catalog",
+                                              reason=f"table {tid} is not in catalog_tables", run_id=run_id))
+            continue
+        offline = synthesize_table_offline(root, table, params, run_id, with_singles=params.backend == "offline")
+        rejections.extend(offline.rejections)
+        skips.extend({"table_id": tid, "category": s.category, "reason_code": s.reason_code, "reason": s.reason}
+                     for s in offline.skips)
+        if params.backend == "offline":
+            kept, dropped = dedup_rows(offline.rows, params.dedup_threshold, params.fingerprint, run_id)
+            queries.extend(kept)
+            rejections.extend(dropped)
+        else:
+            roots = [chain[0] for chain in offline.chain_rows]
+            tables = roots[0]["tables"] if roots else [table["table_name"]]
+            work.append((table, tables, offline.chain_rows, roots))
+
+    if work:
+        from datamind.synth.llm_backend import synthesize_table_llm  # imported only for the LLM backend
+
+        async def run_all() -> list:
+            gate = asyncio.Semaphore(params.llm_concurrency)
+            try:
+                return await asyncio.gather(*(
+                    synthesize_table_llm(llm_client, t, tabs, params, params.fingerprint, seeds, run_id, gate)
+                    for t, tabs, seeds, _ in work))
+            finally:
+                await llm_client.aclose()
+
+        before = llm_client.usage.snapshot()
+        outputs = asyncio.run(run_all())
+        after = llm_client.usage.snapshot()
+        for (table, _, _, roots), out in zip(work, outputs):
+            kept, dropped = dedup_rows(roots + out.rows, params.dedup_threshold, params.fingerprint, run_id)
+            queries.extend(kept)
+            rejections.extend(out.rejections + dropped)
+        # Paid calls and tokens of this shard (cached answers are free and counted apart).
+        llm_stats.update({k: after[k] - before[k] for k in ("calls", "cached_calls", "prompt_tokens", "completion_tokens")})
+
+    n_verified = 0
+    if params.verify_solutions and queries:
+        queries, unverified = verify_rows(root, queries, catalog, params, run_id)
+        rejections.extend(unverified)
+        n_verified = sum(1 for q in queries if q.get("reference_solution"))
+
+    q_path = write_shard(root, QUERIES, output_dir(params), queries, f"{name}.parquet")
+    r_path = write_shard(root, REJECTIONS, rejections_dir(params), rejections, f"{name}.parquet")
+    summary = _summary(shard_id, params, run_id, list(shard_spec["table_ids"]), queries, rejections, skips,
+                       dict(llm_stats))
+    summary["outputs"] = {"queries": q_path, "rejections": r_path}
+    summary["n_verified_solutions"] = n_verified
+    root.write_text(summary_rel, json.dumps(summary, indent=2, sort_keys=True, default=str))
+    log.info("synthesis shard %s: %d tables, %d queries %s, %d rejections %s, skips %s", shard_id, len(shard_spec["table_ids"]),
+             len(queries), summary["by_category"], len(rejections), summary["rejections"], summary["skips"])
+    return {**summary, "reused": False}
+
+
+def summarize_run(root: DataRoot, params: SynthParams | dict | None, run_id: str | None = None) -> dict[str, Any]:
+    """Merge the shard summaries of these parameters (optionally one run) and write the run summary."""
+    params = _params(params)
+    total: dict[str, Any] = {"params_fingerprint": params.fingerprint, "params": params.to_dict(), "run_id": run_id,
+                             "n_shards": 0, "n_tables": 0, "n_queries": 0, "n_rejections": 0}
+    counters = {k: Counter() for k in ("by_category", "by_hop", "by_backend", "rejections", "llm")}
+    skips: dict[str, Counter] = defaultdict(Counter)
+    for path in _summary_paths(root, params):
+        with root.open(path) as fh:
+            s = json.load(fh)
+        if run_id is not None and s.get("run_id") != run_id:
+            continue
+        total["n_shards"] += 1
+        for k in ("n_tables", "n_queries", "n_rejections"):
+            total[k] += s[k]
+        for k, counter in counters.items():
+            counter.update(s.get(k) or {})
+        for cat, reasons in (s.get("skips") or {}).items():
+            skips[cat].update(reasons)
+    total.update({k: dict(sorted(v.items())) for k, v in counters.items()})
+    total["skips"] = {c: dict(r) for c, r in sorted(skips.items())}
+    rel = posixpath.join(output_dir(params), f"run-{run_id or 'all'}.summary.json")
+    root.write_text(rel, json.dumps(total, indent=2, sort_keys=True))
+    log.info("synthesis run %s: %d tables, %d queries by category %s by hop %s; skips %s; rejections %s",
+             run_id, total["n_tables"], total["n_queries"], total["by_category"], total["by_hop"], total["skips"],
+             total["rejections"])
+    return total

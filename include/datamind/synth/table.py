@@ -1,0 +1,252 @@
+"""One catalog table -> its query rows, offline: load, pick columns, generate, execute, compose, dedup."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from datamind.ingest.loaders import load_table
+from datamind.storage import DataRoot
+from datamind.synth import rows as R
+from datamind.synth.dedup import near_duplicates
+from datamind.synth.offline.columns import TableView, build_view
+from datamind.synth.offline.compose import Hop, build_chains
+from datamind.synth.offline.engine import Skip, synthesize_offline
+from datamind.synth.offline.execute import ExecutionError, run_in_subprocess, run_solution
+from datamind.synth.offline.generators import OFFLINE_TEMPLATES_VERSION
+from datamind.synth.offline.source import READERS, Source, UnsupportedSource, build_source, parse_read_options
+from datamind.synth.params import SynthParams
+
+log = logging.getLogger(__name__)
+
+
+class TableUnusable(Exception):
+    def __init__(self, reason_code: str, reason: str):
+        super().__init__(reason)
+        self.reason_code = reason_code
+        self.reason = reason
+
+
+@dataclass
+class TableOutput:
+    rows: list[dict] = field(default_factory=list)
+    rejections: list[dict] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    chains: list[list[Hop]] = field(default_factory=list)
+    chain_rows: list[list[dict]] = field(default_factory=list)  # query rows of each chain, hop order
+
+
+def data_path(root: DataRoot, staged_uri: str) -> str:
+    """Local filesystem path of a staged file (a relative ``staged_uri`` is under the data root)."""
+    path = staged_uri.split("://", 1)[-1]
+    if "://" not in staged_uri and not posixpath.isabs(path):
+        path = root.path(path)
+    return root.local_copy(path)
+
+
+def _ingest_frame(path: str, read_options: dict) -> pd.DataFrame | None:
+    """The frame the profiler saw (ingest's loader replaying ``read_options``); None without a recipe."""
+    if "format" not in read_options:
+        return None
+    return load_table(path, read_options)
+
+
+def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Same shape, names and cell values (numbers within float tolerance, missing == missing)."""
+    if a.shape != b.shape or [str(c) for c in a.columns] != [str(c) for c in b.columns]:
+        return False
+    if a.equals(b):
+        return True
+    for i in range(a.shape[1]):
+        x, y = a.iloc[:, i].reset_index(drop=True), b.iloc[:, i].reset_index(drop=True)
+        if not x.isna().equals(y.isna()):
+            return False
+        mask = x.notna()
+        xn, yn = pd.to_numeric(x[mask], errors="coerce"), pd.to_numeric(y[mask], errors="coerce")
+        if xn.notna().all() and yn.notna().all():
+            if not np.allclose(xn.astype(float), yn.astype(float), rtol=1e-9, atol=1e-12):
+                return False
+        elif not (x[mask].astype(str) == y[mask].astype(str)).all():
+            return False
+    return True
+
+
+def _exec_preamble(source: Source) -> pd.DataFrame:
+    namespace: dict = {}
+    exec(compile(source.python_preamble(), "<preamble>", "exec"), namespace)  # noqa: S102 - own code
+    return namespace["df"]
+
+
+def load_view(root: DataRoot, table: dict) -> tuple[Source, TableView]:
+    """Pick how reference programs read the table: the plainest reader whose frame equals ingest's.
+
+    Plain pandas when it reproduces the frame the profiler saw, then plain pandas plus ingest's cell
+    tidying, and the project's own loader as the last resort (files that needed repairs).
+    """
+    try:
+        path = data_path(root, table["staged_uri"])
+        options = parse_read_options(table.get("read_options"))
+    except (UnsupportedSource, KeyError, OSError) as exc:
+        raise TableUnusable("unsupported_source", str(exc)) from exc
+    fmt = table.get("format")
+    reference = None
+    if fmt in ("csv", "xlsx", "xls", "sqlite"):
+        try:
+            reference = _ingest_frame(path, options)
+        except Exception as exc:
+            raise TableUnusable("table_unreadable", f"ingest loader failed: {type(exc).__name__}: {exc}") from exc
+    errors = []
+    for reader in READERS if fmt != "sqlite" else ("plain",):
+        try:
+            source = build_source(table, path, reader)
+            df = _exec_preamble(source)
+        except UnsupportedSource as exc:
+            if fmt not in ("csv", "xlsx", "xls", "sqlite"):
+                raise TableUnusable("unsupported_source", str(exc)) from exc
+            errors.append(f"{reader}: {exc}")
+            continue
+        except Exception as exc:
+            errors.append(f"{reader}: {type(exc).__name__}: {exc}")
+            continue
+        own = df.iloc[:, : df.shape[1] - len(source.joins)]
+        if reference is None or same_frame(own, reference):
+            expected = table.get("columns")
+            if expected is not None and len(expected) and own.shape[1] != len(expected):
+                errors.append(f"{reader}: reads {own.shape[1]} columns, catalog has {len(expected)}")
+                continue
+            keys = {j.fk_column for j in source.joins} | {fk.get("from_column") for fk in table.get("foreign_keys") or []}
+            return source, build_view(df, table.get("column_profiles"), keys)
+        errors.append(f"{reader}: frame differs from the ingest loader's")
+    raise TableUnusable("table_unreadable", "; ".join(errors)[:1000])
+
+
+def _tables_of(table: dict, source: Source) -> list[str]:
+    return [table["table_name"]] + [j.parent_table for j in source.joins]
+
+
+def synthesize_table_offline(root: DataRoot, table: dict, params: SynthParams, run_id: str | None,
+                             with_singles: bool = True) -> TableOutput:
+    """Offline questions for one table; a failure on this table is a rejection, never a lost shard."""
+    try:
+        return _synthesize_table_offline(root, table, params, run_id, with_singles)
+    except Exception as exc:  # noqa: BLE001 - recorded with the traceback in the log
+        log.exception("offline synthesis failed for table %s", table.get("table_id"))
+        out = TableOutput()
+        out.rejections.append(R.rejection_row(
+            key=(params.fingerprint, table.get("table_id"), "table"), reason_code="synthesis_error",
+            reason=f"{type(exc).__name__}: {exc}"[:1000], file_id=table.get("file_id"), run_id=run_id))
+        return out
+
+
+def _synthesize_table_offline(root: DataRoot, table: dict, params: SynthParams, run_id: str | None,
+                              with_singles: bool) -> TableOutput:
+    out = TableOutput()
+    fp = params.fingerprint
+    tid = table["table_id"]
+    try:
+        source, view = load_view(root, table)
+    except TableUnusable as exc:
+        out.rejections.append(R.rejection_row(key=(fp, tid, "table"), reason_code=exc.reason_code, reason=exc.reason,
+                                              file_id=table.get("file_id"), run_id=run_id))
+        return out
+    tables = _tables_of(table, source)
+    version = OFFLINE_TEMPLATES_VERSION
+
+    if with_singles:
+        result = synthesize_offline(view, source, params.categories, params.queries_per_category, params.seed, tid)
+        out.skips.extend(result.skips)
+        for category in params.categories:
+            for cand in result.candidates.get(category, []):
+                out.rows.append(R.query_row(
+                    fingerprint=fp, table=table, tables=tables, category=category, hop=1, parents=[], root_id=None,
+                    question=cand.task.question, description=cand.task.description, lang=cand.lang,
+                    solution=cand.solution, answer=cand.answer, backend="offline", model=None,
+                    template_version=f"{version}/{cand.task.template}", run_id=run_id))
+        for task, error in result.failures:
+            level = logging.WARNING if error.startswith("template error") else logging.DEBUG
+            log.log(level, "table %s: %s/%s dropped: %s", tid, task.category, task.template, error)
+
+    if params.n_chains:
+        chains = build_chains(view, source, params.n_chains, params.min_hops, params.max_hops, params.seed, tid)
+        if not chains:
+            out.skips.append(Skip("composition", "unsupported_table",
+                                  f"no chain of {params.min_hops}-{params.max_hops} hops fits this table"))
+        for chain in chains:
+            chain_rows: list[dict] = []
+            for k, hop in enumerate(chain, start=1):
+                parents = [chain_rows[-1]["query_id"]] if chain_rows else []
+                chain_rows.append(R.query_row(
+                    fingerprint=fp, table=table, tables=tables, category=hop.task.category, hop=k, parents=parents,
+                    root_id=chain_rows[0]["query_id"] if chain_rows else None, question=hop.task.question,
+                    description=hop.task.description, lang=hop.lang, solution=hop.solution, answer=hop.answer,
+                    backend="offline", model=None, template_version=f"{version}/{hop.task.template}", run_id=run_id))
+            out.chains.append(chain)
+            out.chain_rows.append(chain_rows)
+            out.rows.extend(chain_rows)
+    return out
+
+
+def dedup_rows(rows: list[dict], threshold: float, fingerprint: str, run_id: str | None) -> tuple[list[dict], list[dict]]:
+    """Merge identical ids, drop near-duplicate questions (never a chain parent); rejections for drops."""
+    by_id: dict[str, dict] = {}
+    for row in rows:
+        by_id.setdefault(row["query_id"], row)
+    ordered = sorted(by_id.values(), key=lambda r: r["hop"])  # stable: singles, then chain hops in order
+    parents = {p for r in ordered for p in r["parent_query_ids"]}
+    kept, dropped = near_duplicates(ordered, lambda r: r["question"], threshold,
+                                    protected=lambda r: r["query_id"] in parents)
+    # A chain hop whose parent was merged away keeps its lineage, since merging only removes exact copies.
+    rejections = [
+        R.rejection_row(key=(fingerprint, row["query_id"], "near_duplicate"), reason_code="near_duplicate",
+                        reason=f"Jaccard {sim:.2f} >= {threshold} with query {other['query_id']}: {other['question'][:200]}",
+                        file_id=row["file_id"], query_id=row["query_id"], raw=row["question"], run_id=run_id)
+        for row, other, sim in dropped
+    ]
+    return kept, rejections
+
+
+def verify_rows(root: DataRoot, rows: list[dict], tables: dict[str, dict], params: SynthParams,
+                run_id: str | None) -> tuple[list[dict], list[dict]]:
+    """Run every stored reference program from its own text in one fresh interpreter.
+
+    A row whose program fails, or prints something other than its stored answer, is dropped with a
+    ``reference_unverified`` rejection, and so are the chain hops built on it.
+    """
+    checked = [r for r in rows if r.get("reference_solution")]
+    jobs = [{"lang": r["solution_lang"], "solution": r["reference_solution"],
+             "db_path": data_path(root, tables[r["table_id"]]["staged_uri"])} for r in checked]
+    results = run_in_subprocess(jobs, per_job_timeout_s=params.solution_timeout_s)
+    bad: dict[str, str] = {}
+    for row, res in zip(checked, results):
+        if not res["ok"]:
+            bad[row["query_id"]] = f"reference solution failed when run on its own: {res['error']}"[:1000]
+        elif res["answer"] != row["reference_answer"]:
+            bad[row["query_id"]] = f"run on its own it printed {res['answer'][:200]!r}, expected {row['reference_answer'][:200]!r}"
+    for row in sorted(rows, key=lambda r: r["hop"]):
+        if row["query_id"] not in bad and any(p in bad for p in row["parent_query_ids"]):
+            bad[row["query_id"]] = "built on a parent query whose reference solution did not verify"
+    kept = [r for r in rows if r["query_id"] not in bad]
+    rejections = [
+        R.rejection_row(key=(params.fingerprint, r["query_id"], "verify"), reason_code="reference_unverified",
+                        reason=bad[r["query_id"]], file_id=r["file_id"], query_id=r["query_id"],
+                        raw=r["reference_solution"], run_id=run_id)
+        for r in rows if r["query_id"] in bad
+    ]
+    return kept, rejections
+
+
+def replay_chain(chain_rows: list[dict], db_path: str | None = None) -> list[str]:
+    """Re-run a chain's reference solutions in order (what a multi-turn replay does); their answers."""
+    answers = []
+    for row in chain_rows:
+        try:
+            answers.append(run_solution(row["solution_lang"], row["reference_solution"], db_path))
+        except ExecutionError as exc:
+            answers.append(f"error: {exc}")
+    return answers
+
+

@@ -1,0 +1,143 @@
+"""The LLM backend end to end against a real OpenAI-protocol server on 127.0.0.1 (tests/fakes)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import pytest
+from fakes.openai_server import Fault
+
+from synth_fixtures import catalog_rows, write_catalog
+from datamind.llm import EndpointUnavailable, LLMClient, LLMConfig, ResponseCache
+from datamind.schemas import QUERIES, REJECTIONS
+from datamind.shards import read_rows
+from datamind.synth import prompts as P
+from datamind.synth.stage import plan_synthesis, synthesize_shard
+
+CATEGORIES = ["ranking", "counting", "causal_analysis"]
+PARAMS = {"backend": "llm", "categories": CATEGORIES, "queries_per_category": 2, "n_chains": 1,
+          "min_hops": 3, "max_hops": 3}
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
+
+
+def reply_for(prompt: str) -> str:
+    """A well-formed reply whose question is a deterministic function of the prompt."""
+    m = re.search(r"# Target question type\n(.+)\n", prompt) or re.search(r"# The new step's question type\n([^:]+):", prompt)
+    name = m.group(1).strip()
+    digest = hashlib.sha256(prompt.encode()).hexdigest()
+    words = " ".join(WORDS[int(ch, 16)] for ch in digest[:6])
+    return f"<question>For {name}, which {words} stands out?</question>\n<description>Steps {digest[:8]}.</description>\n<type>{name}</type>"
+
+
+def responder(body: dict) -> str:
+    prompt = body["messages"][0]["content"]
+    if "# Target question type\nCausal Analysis\n" in prompt:
+        return "I cannot help with that."  # always malformed: no tags, every re-ask too
+    return reply_for(prompt)
+
+
+@pytest.fixture
+def client_factory(llm_server, root):
+    def make() -> LLMClient:
+        config = LLMConfig(base_url=llm_server.base_url, api_key="sk-test-not-real", models={"synthesizer": "synth-model"},
+                           timeout_s=2.0, max_retries=3, backoff_base_s=0.005, backoff_max_s=0.02)
+        return LLMClient(config, cache=ResponseCache(root))
+    return make
+
+
+@pytest.fixture
+def catalog(root, small_csv):
+    rows = catalog_rows(small_csv)
+    write_catalog(root, rows)
+    return rows
+
+
+def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, catalog, llm_server, client_factory):
+    llm_server.responder = responder
+    llm_server.script(None, Fault.server_error(), Fault.rate_limit())
+    (spec,) = plan_synthesis(root, 10, PARAMS)
+    summary = synthesize_shard(root, spec, PARAMS, "run-1", llm_client=client_factory())
+    first_calls = llm_server.request_count
+    assert set(llm_server.faults_served) == {"status", "rate_limit"}  # both faults were met and retried past
+
+    rows = read_rows(root, QUERIES, "queries")
+    llm_rows = [r for r in rows if r["backend"] == "llm"]
+    singles = [r for r in llm_rows if r["hop"] == 1]
+    assert Counter_of(singles) == {"ranking": 2, "counting": 2}  # causal_analysis replies were all malformed
+    assert all(r["model"] == "synth-model" and r["reference_solution"] is None and r["reference_answer"] is None
+               for r in llm_rows)
+
+    # tokens: the fake counts words, so the first ranking prompt (rendered again here) fixes the expected numbers
+    (table,) = catalog
+    meta = P.meta_for_prompt(table["meta_info"])
+    prompt = P.render_query_prompt(meta, "ranking", 0, avoid=[])
+    expected_reply = reply_for(prompt.text)
+    question = re.search(r"<question>(.*)</question>", expected_reply).group(1)
+    (row,) = [r for r in singles if r["question"] == question]
+    assert row["prompt_tokens"] == len(prompt.text.split()) and row["completion_tokens"] == len(expected_reply.split())
+    assert row["template_version"] == prompt.version
+    # the second ranking prompt shows the first question, so the model is steered away from repeating it
+    second = P.render_query_prompt(meta, "ranking", 1, avoid=[question])
+    assert any(b["messages"][0]["content"] == second.text for b in llm_server.bodies)
+
+    # chains: an executed offline root, then LLM hops; hop 2 was told the root's computed result
+    (root_row,) = [r for r in rows if r["backend"] == "offline"]
+    hops = sorted((r for r in llm_rows if r["hop"] > 1), key=lambda r: r["hop"])
+    assert [r["hop"] for r in hops] == [2, 3]
+    assert hops[0]["parent_query_ids"] == [root_row["query_id"]] and hops[1]["parent_query_ids"] == [hops[0]["query_id"]]
+    assert all(r["root_query_id"] == root_row["query_id"] for r in hops)
+    compose_prompts = [b["messages"][0]["content"] for b in llm_server.bodies if "Previous question" in b["messages"][0]["content"]]
+    assert any(root_row["question"] in p and f"# Its result\n{root_row['reference_answer']}\n" in p for p in compose_prompts)
+
+    rejections = read_rows(root, REJECTIONS, "rejections")
+    parse_failures = [r for r in rejections if r["reason_code"] == "llm_parse_failed"]
+    assert len(parse_failures) == 2 and all(r["raw"] == "I cannot help with that." for r in parse_failures)
+    assert summary["rejections"]["llm_parse_failed"] == 2
+    assert summary["llm"]["calls"] == first_calls - 2  # every request but the two faulted attempts was counted
+
+    # rerun with the same parameters: nothing planned, nothing sent
+    llm_server.reset()
+    llm_server.responder = responder
+    assert plan_synthesis(root, 10, PARAMS) == []
+    assert synthesize_shard(root, spec, PARAMS, "run-2", llm_client=client_factory())["reused"]
+    # even when the outputs are gone, the response cache answers every prompt: zero new calls, same ids
+    root.remove("queries")
+    root.remove("rejections")
+    again = synthesize_shard(root, spec, PARAMS, "run-3", llm_client=client_factory())
+    assert llm_server.request_count == 0
+    assert sorted(r["query_id"] for r in read_rows(root, QUERIES, "queries")) == sorted(r["query_id"] for r in rows)
+    assert again["llm"]["calls"] == 0 and again["llm"]["cached_calls"] > 0
+
+
+def Counter_of(rows):
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r["category"]] = out.get(r["category"], 0) + 1
+    return out
+
+
+def test_a_dead_endpoint_fails_the_shard_and_leaves_it_to_be_retried(root, catalog, llm_server, client_factory):
+    llm_server.responder = lambda body: Fault.http_status(401)
+    (spec,) = plan_synthesis(root, 10, PARAMS)
+    with pytest.raises(EndpointUnavailable):
+        synthesize_shard(root, spec, PARAMS, "run-1", llm_client=client_factory())
+    assert not root.exists("queries") or root.glob("queries", "**", "*.summary.json") == []
+    assert plan_synthesis(root, 10, PARAMS) == [spec]  # still pending
+    # the key never leaks into what was written or raised
+    for path in root.glob("**", "*"):
+        if root.fs.isfile(path) and not path.endswith(".parquet"):
+            assert "sk-test-not-real" not in root.fs.cat_file(path).decode("utf-8", "replace")
+
+
+def test_bad_meta_info_is_a_rejection_not_a_crash(root, small_csv, llm_server, client_factory):
+    llm_server.responder = responder
+    (row,) = catalog_rows(small_csv)
+    row["meta_info"] = json.dumps({"description": "x"})
+    write_catalog(root, [row])
+    params = {**PARAMS, "n_chains": 0}
+    (spec,) = plan_synthesis(root, 10, params)
+    summary = synthesize_shard(root, spec, params, "r", llm_client=client_factory())
+    assert summary["n_queries"] == 0 and summary["rejections"] == {"bad_meta_info": 1}
+    assert llm_server.request_count == 0

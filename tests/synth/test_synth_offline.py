@@ -1,0 +1,240 @@
+"""Offline engine on small tables whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from synth_fixtures import catalog_rows
+from datamind.categories import CATEGORY_IDS
+from datamind.synth.dedup import near_duplicates, shingles, jaccard
+from datamind.synth.offline.compose import build_chains
+from datamind.synth.offline.engine import synthesize_offline
+from datamind.synth.offline.execute import run_in_subprocess
+from datamind.synth.table import dedup_rows, load_view, replay_chain, synthesize_table_offline
+from datamind.synth.params import SynthParams
+
+
+def _all_candidates(root, path, per_category=25):
+    (row,) = catalog_rows(path)
+    source, view = load_view(root, row)
+    result = synthesize_offline(view, source, CATEGORY_IDS, per_category, seed=0, table_key=row["table_id"])
+    by_q = {c.task.question: c for cands in result.candidates.values() for c in cands}
+    return row, source, view, result, by_q
+
+
+def test_hand_computed_answers_on_a_small_csv(root, small_csv):
+    # units: north 10,20,30 | south 5,15,25 | east 40,60 ; price = units / 5 ; 8 rows
+    _, source, view, result, by_q = _all_candidates(root, small_csv)
+    assert source.reader == "plain" and view.measures == ["units", "price"] and view.groups == ["region"]
+    expected = {
+        "What is the average units across all records?": "25.625",  # 205 / 8
+        "What is the total units for records where region is 'north'?": "60.0",
+        "Which region has the highest average units?": "east",  # north 20, south 15, east 50
+        "How many records have region equal to 'south'?": "3",
+        "How many records have a units greater than the average units?": "3",  # 30, 40, 60
+        "How many distinct region values appear in the data?": "3",
+        "What is the median units?": "22.5",  # (20 + 25) / 2
+        "What is the Pearson correlation coefficient between units and price?": "1.0",
+        "What is the ratio of the total units to the total price?": "5.0",  # 205 / 41
+        "What is the difference between the largest and the smallest units?": "55.0",
+        "Which year has the most records according to day?": "2024",
+        "How many days lie between the earliest and the latest day?": str((dt.date(2024, 6, 10) - dt.date(2023, 1, 5)).days),
+        "What percentage of the total units is contributed by records with region 'north'?": str(round(60 / 205 * 100, 2)),
+    }
+    for question, answer in expected.items():
+        assert question in by_q, f"missing: {question}"
+        assert by_q[question].answer == answer, question
+    assert all(c.lang == "python" for c in by_q.values())
+
+
+def test_every_category_is_covered_when_the_table_supports_it(root, small_csv):
+    _, _, _, result, _ = _all_candidates(root, small_csv, per_category=1)
+    assert {c for c, cands in result.candidates.items() if cands} == set(CATEGORY_IDS)
+    assert result.skips == []
+
+
+def test_categories_a_table_cannot_support_are_skipped_with_a_reason(root, tmp_path):
+    path = tmp_path / "names.csv"
+    path.write_text("name,comment\n" + "".join(f"person{i},said thing number {i}\n" for i in range(30)))
+    _, _, view, result, _ = _all_candidates(root, path, per_category=2)
+    assert view.measures == [] and view.groups == [] and view.dates == []
+    skipped = {s.category: s for s in result.skips}
+    for category in ("correlation_analysis", "aggregation", "time_based_calculation", "distribution_analysis"):
+        assert skipped[category].reason_code == "unsupported_table"
+        assert skipped[category].reason.startswith("needs ")
+        assert result.candidates[category] == []
+    # what the table does support still gets questions: the preprocessing question counts rows
+    assert result.candidates["comprehensive_data_preprocessing"][0].answer == "30"
+
+
+def test_sqlite_questions_use_sql_joined_along_the_foreign_key(root, small_sqlite):
+    rows = {r["table_name"]: r for r in catalog_rows(small_sqlite)}
+    source, view = load_view(root, rows["sales"])
+    assert [(j.fk_column, j.parent_table, j.label_column) for j in source.joins] == [("shop_id", "shops", "shop_name")]
+    assert "shop_id" not in view.measures and "sale_id" not in view.measures  # keys are not quantities
+    result = synthesize_offline(view, source, ("ranking", "counting", "statistical_analysis"), 10, 0, "t")
+    by_q = {c.task.question: c for cands in result.candidates.values() for c in cands}
+    top = by_q["Which shop_name has the highest average amount?"]  # Alpha 25, Beta 7, Gamma 50.33
+    assert top.lang == "sql" and top.answer == "Gamma"
+    assert 'LEFT JOIN "shops"' in top.solution and top.solution.lstrip().upper().startswith("SELECT")
+    assert by_q["How many records have shop_name equal to 'Beta'?"].answer == "3"  # 5, 7, 9
+    # no plain-SQL form for a median: a pandas program over the same joined relation
+    median = by_q["What is the median amount?"]
+    assert median.lang == "python" and "read_sql_query" in median.solution and median.answer == "15.0"
+
+
+def test_stored_programs_run_on_their_own_in_a_fresh_interpreter(root, small_csv, small_sqlite):
+    jobs, expected = [], []
+    for path in (small_csv, small_sqlite):
+        for row in catalog_rows(path):
+            source, view = load_view(root, row)
+            result = synthesize_offline(view, source, CATEGORY_IDS, 2, 0, row["table_id"])
+            for cands in result.candidates.values():
+                for c in cands:
+                    jobs.append({"lang": c.lang, "solution": c.solution, "db_path": source.data_path})
+                    expected.append(c.answer)
+    results = run_in_subprocess(jobs, timeout_s=120)
+    assert len(results) == len(jobs) > 40
+    assert [r.get("answer", r.get("error")) for r in results] == expected
+
+
+def test_chains_feed_each_result_into_the_next_hop(root, small_csv):
+    (row,) = catalog_rows(small_csv)
+    source, view = load_view(root, row)
+    chains = build_chains(view, source, n_chains=3, min_hops=4, max_hops=4, seed=0, table_key="t")
+    assert len(chains) == 3
+    for chain in chains:
+        assert len(chain) == 4
+        for prev, hop in zip(chain, chain[1:]):
+            literal = repr(prev.value.value)
+            body = hop.solution.split("DATA_PATH", 1)[-1]
+            assert literal in body or f"'{prev.value.value}'" in body, (literal, hop.solution)
+            # the harder question describes the previous result instead of stating it
+            assert prev.answer not in hop.task.question or prev.answer in prev.task.question
+
+
+def test_chain_rows_keep_lineage_and_replay_to_the_stored_answers(root, small_sqlite):
+    rows = {r["table_name"]: r for r in catalog_rows(small_sqlite)}
+    params = SynthParams(queries_per_category=0, n_chains=2, min_hops=2, max_hops=5, seed=3)
+    out = synthesize_table_offline(root, rows["sales"], params, run_id="r")
+    assert out.chain_rows
+    for chain in out.chain_rows:
+        assert 2 <= len(chain) <= 5
+        assert [r["hop"] for r in chain] == list(range(1, len(chain) + 1))
+        assert chain[0]["parent_query_ids"] == [] and chain[0]["root_query_id"] == chain[0]["query_id"]
+        for prev, row in zip(chain, chain[1:]):
+            assert row["parent_query_ids"] == [prev["query_id"]]
+            assert row["root_query_id"] == chain[0]["query_id"]
+        assert replay_chain(chain, str(small_sqlite)) == [r["reference_answer"] for r in chain]
+
+
+def test_same_inputs_give_the_same_questions_and_ids(root, small_csv):
+    (row,) = catalog_rows(small_csv)
+    params = SynthParams(queries_per_category=2, n_chains=2)
+    a = synthesize_table_offline(root, row, params, run_id="r1")
+    b = synthesize_table_offline(root, row, params, run_id="r2")
+    assert [r["query_id"] for r in a.rows] == [r["query_id"] for r in b.rows]
+    c = synthesize_table_offline(root, row, SynthParams(queries_per_category=2, n_chains=2, seed=7), run_id="r1")
+    assert {r["query_id"] for r in a.rows}.isdisjoint({r["query_id"] for r in c.rows})
+
+
+def test_near_duplicates_are_dropped_but_distinct_questions_kept():
+    a = "What is the average price across all records?"
+    assert jaccard(shingles(a), shingles("what is the AVERAGE price, across all records")) == 1.0
+    items = [a, "What is the average price across all records ?", "What is the average weight across all records?",
+             "How many records have a price above 3?"]
+    kept, dropped = near_duplicates(items, str, threshold=0.8)
+    assert kept == [items[0], items[2], items[3]]
+    assert dropped[0][0] == items[1] and dropped[0][1] == items[0] and dropped[0][2] == pytest.approx(1.0)
+    kept, dropped = near_duplicates(items, str, threshold=0.8, protected=lambda q: q == items[1])
+    assert kept == items and dropped == []
+
+
+def test_dedup_rows_records_each_drop_and_never_breaks_a_chain():
+    def row(qid, question, hop=1, parents=()):
+        return {"query_id": qid, "question": question, "hop": hop, "parent_query_ids": list(parents), "file_id": "f"}
+
+    rows = [row("a", "What is the average price?"), row("b", "what is the average price"),
+            row("c", "What is the average price ?", 1), row("d", "Next step on it?", 2, ["c"]),
+            row("a", "What is the average price?")]
+    kept, rejections = dedup_rows(rows, 0.8, "fp", "run")
+    assert [r["query_id"] for r in kept] == ["a", "c", "d"]  # c is a parent: kept although a near-duplicate
+    assert [r["query_id"] for r in rejections] == ["b"]
+    assert rejections[0]["reason_code"] == "near_duplicate" and re.search(r"query a\b", rejections[0]["reason"])
+
+
+HOSTILE = "__import__('os').system('touch PWNED')"
+
+
+def test_hostile_column_names_and_values_cannot_change_what_programs_do(root, tmp_path, monkeypatch):
+    """Names and cells with quotes, braces, backslashes and code stay data: programs run and nothing executes."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "hostile.csv"
+    cols = ['it\'s "price"', "grp{0}", "back\\slash", "qty"]
+    groups = ["O'Brien", '"quoted"', HOSTILE, "{}"]
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for i in range(28):  # the code-like value is the most frequent group, so questions pick it
+            w.writerow([1.5 * i + (i % 5), groups[i % 4] if i < 24 else HOSTILE, f"v{i % 3}\\", i * i % 17])
+    db = tmp_path / "hostile.sqlite"
+    con = sqlite3.connect(db)
+    con.execute('CREATE TABLE "we""ird" ("a\'b" TEXT, "x ""y""" REAL)')
+    con.executemany('INSERT INTO "we""ird" VALUES (?, ?)', [(groups[i % 4], float(i * 3 % 11)) for i in range(24)])
+    con.commit()
+    con.close()
+
+    jobs, expected = [], []
+    for p in (path, db):
+        for row in catalog_rows(p):
+            source, view = load_view(root, row)
+            assert view.groups, "the hostile group column must still be usable"
+            result = synthesize_offline(view, source, CATEGORY_IDS, 3, 0, row["table_id"])
+            for cands in result.candidates.values():
+                for c in cands:
+                    jobs.append({"lang": c.lang, "solution": c.solution, "db_path": source.data_path})
+                    expected.append(c.answer)
+            assert not [e for _, e in result.failures if "SyntaxError" in e]
+    assert len(jobs) > 40 and any(HOSTILE in j["solution"] for j in jobs)
+    assert [r.get("answer", r.get("error")) for r in run_in_subprocess(jobs)] == expected
+    assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+
+
+def test_a_template_that_crashes_on_odd_data_is_reported_and_the_others_carry_on(root, small_csv, monkeypatch):
+    from datamind.synth.offline import generators
+
+    def broken(view, rng):
+        raise ZeroDivisionError("odd data")
+        yield  # pragma: no cover - makes this a generator
+
+    monkeypatch.setitem(generators.REGISTRY, "counting", [broken, *generators.REGISTRY["counting"]])
+    (row,) = catalog_rows(small_csv)
+    source, view = load_view(root, row)
+    result = synthesize_offline(view, source, ("counting",), 3, 0, "t")
+    assert len(result.candidates["counting"]) == 3
+    assert [(t.template, e) for t, e in result.failures] == [("broken", "template error: ZeroDivisionError: odd data")]
+
+
+def test_an_unexpected_failure_on_one_table_becomes_a_rejection(root, small_csv, monkeypatch):
+    import datamind.synth.table as table_mod
+
+    monkeypatch.setattr(table_mod, "build_view", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    (row,) = catalog_rows(small_csv)
+    out = synthesize_table_offline(root, row, SynthParams(), run_id="r")
+    assert out.rows == [] and [r["reason_code"] for r in out.rejections] == ["synthesis_error"]
+    assert "RuntimeError: boom" in out.rejections[0]["reason"] and out.rejections[0]["file_id"] == row["file_id"]
+
+
+def test_every_category_has_several_registered_templates():
+    from datamind.synth.offline.generators import REGISTRY
+
+    assert set(REGISTRY) == set(CATEGORY_IDS)
+    assert all(len(REGISTRY[c]) >= 2 for c in CATEGORY_IDS)
+    names = [fn.__name__ for fns in REGISTRY.values() for fn in fns]
+    assert len(names) == len(set(names))  # template names are stored in template_version: unique

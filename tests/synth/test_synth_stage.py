@@ -1,0 +1,143 @@
+"""The synthesis stage end to end (offline backend): planning, shards, summaries, reruns, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from synth_fixtures import catalog_rows, write_catalog
+from datamind.schemas import QUERIES, REJECTIONS
+from datamind.shards import read_rows
+from datamind.synth.params import SynthParams
+from datamind.synth.stage import output_dir, plan_synthesis, summarize_run, synthesize_shard
+
+PARAMS = {"queries_per_category": 2, "n_chains": 2, "shard_size": 2}
+
+
+@pytest.fixture
+def catalog(root, small_csv, small_sqlite):
+    rows = catalog_rows(small_csv) + catalog_rows(small_sqlite)
+    write_catalog(root, rows)
+    return {r["table_id"]: r for r in rows}
+
+
+def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(root, catalog):
+    specs = plan_synthesis(root, 2, PARAMS)
+    assert sorted(t for s in specs for t in s["table_ids"]) == sorted(catalog) and [len(s["table_ids"]) for s in specs] == [2, 1]
+    summaries = [synthesize_shard(root, s, PARAMS, run_id="run-1") for s in specs]
+    assert not any(s["reused"] for s in summaries)
+    assert "reference_unverified" not in sum((Counter(s["rejections"]) for s in summaries), Counter())
+
+    rows = read_rows(root, QUERIES, "queries")
+    assert len(rows) == sum(s["n_queries"] for s in summaries) > 50
+    assert len({r["query_id"] for r in rows}) == len(rows)
+    # the summary's counts agree with the rows actually written
+    assert Counter(r["category"] for r in rows) == sum((Counter(s["by_category"]) for s in summaries), Counter())
+    assert Counter(str(r["hop"]) for r in rows) == sum((Counter(s["by_hop"]) for s in summaries), Counter())
+    assert {r["hop"] for r in rows} >= {1, 2}
+    assert all(r["backend"] == "offline" and r["reference_answer"] and r["template_version"].startswith("offline-")
+               for r in rows)
+    by_id = {r["query_id"]: r for r in rows}
+    for r in rows:  # lineage resolves inside the output
+        assert all(p in by_id for p in r["parent_query_ids"]) and r["root_query_id"] in by_id
+
+    for s in summaries:  # summary JSON next to its Parquet shard
+        parquet = s["outputs"]["queries"]
+        assert os.path.exists(parquet.replace(".parquet", ".summary.json"))
+        meta = pq.read_schema(parquet).metadata
+        assert meta[b"datamind.table"] == b"queries" and meta[b"datamind.schema_version"] == QUERIES.version.encode()
+
+    # the key-and-name-only shops table cannot support numeric categories: recorded, not silently empty
+    shops = next(t for t, r in catalog.items() if r["table_name"] == "shops")
+    skipped = [d for s in summaries for d in s["skip_details"] if d["table_id"] == shops]
+    assert {d["category"] for d in skipped} >= {"aggregation", "correlation_analysis", "time_based_calculation"}
+
+    run = summarize_run(root, PARAMS, "run-1")
+    assert run["n_queries"] == len(rows) and run["n_tables"] == 3 and run["by_category"] == dict(Counter(r["category"] for r in rows))
+    assert os.path.exists(root.path(output_dir(SynthParams.from_dict(PARAMS)), "run-run-1.summary.json"))
+
+    # rerun: nothing planned, an explicit shard call reuses its summary and rewrites nothing
+    mtimes = {p: os.path.getmtime(p) for p in root.glob("queries", "**", "*")}
+    assert plan_synthesis(root, 2, PARAMS) == []
+    again = synthesize_shard(root, specs[0], PARAMS, run_id="run-2")
+    assert again["reused"] and again["n_queries"] == summaries[0]["n_queries"]
+    assert {p: os.path.getmtime(p) for p in root.glob("queries", "**", "*")} == mtimes
+    assert len(read_rows(root, QUERIES, "queries")) == len(rows)
+
+
+def test_new_parameters_get_their_own_partition(root, catalog):
+    params = {**PARAMS, "verify_solutions": False}
+    first = plan_synthesis(root, 10, params)
+    synthesize_shard(root, first[0], params, "r")
+    other = {**params, "seed": 5, "categories": ["ranking", "counting"], "n_chains": 0}
+    (spec,) = plan_synthesis(root, 10, other)
+    assert spec["params_fingerprint"] != first[0]["params_fingerprint"]
+    summary = synthesize_shard(root, spec, other, "r")
+    assert set(summary["by_category"]) <= {"ranking", "counting"} and summary["by_hop"] == {"1": summary["n_queries"]}
+    with pytest.raises(ValueError, match="different synthesis parameters"):
+        synthesize_shard(root, spec, params, "r")
+
+
+def test_missing_and_unreadable_tables_become_rejections(root, catalog, small_csv, tmp_path):
+    gone = tmp_path / "gone.csv"
+    gone.write_text(small_csv.read_text())
+    (gone_row,) = catalog_rows(gone)
+    write_catalog(root, [gone_row])
+    gone.unlink()
+    spec = {"shard_id": "s1", "table_ids": [gone_row["table_id"], "no-such-table"],
+            "params_fingerprint": SynthParams.from_dict(PARAMS).fingerprint}
+    summary = synthesize_shard(root, spec, PARAMS, "r")
+    assert summary["n_queries"] == 0
+    assert summary["rejections"] == {"table_not_in_catalog": 1, "table_unreadable": 1}
+    rej = read_rows(root, REJECTIONS, "rejections")
+    assert {r["stage"] for r in rej} == {"synthesis"} and all(r["reason"] for r in rej)
+    # the shard is done (summary written): its tables are not planned again
+    assert gone_row["table_id"] not in {t for s in plan_synthesis(root, 10, PARAMS) for t in s["table_ids"]}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"categories": ["nope"]}, "unknown categories"),
+    ({"min_hops": 1}, "min_hops"),
+    ({"max_hops": 6}, "max_hops"),
+    ({"backend": "gpt"}, "backend"),
+    ({"queries_per_category": -1}, "queries_per_category"),
+    ({"colour": "red"}, "unknown synthesis parameters"),
+])
+def test_bad_parameters_fail_clearly(bad, message):
+    with pytest.raises(ValueError, match=message):
+        SynthParams.from_dict(bad)
+
+
+def test_llm_backend_without_a_client_is_refused(root, catalog):
+    params = {**PARAMS, "backend": "llm"}
+    (spec, *_) = plan_synthesis(root, 10, params)
+    with pytest.raises(ValueError, match="llm_client"):
+        synthesize_shard(root, spec, params, "r")
+    assert json.loads(json.dumps(SynthParams.from_dict(params).to_dict()))["backend"] == "llm"
+
+
+def test_a_stored_answer_that_the_standalone_program_does_not_reproduce_is_rejected(root, catalog, monkeypatch):
+    """If in-process execution and the stored program text ever disagree, the row (and its chain) is dropped."""
+    import datamind.synth.offline.engine as engine
+
+    real = engine.run_body_on_frame
+
+    def wrong_for_medians(imports, body, df):
+        answer = real(imports, body, df)
+        return "12345.0" if ".median()" in body else answer
+
+    monkeypatch.setattr(engine, "run_body_on_frame", wrong_for_medians)
+    params = {**PARAMS, "categories": ["statistical_analysis", "comparison", "ranking"], "queries_per_category": 3}
+    summaries = [synthesize_shard(root, s, params, "r") for s in plan_synthesis(root, 10, params)]
+    rows = read_rows(root, QUERIES, "queries")
+    rejected = [r for r in read_rows(root, REJECTIONS, "rejections") if r["reason_code"] == "reference_unverified"]
+    assert rejected and all(".median()" in r["raw"] or "parent" in r["reason"] for r in rejected)
+    assert any("printed" in r["reason"] and "12345.0" in r["reason"] for r in rejected)
+    assert not any(".median()" in (r["reference_solution"] or "") for r in rows)
+    ids = {r["query_id"] for r in rows}
+    assert all(p in ids for r in rows for p in r["parent_query_ids"])  # no orphaned chain hops
+    assert sum(s["n_verified_solutions"] for s in summaries) == len(rows)
