@@ -38,8 +38,8 @@ from datamind_airflow import runtime
             items={"type": "string", "enum": list(CATEGORY_IDS)},
             title="Task categories",
         ),
-        "queries_per_category": Param(1, type="integer", minimum=1, maximum=20, title="Questions per category per table"),
-        "n_chains": Param(2, type="integer", minimum=0, maximum=20, title="Composed chains per table"),
+        "queries_per_category": Param(2, type="integer", minimum=1, maximum=20, title="Questions per category per table"),
+        "n_chains": Param(3, type="integer", minimum=0, maximum=20, title="Composed chains per table"),
         "min_hops": Param(2, type="integer", minimum=2, maximum=5, title="Minimum hops", section="Composition"),
         "max_hops": Param(5, type="integer", minimum=2, maximum=5, title="Maximum hops", section="Composition"),
         "shard_size": Param(20, type="integer", minimum=1, maximum=500, title="Tables per task instance"),
@@ -49,11 +49,15 @@ from datamind_airflow import runtime
     **DAG_DEFAULTS,
 )
 def synthesize_queries():
+    def synth_params() -> dict:
+        """The run's params minus the ones that only pick infrastructure (the Connection)."""
+        return {k: v for k, v in get_current_context()["params"].items() if k != "llm_conn_id"}
+
     @task
     def plan() -> list[dict]:
         from datamind.synth.stage import plan_synthesis
 
-        params = dict(get_current_context()["params"])
+        params = synth_params()
         specs = plan_synthesis(runtime.data_root(), int(params["shard_size"]), params)
         runtime.log_summary("Synthesis plan", {"shards": len(specs)})
         return specs
@@ -63,9 +67,8 @@ def synthesize_queries():
         from datamind.synth.stage import synthesize_shard as run_shard
         from datamind_airflow.llm import client_for
 
-        params = dict(get_current_context()["params"])
-        with client_for(params) as client:
-            summary = run_shard(runtime.data_root(), spec, params, runtime.run_id(), llm_client=client)
+        with client_for(dict(get_current_context()["params"])) as client:
+            summary = run_shard(runtime.data_root(), spec, synth_params(), runtime.run_id(), llm_client=client)
         runtime.log_summary(f"Shard {spec.get('shard_id')}", summary)
         return summary
 

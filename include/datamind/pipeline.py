@@ -8,7 +8,6 @@ short summary for the task log. A run that wrote nothing new (a rerun) still rep
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from typing import Any
 
 import pyarrow.compute as pc
@@ -20,18 +19,26 @@ from datamind.storage import DataRoot
 log = logging.getLogger(__name__)
 
 
+# Summary fields that describe the run rather than count something: kept from the first shard, never summed.
+_DESCRIPTIVE = {"params", "shard_id", "path", "source", "outputs"}
+
+
 def merge_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Sum numeric fields and merge count dicts across shard summaries."""
+    """Sum counts across shard summaries, recursively through nested count dicts."""
     total: dict[str, Any] = {}
     for summary in summaries:
-        for key, value in (summary or {}).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
-                continue
-            if isinstance(value, dict):
-                total[key] = dict(Counter(total.get(key, {})) + Counter({k: v for k, v in value.items() if isinstance(v, (int, float))}))
-            else:
-                total[key] = total.get(key, 0) + value
+        _merge_into(total, summary or {})
     return total
+
+
+def _merge_into(total: dict[str, Any], summary: dict[str, Any]) -> None:
+    for key, value in summary.items():
+        if key in _DESCRIPTIVE:
+            continue
+        if isinstance(value, dict):
+            _merge_into(total.setdefault(key, {}), value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value
 
 
 def rows_of_run(root: DataRoot, table: str, run_id: str):
@@ -70,11 +77,4 @@ def finalize_stage(
 
 
 def finalize_ingest(root: DataRoot, summaries: list[dict[str, Any]], source_name: str, run_id: str) -> dict[str, Any]:
-    result = finalize_stage(root, "catalog_files", f"ingest_{source_name}", summaries, run_id)
-    data = rows_of_run(root, "catalog_files", run_id)
-    if data.num_rows:
-        result["status"] = dict(Counter(data.column("status").to_pylist()))
-        result["rejected_by_reason"] = dict(
-            Counter(c for c, s in zip(data.column("reason_code").to_pylist(), data.column("status").to_pylist()) if s == "rejected")
-        )
-    return result
+    return finalize_stage(root, "catalog_files", f"ingest_{source_name}", summaries, run_id)
