@@ -20,15 +20,6 @@ from datamind.shards import write_shard  # noqa: E402
 from datamind.storage import DataRoot  # noqa: E402
 
 SYSTEM = "You are a data analyst. Think in <think>, run Python in <code>, answer in <answer>."
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-TAGS = ["<think>", "</think>", "<code>", "</code>", "<answer>", "</answer>", "<interpreter>", "</interpreter>"]
-
-
 def conversation(question: str, code: str, output: str, answer: str) -> list[dict]:
     return [
         {"role": "system", "content": SYSTEM},
@@ -77,24 +68,9 @@ def write_dataset(root: DataRoot, rows: list[dict], shard_size: int = 2) -> None
 
 
 def build_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    from datamind.train.tiny import build_tokenizer as build
 
-    lines = [m["content"] for row in dataset_rows() for m in row["messages"]]
-    lines += ["The final answer is 42.", "import pandas as pd\ndf = pd.read_csv('x.csv')\nprint(df.head())"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=["<|pad|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
-    )
-    tok.train_from_iterator(lines * 4, trainer)
-    tok.add_tokens(TAGS)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|im_end|>")
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return build(m["content"] for row in dataset_rows() for m in row["messages"])
 
 
 @pytest.fixture(scope="session")
@@ -103,23 +79,15 @@ def tokenizer():
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, tokenizer):
+def tiny_model_dir(tmp_path_factory):
     """A randomly initialised 2-layer Llama and its tokenizer, saved like any local checkpoint."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from datamind.train.tiny import build_tiny_model
 
     torch.set_num_threads(1)  # in case torch was imported before this conftest set OMP_NUM_THREADS
-    path = tmp_path_factory.mktemp("tiny-llama")
-    cfg = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    texts = [m["content"] for row in dataset_rows() for m in row["messages"]]
+    return build_tiny_model(str(tmp_path_factory.mktemp("tiny-llama")), texts)
 
 
 @pytest.fixture
