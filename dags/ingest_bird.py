@@ -19,7 +19,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind.settings import REPO_ROOT
 from datamind_airflow import DAG_DEFAULTS
-from datamind_airflow.ingest_tasks import ingest_shard, plan_source_files, publish_catalog
+from datamind_airflow.ingest_tasks import ingest_shard, limit_params, plan_source_files, publish_catalog
 
 
 @dag(
@@ -28,6 +28,7 @@ from datamind_airflow.ingest_tasks import ingest_shard, plan_source_files, publi
     doc_md=__doc__,
     tags=["datamind", "ingest"],
     params={
+        **limit_params(20, "Databases"),
         "source_uri": Param(
             str(REPO_ROOT / "samples" / "bird"),
             type="string",
@@ -44,9 +45,6 @@ from datamind_airflow.ingest_tasks import ingest_shard, plan_source_files, publi
             description="Leave empty to take every database.",
         ),
         "seed": Param(0, type="integer", title="Sampling seed"),
-        "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
-        "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
-        "shard_size": Param(20, type="integer", minimum=1, maximum=1000, title="Databases per task instance", section="Limits"),
     },
     **DAG_DEFAULTS,
 )

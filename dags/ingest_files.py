@@ -19,7 +19,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind.settings import REPO_ROOT
 from datamind_airflow import DAG_DEFAULTS
-from datamind_airflow.ingest_tasks import ingest_shard, plan_source_files, publish_catalog
+from datamind_airflow.ingest_tasks import ingest_shard, limit_params, limits_from_params, plan_source_files, publish_catalog
 
 
 @dag(
@@ -28,6 +28,7 @@ from datamind_airflow.ingest_tasks import ingest_shard, plan_source_files, publi
     doc_md=__doc__,
     tags=["datamind", "ingest"],
     params={
+        **limit_params(50, "Files"),
         "source_uri": Param(
             str(REPO_ROOT / "samples" / "files"),
             type="string",
@@ -42,9 +43,6 @@ from datamind_airflow.ingest_tasks import ingest_shard, plan_source_files, publi
             description="Short name recorded as the files' source; part of every file_id.",
             pattern="^[a-z0-9][a-z0-9_.-]*$",
         ),
-        "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
-        "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
-        "shard_size": Param(50, type="integer", minimum=1, maximum=1000, title="Files per task instance", section="Limits"),
     },
     **DAG_DEFAULTS,
 )
@@ -53,7 +51,6 @@ def ingest_files():
     def plan() -> list[dict]:
         """List the source, hash every file and split the new ones into shards."""
         from datamind.ingest.sources import list_source_files
-        from datamind_airflow.ingest_tasks import limits_from_params
 
         params = get_current_context()["params"]
         files = list_source_files(params["source_uri"], limits_from_params(params))

@@ -22,7 +22,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind_airflow import DAG_DEFAULTS
 from datamind_airflow import runtime
-from datamind_airflow.ingest_tasks import ingest_shard, limits_from_params, plan_source_files, publish_catalog
+from datamind_airflow.ingest_tasks import ingest_shard, limit_params, limits_from_params, plan_source_files, publish_catalog
 
 
 @dag(
@@ -31,6 +31,7 @@ from datamind_airflow.ingest_tasks import ingest_shard, limits_from_params, plan
     doc_md=__doc__,
     tags=["datamind", "ingest"],
     params={
+        **limit_params(50, "Files"),
         "queries": Param(
             ["sales", "weather", "healthcare", "finance", "education"],
             type="array",
@@ -49,9 +50,6 @@ from datamind_airflow.ingest_tasks import ingest_shard, limits_from_params, plan
         "max_pages": Param(5, type="integer", minimum=1, maximum=100, title="Result pages per query"),
         "max_dataset_bytes": Param(200 * 1024 * 1024, type="integer", minimum=1, title="Max dataset size (bytes)", section="Limits"),
         "max_file_bytes": Param(64 * 1024 * 1024, type="integer", minimum=1, title="Max file size (bytes)", section="Limits"),
-        "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
-        "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
-        "shard_size": Param(50, type="integer", minimum=1, maximum=1000, title="Files per task instance", section="Limits"),
         "kaggle_conn_id": Param("kaggle_default", type="string", title="Kaggle Connection"),
     },
     **DAG_DEFAULTS,

@@ -13,10 +13,23 @@ New rows trigger **synthesize_queries** via the `catalog/tables` Asset.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag
 
 from datamind_airflow import CATALOG_FILES, CATALOG_TABLES, DAG_DEFAULTS
-from datamind_airflow import runtime
+from datamind_airflow.stages import sharded_stage
+
+
+def plan(root, params):
+    """Accepted files without a catalog/tables row yet, split into shards."""
+    from datamind.profile.stage import plan_profile
+
+    return plan_profile(root, int(params["shard_size"]))
+
+
+def process(root, spec, params, run_id, llm_client):
+    from datamind.profile.stage import profile_shard
+
+    return profile_shard(root, spec, run_id)
 
 
 @dag(
@@ -30,34 +43,7 @@ from datamind_airflow import runtime
     **DAG_DEFAULTS,
 )
 def profile_files():
-    @task
-    def plan() -> list[dict]:
-        """Accepted files without a catalog/tables row yet, split into shards."""
-        from datamind.profile.stage import plan_profile
-
-        params = get_current_context()["params"]
-        specs = plan_profile(runtime.data_root(), int(params["shard_size"]))
-        runtime.log_summary("Profile plan", {"shards": len(specs), "files": sum(len(s["files"]) for s in specs)})
-        return specs
-
-    @task(max_active_tis_per_dagrun=2)
-    def profile_shard(spec: dict) -> dict:
-        from datamind.profile.stage import profile_shard as run_shard
-
-        summary = run_shard(runtime.data_root(), spec, runtime.run_id())
-        runtime.log_summary(f"Shard {spec.get('shard_id')}", summary)
-        return summary
-
-    @task(outlets=[CATALOG_TABLES])
-    def publish(summaries: list[dict]) -> dict:
-        """Validate this run's catalog/tables rows and announce the Asset."""
-        from datamind.pipeline import finalize_stage
-
-        result = finalize_stage(runtime.data_root(), "catalog_tables", "profile_files", list(summaries), runtime.run_id())
-        runtime.log_summary("Profiling", result)
-        return result
-
-    publish(profile_shard.expand(spec=plan()))
+    sharded_stage(plan=plan, process=process, table="catalog_tables", stage="profile_files", outlet=CATALOG_TABLES)
 
 
 profile_files()

@@ -16,10 +16,23 @@ Output: `trajectories/*.parquet`. New rows trigger **judge_trajectories**.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag
 
 from datamind_airflow import DAG_DEFAULTS, QUERIES, TRAJECTORIES
-from datamind_airflow import runtime
+from datamind_airflow.stages import sharded_stage
+
+
+def plan(root, params):
+    """Queries without trajectories yet, split into shards."""
+    from datamind.rollout.stage import plan_sampling
+
+    return plan_sampling(root, int(params["shard_size"]), params)
+
+
+def process(root, spec, params, run_id, llm_client):
+    from datamind.rollout.stage import sample_shard
+
+    return sample_shard(root, spec, params, run_id, llm_client=llm_client)
 
 
 @dag(
@@ -40,35 +53,7 @@ from datamind_airflow import runtime
     **DAG_DEFAULTS,
 )
 def sample_trajectories():
-    @task
-    def plan() -> list[dict]:
-        from datamind.rollout.stage import plan_sampling
-
-        params = dict(get_current_context()["params"])
-        specs = plan_sampling(runtime.data_root(), int(params["shard_size"]), params)
-        runtime.log_summary("Sampling plan", {"shards": len(specs)})
-        return specs
-
-    @task(max_active_tis_per_dagrun=2)
-    def sample_shard(spec: dict) -> dict:
-        from datamind.rollout.stage import sample_shard as run_shard
-        from datamind_airflow.llm import client_for
-
-        params = dict(get_current_context()["params"])
-        with client_for(params) as client:
-            summary = run_shard(runtime.data_root(), spec, params, runtime.run_id(), llm_client=client)
-        runtime.log_summary(f"Shard {spec.get('shard_id')}", summary)
-        return summary
-
-    @task(outlets=[TRAJECTORIES])
-    def publish(summaries: list[dict]) -> dict:
-        from datamind.pipeline import finalize_stage
-
-        result = finalize_stage(runtime.data_root(), "trajectories", "sample_trajectories", list(summaries), runtime.run_id())
-        runtime.log_summary("Sampling", result)
-        return result
-
-    publish(sample_shard.expand(spec=plan()))
+    sharded_stage(plan=plan, process=process, table="trajectories", stage="sample_trajectories", outlet=TRAJECTORIES)
 
 
 sample_trajectories()

@@ -18,11 +18,24 @@ report under `reports/synthesize_queries/<run>/`. New rows trigger **sample_traj
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag
 
 from datamind.categories import CATEGORY_IDS
 from datamind_airflow import CATALOG_TABLES, DAG_DEFAULTS, QUERIES
-from datamind_airflow import runtime
+from datamind_airflow.stages import sharded_stage
+
+
+def plan(root, params):
+    """Profiled tables not yet synthesized with these parameters, split into shards."""
+    from datamind.synth.stage import plan_synthesis
+
+    return plan_synthesis(root, int(params["shard_size"]), params)
+
+
+def process(root, spec, params, run_id, llm_client):
+    from datamind.synth.stage import synthesize_shard
+
+    return synthesize_shard(root, spec, params, run_id, llm_client=llm_client)
 
 
 @dag(
@@ -49,38 +62,7 @@ from datamind_airflow import runtime
     **DAG_DEFAULTS,
 )
 def synthesize_queries():
-    def synth_params() -> dict:
-        """The run's params minus the ones that only pick infrastructure (the Connection)."""
-        return {k: v for k, v in get_current_context()["params"].items() if k != "llm_conn_id"}
-
-    @task
-    def plan() -> list[dict]:
-        from datamind.synth.stage import plan_synthesis
-
-        params = synth_params()
-        specs = plan_synthesis(runtime.data_root(), int(params["shard_size"]), params)
-        runtime.log_summary("Synthesis plan", {"shards": len(specs)})
-        return specs
-
-    @task(max_active_tis_per_dagrun=2)
-    def synthesize_shard(spec: dict) -> dict:
-        from datamind.synth.stage import synthesize_shard as run_shard
-        from datamind_airflow.llm import client_for
-
-        with client_for(dict(get_current_context()["params"])) as client:
-            summary = run_shard(runtime.data_root(), spec, synth_params(), runtime.run_id(), llm_client=client)
-        runtime.log_summary(f"Shard {spec.get('shard_id')}", summary)
-        return summary
-
-    @task(outlets=[QUERIES])
-    def publish(summaries: list[dict]) -> dict:
-        from datamind.pipeline import finalize_stage
-
-        result = finalize_stage(runtime.data_root(), "queries", "synthesize_queries", list(summaries), runtime.run_id())
-        runtime.log_summary("Synthesis", result)
-        return result
-
-    publish(synthesize_shard.expand(spec=plan()))
+    sharded_stage(plan=plan, process=process, table="queries", stage="synthesize_queries", outlet=QUERIES)
 
 
 synthesize_queries()

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import task
+from airflow.sdk import Param, task
 
 from datamind_airflow import CATALOG_FILES
 from datamind_airflow import runtime
+
+
+def limit_params(shard_size: int, unit: str = "Files") -> dict[str, Param]:
+    """The acceptance limits and shard size every ingest DAG offers in its trigger form."""
+    return {
+        "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
+        "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
+        "shard_size": Param(shard_size, type="integer", minimum=1, maximum=1000, title=f"{unit} per task instance", section="Limits"),
+    }
 
 
 def limits_from_params(params: dict[str, Any]):
