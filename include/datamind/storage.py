@@ -11,11 +11,13 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import tempfile
 import uuid
 from dataclasses import dataclass
 
-import fsspec
 from fsspec.core import url_to_fs
+
+from datamind.ids import stable_id
 
 _OBJECT_STORE_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory"}
 
@@ -105,10 +107,21 @@ class DataRoot:
             self.fs.rm(path, recursive=True)
 
     def local_copy(self, path: str) -> str:
-        """Context-free helper: a local filesystem path for ``path`` (downloads from remote roots)."""
+        """A local filesystem path for ``path``; remote files are downloaded once per worker.
+
+        The copy keeps the file's own name (programs and sandboxes refer to data files by name),
+        in a folder keyed by the remote path so two files of the same name never collide.
+        """
         if self.is_local:
             return path
-        return fsspec.open_local(f"simplecache::{self.protocol}://{path}")
+        folder = os.path.join(tempfile.gettempdir(), "datamind-cache", stable_id(self.protocol, path))
+        local = os.path.join(folder, posixpath.basename(path))
+        if not os.path.exists(local):
+            os.makedirs(folder, exist_ok=True)
+            tmp = f"{local}.{uuid.uuid4().hex}.tmp"
+            self.fs.get_file(path, tmp)
+            os.replace(tmp, local)
+        return local
 
 
 def buffer_bytes(writer) -> bytes:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import posixpath
 from dataclasses import dataclass, field
 
@@ -77,7 +79,8 @@ def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:
 
 def _exec_preamble(source: Source) -> pd.DataFrame:
     namespace: dict = {}
-    exec(compile(source.python_preamble(), "<preamble>", "exec"), namespace)  # noqa: S102 - own code
+    with contextlib.chdir(os.path.dirname(os.path.abspath(source.data_path))):  # programs name the file relatively
+        exec(compile(source.python_preamble(), "<preamble>", "exec"), namespace)  # noqa: S102 - own code
     return namespace["df"]
 
 

@@ -43,11 +43,13 @@ def format_rows(rows: list[tuple]) -> str:
     return "; ".join(", ".join(format_value(c) for c in row) for row in rows)
 
 
-def run_python(program: str, preset: dict | None = None) -> str:
+def run_python(program: str, preset: dict | None = None, cwd: str | None = None) -> str:
+    """Run ``program`` in-process from ``cwd`` (where its data file is), returning what it printed."""
     buf = io.StringIO()
     namespace = {"__name__": "__main__", **(preset or {})}
+    workdir = contextlib.chdir(cwd) if cwd else contextlib.nullcontext()
     try:
-        with contextlib.redirect_stdout(buf), warnings.catch_warnings():
+        with workdir, contextlib.redirect_stdout(buf), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             exec(compile(program, "<reference_solution>", "exec"), namespace)  # noqa: S102 - own generated code
     except Exception as exc:  # any failure of a candidate program is a reason to drop it
@@ -78,8 +80,12 @@ def run_sql(db_path: str, sql: str) -> str:
 
 
 def run_solution(lang: str, solution: str, db_path: str | None = None) -> str:
+    """Run a reference solution against the data file ``db_path`` (any format, despite the name).
+
+    Python programs name the file relative to their working directory, so they run from its folder.
+    """
     if lang == "python":
-        return run_python(solution)
+        return run_python(solution, cwd=os.path.dirname(os.path.abspath(db_path)) if db_path else None)
     if lang == "sql":
         if not db_path:
             raise ExecutionError("an SQL solution needs the SQLite file path")

@@ -9,6 +9,8 @@ by a parent's name instead of an opaque key.
 
 from __future__ import annotations
 
+import os
+
 import json
 import sqlite3
 from urllib.parse import quote
@@ -65,6 +67,10 @@ class Source:
     reader: str = "plain"  # plain | tidy (plain + ingest's cell tidying) | loader (the project's own loader)
 
     @property
+    def file_name(self) -> str:
+        return os.path.basename(self.data_path)
+
+    @property
     def solution_lang_default(self) -> str:
         return "sql" if self.fmt == "sqlite" else "python"
 
@@ -95,7 +101,9 @@ class Source:
         return "\n".join(dict.fromkeys(imports)) + "\n"
 
     def python_preamble(self, extra_imports: tuple[str, ...] = ()) -> str:
-        head = self.python_imports(extra_imports) + "\n" + f"DATA_PATH = {self.data_path!r}\n"
+        # The program names its data file relative to its working directory, as the sandbox and any
+        # replay present it: the text (and so the query_id) does not depend on where the data root is.
+        head = self.python_imports(extra_imports) + "\n" + f"DATA_PATH = {self.file_name!r}\n"
         if self.fmt == "sqlite":
             return head + (
                 'con = sqlite3.connect("file:" + quote(DATA_PATH) + "?mode=ro", uri=True)\n'
