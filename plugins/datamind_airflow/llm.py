@@ -23,13 +23,14 @@ def client_for(params: dict[str, Any]) -> Iterator[Any]:
     if params.get("backend", "offline") != "llm":
         yield None
         return
-    from datamind.llm.client import LLMClient
-    from datamind.llm.config import LLMConfig
+    from datamind.llm import LLMClient, LLMConfig, ResponseCache
 
-    conn = runtime.connection_dict(params.get("llm_conn_id") or "datamind_llm")
-    config = LLMConfig.from_connection_dict(conn) if conn else LLMConfig.from_env()
-    client = LLMClient(config, root=runtime.data_root())
+    conn_id = params.get("llm_conn_id") or "datamind_llm"
+    conn = runtime.connection_dict(conn_id)
+    config = LLMConfig.from_connection_dict(conn, conn_id=conn_id) if conn else LLMConfig.from_env(conn_id)
+    # Responses are cached under the shared data root: a retry, rerun or backfill never pays twice.
+    client = LLMClient(config, cache=ResponseCache(runtime.data_root()))
     try:
         yield client
     finally:
-        log.info("LLM usage for this task: %s", client.usage.summary())
+        client.usage.log_summary("LLM usage for this task", logger=log)
