@@ -30,7 +30,7 @@ test: install
 test-fast: install
 	$(PY) -m pytest -p no:cacheprovider -m "not scheduler and not corpus" $(PYTEST_ARGS)
 
-# The Airflow UI and a scheduler on http://localhost:8080 (user admin; password printed by `bin/airflow-password`).
+# The Airflow UI and a scheduler on http://localhost:8080 (user admin; password in airflow_home/simple_auth_manager_passwords.json.generated).
 airflow: install
 	bin/airflow standalone
 
