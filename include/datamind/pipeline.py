@@ -41,10 +41,13 @@ def _merge_into(total: dict[str, Any], summary: dict[str, Any]) -> None:
             total[key] = total.get(key, 0) + value
 
 
-def rows_of_run(root: DataRoot, table: str, run_id: str):
+def rows_of_run(root: DataRoot, table: str, run_id: str, rel_dir: str | None = None):
+    """Rows of ``table`` (under ``rel_dir``, default its own directory) written by ``run_id``.
+
+    Tables without a run_id column (the judged/published dataset) are returned whole.
+    """
     schema = schemas.ALL[table]
-    rel_dir = assets.DIRS[table]
-    data = read_table(root, schema, rel_dir)
+    data = read_table(root, schema, rel_dir or assets.DIRS[table])
     if "run_id" in data.column_names and data.num_rows:
         data = data.filter(pc.equal(data.column("run_id"), run_id))
     return data
@@ -57,11 +60,12 @@ def finalize_stage(
     summaries: list[dict[str, Any]],
     run_id: str,
     *,
+    rel_dir: str | None = None,
     raise_on_failure: bool = False,
 ) -> dict[str, Any]:
     from datamind.quality.validate import validate_table
 
-    data = rows_of_run(root, table, run_id)
+    data = rows_of_run(root, table, run_id, rel_dir)
     result: dict[str, Any] = {"stage": stage, "table": table, "new_rows": data.num_rows}
     result.update(merge_summaries(summaries))
     if data.num_rows == 0:

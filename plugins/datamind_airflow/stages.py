@@ -29,8 +29,20 @@ def stage_params() -> dict[str, Any]:
     return {k: v for k, v in get_current_context()["params"].items() if k not in INFRA_PARAMS}
 
 
-def sharded_stage(*, plan: PlanFn, process: ProcessFn, table: str, stage: str, outlet: Asset, parallel_shards: int = 2):
-    """Instantiate the three tasks inside the calling ``@dag`` function."""
+def sharded_stage(
+    *,
+    plan: PlanFn,
+    process: ProcessFn,
+    table: str,
+    stage: str,
+    outlet: Asset,
+    rel_dir: str | None = None,
+    parallel_shards: int = 2,
+):
+    """Instantiate the three tasks inside the calling ``@dag`` function.
+
+    ``table`` names the output's schema; ``rel_dir`` its directory when that is not the table's own.
+    """
 
     @task(task_id="plan")
     def plan_task() -> list[dict]:
@@ -52,7 +64,7 @@ def sharded_stage(*, plan: PlanFn, process: ProcessFn, table: str, stage: str, o
         """Validate this run's rows with Great Expectations, write the report, announce the Asset."""
         from datamind.pipeline import finalize_stage
 
-        result = finalize_stage(runtime.data_root(), table, stage, list(summaries), runtime.run_id())
+        result = finalize_stage(runtime.data_root(), table, stage, list(summaries), runtime.run_id(), rel_dir=rel_dir)
         runtime.log_summary(stage, result)
         return result
 

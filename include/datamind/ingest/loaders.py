@@ -137,6 +137,9 @@ def load_table(local_path: str, read_options: dict[str, Any]) -> pd.DataFrame:
             data = fh.read()
         if read_options.get("compression") == "gzip":
             data = gzip.decompress(data)
+        fast = _read_csv_bytes(data, read_options)
+        if fast is not None:
+            return fast[0]
         return read_csv_text(decode_text(data, read_options["encoding"]), read_options)[0]
     if fmt == "xlsx":
         from python_calamine import CalamineWorkbook
@@ -231,16 +234,57 @@ def _strip_text(values):
     if not isinstance(values.dtype, pd.StringDtype):
         return None
     arr = pa.array(values)
+    if not _edges_may_be_blank(arr):
+        return None
     trimmed = pc.utf8_trim_whitespace(arr)
     # pandas already turns empty cells into missing values, so unchanged lengths mean nothing to do.
-    if pc.sum(pc.binary_length(arr)).as_py() == pc.sum(pc.binary_length(trimmed)).as_py():
+    if _text_bytes(arr) == _text_bytes(trimmed):
         return None
     cleaned = pc.if_else(pc.equal(trimmed, ""), pa.scalar(None, trimmed.type), trimmed)
     return pd.array(cleaned, dtype=values.dtype)
 
 
-def _tidy(df: pd.DataFrame, raw: list[str], drop_empty_rows: bool = True) -> tuple[pd.DataFrame, list[str]]:
-    """Drop empty unnamed columns (and empty rows), strip text; returns the frame and the kept raw names."""
+# What utf8_trim_whitespace trims (Unicode White_Space). A cell needs trimming only if its first byte
+# starts, or its last byte ends, one of these; a table of bytes answers that for all cells at once.
+_BLANKS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+           + "\u2028\u2029\u202f\u205f\u3000")
+_FIRST_BYTE = np.zeros(256, bool)
+_FIRST_BYTE[[c.encode()[0] for c in _BLANKS]] = True
+_LAST_BYTE = np.zeros(256, bool)
+_LAST_BYTE[[c.encode()[-1] for c in _BLANKS]] = True
+
+
+def _edges_may_be_blank(arr) -> bool:
+    """False when no cell can start or end with whitespace (so trimming would change nothing)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return any(_edges_may_be_blank(c) for c in arr.chunks)
+    width = 8 if pa.types.is_large_string(arr.type) else 4 if pa.types.is_string(arr.type) else 0
+    if not width:
+        return True
+    if len(arr) == 0 or arr.buffers()[2] is None:
+        return False
+    offsets = np.frombuffer(arr.buffers()[1], f"<i{width}", len(arr) + 1, arr.offset * width)
+    chars = np.frombuffer(arr.buffers()[2], np.uint8)
+    starts, ends = offsets[:-1], offsets[1:]
+    filled = ends > starts
+    return bool(_FIRST_BYTE[chars[starts[filled]]].any() or _LAST_BYTE[chars[ends[filled] - 1]].any())
+
+
+def _text_bytes(arr) -> int:
+    """Total bytes of the non-null cells; from the offsets when there are no nulls (no pass over the data)."""
+    if isinstance(arr, pa.Array) and arr.null_count == 0 and len(arr):
+        width = 8 if pa.types.is_large_string(arr.type) else 4 if pa.types.is_string(arr.type) else 0
+        if width:
+            starts = np.frombuffer(arr.buffers()[1], f"<i{width}", 1, arr.offset * width)
+            ends = np.frombuffer(arr.buffers()[1], f"<i{width}", 1, (arr.offset + len(arr)) * width)
+            return int(ends[0]) - int(starts[0])
+    return pc.sum(pc.binary_length(arr)).as_py() or 0
+
+
+def _tidy(df: pd.DataFrame, raw: list[str], drop_empty_rows=True) -> tuple[pd.DataFrame, list[str]]:
+    """Drop empty unnamed columns (and empty rows), strip text; returns the frame and the kept raw names.
+
+    ``drop_empty_rows`` may be a callable deciding it, asked only when the frame can hold an empty row."""
     if any(not r.strip() for r in raw):
         keep = [j for j, r in enumerate(raw) if r.strip() or df.iloc[:, j].notna().any()]
         if len(keep) < df.shape[1]:
@@ -255,9 +299,28 @@ def _tidy(df: pd.DataFrame, raw: list[str], drop_empty_rows: bool = True) -> tup
         df = df.copy()
         for j, values in changed.items():
             df.isetitem(j, values)
+    if callable(drop_empty_rows):
+        # Dropping is a no-op when some column is never missing, so the (costly) decision can be skipped.
+        drop_empty_rows = not _some_column_complete(df) and drop_empty_rows()
     if drop_empty_rows:
         df = df.dropna(how="all").reset_index(drop=True)
     return df, raw
+
+
+def _some_column_complete(df: pd.DataFrame) -> bool:
+    """Whether some column has no missing value (then no row is entirely missing); cheap checks first."""
+    if df.shape[0] == 0:
+        return True
+    arrays = [column_values(df, j) for j in range(df.shape[1])]
+    if any(isinstance(a, np.ndarray) and a.dtype.kind in "iub" for a in arrays):
+        return True
+    for a in arrays:
+        if isinstance(a, np.ndarray):
+            if a.dtype.kind == "f" and not np.isnan(a).any():
+                return True
+        elif not a.isna().any():
+            return True
+    return False
 
 
 # -- delimited text ----------------------------------------------------------------------------
@@ -345,10 +408,23 @@ def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[s
     header_records = header_records[start:]
     if opts.get("repair_rows"):
         body = _repair_body(body, header_records, opts)
+    # Only a line made of delimiters and blanks can become an all-missing row; skip the costly check otherwise.
+    empty_line = re.compile(rf"\n[{re.escape(sep)} \t\"]*\n")  # a literal first char keeps the scan fast
+    return _frame(io.StringIO(body), header_records, opts,
+                  lambda: bool(empty_line.search("\n" + body.rstrip("\n") + "\n")))
+
+
+def _frame(source, header_records: list[list[str]], opts: dict[str, Any], has_blank_line,
+           encoding: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Parse the body (text or bytes handle) under the already-split header records."""
+    sep, quote_ = opts["sep"], opts.get("quotechar", '"')
+    n_header = int(opts.get("header_rows", 1))
     kwargs = dict(sep=sep, quotechar=quote_, decimal=opts.get("decimal", "."), thousands=opts.get("thousands"),
                   header=None, skip_blank_lines=True, low_memory=False)
+    if encoding:
+        kwargs["encoding"] = encoding
     try:
-        df = pd.read_csv(io.StringIO(body), **kwargs)
+        df = pd.read_csv(source, **kwargs)
     except pd.errors.EmptyDataError:
         df = pd.DataFrame()
     except pd.errors.ParserError as exc:
@@ -363,9 +439,79 @@ def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[s
             raise _NeedsRepair()
     raw = raw + [""] * (ncols - len(raw))
     df.columns = column_names(raw)
-    # Only a line made of delimiters and blanks can become an all-missing row; skip the costly check otherwise.
-    empty_line = re.compile(rf"\n[{re.escape(sep)} \t\"]*\n")  # a literal first char keeps the scan fast
-    return _tidy(df, raw, drop_empty_rows=bool(ncols and empty_line.search("\n" + body.rstrip("\n") + "\n")))
+    return _tidy(df, raw, drop_empty_rows=lambda: bool(ncols and has_blank_line()))
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _read_csv_bytes(data: bytes, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str]] | None:
+    """``read_csv_text`` without decoding the whole file to text first, or None where that could differ.
+
+    For UTF-8 (and pure ASCII) files without repaired rows, the bytes pandas parses are exactly
+    the bytes ``read_csv_text`` would re-encode from the decoded text, so the frame is the same; only the
+    header records are decoded here. Saves a decode, a copy of the text and pandas' re-encoding."""
+    enc = opts.get("encoding")
+    sep, quote_ = opts["sep"], opts.get("quotechar", '"')
+    if opts.get("repair_rows") or not (enc in ("utf-8", "utf-8-sig") or (enc == "ascii" and data.isascii())):
+        return None
+    if len(sep) != 1 or not sep.isascii():
+        return None
+    if b"\r" in data:  # as decode_text does; a CR byte is never part of a multi-byte UTF-8 character
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    pos = len(_BOM) if enc == "utf-8-sig" and data.startswith(_BOM) else 0
+    start, n_header = int(opts.get("header_start", 0)), int(opts.get("header_rows", 1))
+    header_records, pos = _skip_byte_records(data, pos, start + n_header, sep, quote_)
+    if data.startswith(_BOM, pos):  # pandas would drop a BOM the text route keeps as a character
+        return None
+    handle = io.BytesIO(data)
+    handle.seek(pos)
+    return _frame(handle, header_records[start:], opts, lambda: _has_blank_line(data, pos, sep), "utf-8")
+
+
+def _skip_byte_records(data: bytes, pos: int, n: int, sep: str, quote_: str) -> tuple[list[list[str]], int]:
+    """``_skip_records`` on bytes: the first ``n`` records from ``pos`` and the offset of the line after them."""
+    if n == 0:
+        return [], pos
+
+    def lines():
+        at = pos
+        while at < len(data):
+            nl = data.find(b"\n", at)
+            end = len(data) if nl < 0 else nl + 1
+            yield data[at:end].decode("utf-8")
+            at = end
+
+    reader = csv.reader(lines(), delimiter=sep, quotechar=quote_)
+    records = []
+    for _ in range(n):
+        try:
+            records.append(next(reader))
+        except StopIteration:
+            break
+    for _ in range(reader.line_num):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            return records, len(data)
+        pos = nl + 1
+    return records, pos
+
+
+def _has_blank_line(data: bytes, pos: int, sep: str) -> bool:
+    """The text route's test, ``\\n[sep blanks quotes]*\\n`` in "\\n" + body.rstrip("\\n") + "\\n", on the bytes
+    in place (no copies): whether a line of ``data[pos:end]`` is made only of those characters."""
+    end = len(data)
+    while end > pos and data[end - 1] == 0x0A:
+        end -= 1
+    cls = re.escape(sep).encode() + b' \t"'
+    only = re.compile(b"[" + cls + b"]*")
+    first = data.find(b"\n", pos, end)
+    if first < 0:
+        return only.fullmatch(data, pos, end) is not None
+    last = data.rfind(b"\n", pos, end)
+    return (only.fullmatch(data, pos, first) is not None
+            or only.fullmatch(data, last + 1, end) is not None
+            or re.compile(b"\n[" + cls + b"]*\n").search(data, pos, end) is not None)
 
 
 def _misaligned_tail(df: pd.DataFrame, raw: list[str]) -> bool:

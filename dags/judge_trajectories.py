@@ -1,0 +1,71 @@
+"""
+### Judge trajectories: self-consistency, reflection rescue, selection
+
+Runs whenever `trajectories` changes. For every query whose N trajectories are all sampled, a judge
+decides whether their final answers agree (same meaning; numbers within 3%; complete) and which one
+is best. The **offline** judge compares answers programmatically; the **llm** judge is the `judge`
+model of the `datamind_llm` Connection. Both return a reasoning, a yes/no and the best index.
+
+Inconsistent sets go through the **reflection rescue**: the judge's reasoning is fed back to the
+agent as a critique, it revises, and the judge runs again (up to `reflection_rounds`); every row
+records the round it came from. The **selection strategy** picks what is kept:
+
+| strategy | keeps |
+|---|---|
+| `con_select` (paper default) | the judge's best trajectory of a consistent set |
+| `random_select` | one random trajectory of a consistent set |
+| `non_select` | every trajectory of a consistent set |
+| `non_con` | every trajectory, consistent or not (ablation) |
+
+Output: `judged/params=<fingerprint>/*.parquet` (the dataset schema) and `rejections/` for dropped
+sets; a quality report with consistency rate and rescue yield under `reports/judge_trajectories/<run>/`.
+New rows trigger **publish_dataset**.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag
+
+from datamind_airflow import DAG_DEFAULTS, JUDGED, TRAJECTORIES
+from datamind_airflow.stages import sharded_stage
+
+
+def plan(root, params):
+    """Queries with sampled trajectories and no judging outcome yet, split into shards."""
+    from datamind.judge.stage import plan_judging
+
+    return plan_judging(root, int(params["shard_size"]), params)
+
+
+def process(root, spec, params, run_id, llm_client):
+    from datamind.judge.stage import judge_shard
+
+    return judge_shard(root, spec, params, run_id, llm_client=llm_client)
+
+
+@dag(
+    schedule=[TRAJECTORIES],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    doc_md=__doc__,
+    tags=["datamind", "trajectories"],
+    params={
+        "backend": Param("offline", type="string", enum=["offline", "llm"], title="Judge and reflection backend"),
+        "strategy": Param(
+            "con_select",
+            type="string",
+            enum=["con_select", "random_select", "non_select", "non_con"],
+            title="Selection strategy",
+        ),
+        "reflection_rounds": Param(1, type="integer", minimum=0, maximum=5, title="Reflection rounds"),
+        "rel_tol": Param(0.03, type="number", minimum=0, maximum=1, title="Numeric tolerance (offline judge)"),
+        "shard_size": Param(20, type="integer", minimum=1, maximum=1000, title="Queries per task instance"),
+        "llm_conn_id": Param("datamind_llm", type="string", title="LLM Connection", section="LLM"),
+    },
+    **DAG_DEFAULTS,
+)
+def judge_trajectories():
+    sharded_stage(plan=plan, process=process, table="dataset", rel_dir="judged", stage="judge_trajectories", outlet=JUDGED)
+
+
+judge_trajectories()

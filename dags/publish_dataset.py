@@ -1,0 +1,58 @@
+"""
+### Publish dataset: rule filters, then a new dataset version
+
+Runs whenever `judged` changes. Applies the rule filters to every judged trajectory:
+
+* **format compliance** — the conversation converts losslessly to the training schema (ReAct tags
+  well formed, tool turns hold `<interpreter>` output, the last turn answers);
+* **length** — the final answer is at most 1,024 tokens (offline tokenizer);
+* **linguistic integrity** — no mojibake, control characters, garbled or mixed-script text.
+
+Every dropped sample lands in `rejections/` with the filter and the reason. The survivors are
+written as `dataset/v<N>/part-XXXXX.parquet` (zstd, sized shards, deterministic names) with a
+`manifest.json` naming the version, counts and schema version; an unchanged input republishes
+nothing. The new version triggers **train_agent**. Quality report: `reports/publish_dataset/<run>/`.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from datamind_airflow import DAG_DEFAULTS, DATASET, JUDGED
+from datamind_airflow import runtime
+
+
+@dag(
+    schedule=[JUDGED],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    doc_md=__doc__,
+    tags=["datamind", "dataset"],
+    params={
+        "shard_rows": Param(500, type="integer", minimum=1, maximum=100_000, title="Rows per Parquet shard"),
+    },
+    **DAG_DEFAULTS,
+)
+def publish_dataset():
+    @task(outlets=[DATASET])
+    def publish() -> dict:
+        """Filter, write the new version atomically, validate it and announce the Asset."""
+        from datamind.assets import DIRS
+        from datamind.pipeline import finalize_stage
+        from datamind.publish.stage import publish_dataset as publish_version
+
+        params = get_current_context()["params"]
+        root, run_id = runtime.data_root(), runtime.run_id()
+        manifest = publish_version(root, run_id, shard_rows=int(params["shard_rows"]))
+        runtime.log_summary("Published dataset", {k: v for k, v in manifest.items() if not isinstance(v, (list, dict))})
+        if manifest.get("unchanged"):
+            return manifest
+        version_dir = f"{DIRS['dataset']}/v{manifest['version']}"
+        quality = finalize_stage(root, "dataset", "publish_dataset", [], run_id, rel_dir=version_dir)
+        runtime.log_summary("Dataset quality", quality)
+        return {**manifest, "quality_report": quality.get("quality_report")}
+
+    publish()
+
+
+publish_dataset()

@@ -1,0 +1,161 @@
+"""The fast routes profiling takes give exactly what the general routes give.
+
+* numbers: ``_profile_numbers`` (one numpy sort) against ``profile_column`` on the Arrow array (hash
+  counts, Arrow min/max), field for field, on columns built to hit ties, nulls, signed zeros and extremes;
+* loading: ``load_table`` (parses the bytes) against ``read_csv_text(decode_text(...))`` (the text route)
+  on files built to hit CRLF inside quotes, bare CRs, BOMs, title rows, blank and delimiter-only lines;
+  and the shortcuts' own tests (blank lines, cells needing a trim) against what they stand in for.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from datamind.ingest.loaders import (
+    _BLANKS,
+    _edges_may_be_blank,
+    _has_blank_line,
+    decode_text,
+    load_table,
+    read_csv_text,
+)
+from datamind.profile.meta import _profile_numbers, profile_column, profile_table
+
+
+def _columns() -> list[tuple[str, np.ndarray]]:
+    rng = np.random.default_rng(7)
+    out = []
+    for n in (1, 2, 3, 9, 64, 65, 700, 5000):
+        with_nan = rng.normal(size=n)
+        with_nan[rng.random(n) < 0.3] = np.nan
+        out += [
+            (f"normal_{n}", rng.normal(size=n) * 1e3),
+            (f"rounded_{n}", np.round(rng.normal(size=n) * 10, 1)),
+            (f"nan_{n}", with_nan),
+            (f"ties_{n}", rng.integers(0, 4, n) * 0.5),
+            (f"pairs_{n}", np.repeat(np.arange((n + 1) // 2), 2)[:n] * 1.5),
+            (f"signed_zero_{n}", rng.choice([0.0, -0.0, 1.0], n)),
+            (f"inf_{n}", np.where(rng.random(n) < 0.1, np.inf, rng.normal(size=n))),
+            (f"small_int_{n}", rng.integers(-3, 3, n)),
+            (f"big_int_{n}", rng.integers(-2**62, 2**62, n)),
+            (f"near_2_53_{n}", 2**53 + rng.integers(0, 5, n)),
+            (f"row_id_{n}", np.arange(n)),
+            (f"counter_{n}", np.arange(5, n + 5)),
+            (f"shuffled_{n}", rng.permutation(n) * 7),
+            (f"int32_{n}", rng.integers(0, 10, n).astype(np.int32)),
+            (f"float32_{n}", rng.normal(size=n).astype(np.float32)),
+            (f"uint8_{n}", rng.integers(0, 10, n).astype(np.uint8)),
+            (f"all_nan_{n}", np.full(n, np.nan)),
+        ]
+    return out
+
+
+@pytest.mark.parametrize("cap", [3, 10])
+def test_numeric_route_equals_the_arrow_route(cap):
+    for name, values in _columns():
+        fast = _profile_numbers(values, name, str(values.dtype), cap, "d")
+        general = profile_column(pa.array(values, from_pandas=True), name, str(values.dtype), cap, "d")
+        if fast is None:  # deferred to the general route: a -0.0 somewhere, or no values at all
+            with np.errstate(invalid="ignore"):
+                assert np.any((values == 0) & np.signbit(values)) or np.isnan(values).all(), name
+            continue
+        assert fast == general, name
+
+
+def test_numeric_route_defers_on_signed_zeros():
+    values = np.array([0.0, -0.0, 1.0])
+    assert _profile_numbers(values, "z", "float64", 10, None) is None
+    assert profile_column(pa.array(values), "z", "float64")["n_unique"] == 3  # Arrow keeps 0.0 and -0.0 apart
+
+
+FILES = {
+    "crlf_quoted.csv": "id,note,amount\r\n" + "".join(f'{i},"line a\r\nline b {i}",{i * 1.5}\r\n' for i in range(30)),
+    "cr_only.csv": "id,city,amount\r" + "".join(f"{i},C{i % 3},{i}.5\r" for i in range(30)),
+    "bom_title.csv": "\ufeffSales report 2024\n\nid,city,amount\n" + "".join(f"{i}, Köln ,{i}\n" for i in range(30)),
+    "bom_no_header.csv": "\ufeff" + "".join(f"{i},{i * 2}\n" for i in range(30)),
+    "blank_lines.csv": "id,city\n" + "".join(f"{i},x{i}\n" for i in range(9)) + "\n,\n" + '"",""\n1,y\n',
+    "na_row.csv": "id,city\n1,a\nNA,NA\n2,b\n",
+    "na_row_and_blank_line.csv": "id,city\n1,a\nNA,NA\n,\n2,b\n",
+    "trailing_delim.csv": "id,city,\n" + "".join(f"{i},c{i},\n" for i in range(20)),
+    "no_final_newline.csv": "id,city\n1,a\n2,b",
+    "only_header.csv": "id,city,amount\n",
+    "tabs.tsv": "id\tcity\tamount\n" + "".join(f"{i}\t c{i} \t{i}\n" for i in range(20)),
+    "two_header_rows.csv": "region,region,sales\nname,code,q1\n" + "".join(f"R{i},{i},{i * 2}\n" for i in range(20)),
+    "quoted_header.csv": '"id","two\nline name","amount"\n' + "".join(f'{i},"x{i}",{i}\n' for i in range(20)),
+    "nbsp.csv": "id,city\n" + "".join(f"{i},\u00a0City {i}\u00a0\n" for i in range(20)),
+}
+OPTIONS = {
+    "bom_title.csv": {"encoding": "utf-8-sig", "header_start": 2},
+    "bom_no_header.csv": {"encoding": "utf-8-sig", "header_rows": 0},
+    "tabs.tsv": {"sep": "\t"},
+    "two_header_rows.csv": {"header_rows": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_byte_route_loads_the_frame_the_text_route_loads(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(FILES[name].encode("utf-8"))
+    opts = {"format": "csv", "table": "t", "encoding": "utf-8", "sep": ",", "quotechar": '"', "decimal": ".",
+            "thousands": None, "header_start": 0, "header_rows": 1, "repair_rows": False, **OPTIONS.get(name, {})}
+    text_df, _ = read_csv_text(decode_text(path.read_bytes(), opts["encoding"]), opts)
+    byte_df = load_table(str(path), opts)
+    pd.testing.assert_frame_equal(byte_df, text_df, check_exact=True)
+    assert list(byte_df.columns) == list(text_df.columns)
+
+
+def test_blank_line_test_on_bytes_matches_the_text_regex():
+    rng = random.Random(3)
+    for sep in (",", "\t", ";", "|"):
+        text_test = re.compile(rf"\n[{re.escape(sep)} \t\"]*\n")
+        for _ in range(20_000):
+            body = "".join(rng.choice([sep, " ", "\t", '"', "\n", "a"]) for _ in range(rng.randint(0, 10)))
+            prefix = "".join(rng.choice(["x", "\n", sep]) for _ in range(rng.randint(0, 3)))
+            expected = bool(text_test.search("\n" + body.rstrip("\n") + "\n"))
+            assert _has_blank_line((prefix + body).encode(), len(prefix), sep) == expected, (prefix, body)
+
+
+def test_table_profiles_equal_the_per_column_arrow_route():
+    rng = np.random.default_rng(11)
+    frames = [
+        pd.DataFrame(np.round(rng.random((300, 4)) * 10, 1)),  # one 2-D block: columns are strided views
+        pd.DataFrame(rng.integers(0, 9, (300, 3))),
+        pd.DataFrame({"x": np.arange(40.0), "y": np.arange(40) % 7}).iloc[::3],
+        pd.DataFrame({"be_float": np.arange(10, dtype=">f8"), "be_int": np.arange(10, dtype=">i8")}),
+    ]
+    for df in frames:
+        profiles = profile_table(df)["column_profiles"]
+        for j, p in enumerate(profiles):
+            values = df.iloc[:, j].to_numpy()
+            try:
+                arr = pa.array(values, from_pandas=True)
+            except pa.ArrowNotImplementedError:  # byte-swapped: both routes profile the text form
+                assert p["kind"] == "integer" and p["min"] == "0" and p["max"] == "9", p
+                continue
+            assert p == profile_column(arr, str(df.columns[j]), str(df.dtypes.iloc[j])), p["name"]
+
+
+def test_blank_table_lists_exactly_what_arrow_trims():
+    codepoints = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    cells = pa.array(["a" + chr(c) for c in codepoints])
+    changed = pc.not_equal(pc.binary_length(cells), pc.binary_length(pc.utf8_trim_whitespace(cells)))
+    trimmed = [c for c, hit in zip(codepoints, changed.to_pylist()) if hit]
+    assert trimmed == sorted(map(ord, _BLANKS))
+
+
+def test_edge_check_never_misses_a_cell_that_trimming_changes():
+    rng = random.Random(5)
+    alphabet = ["a", "é", "z", " ", "\t", "\xa0", "\u3000", "\u2029", "x y"]
+    for _ in range(3000):
+        cells = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) or None
+                 for _ in range(rng.randint(0, 6))]
+        arr = pa.array(cells, pa.large_string())
+        if not _edges_may_be_blank(arr):
+            assert pc.utf8_trim_whitespace(arr).equals(arr), cells
