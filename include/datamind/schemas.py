@@ -185,8 +185,8 @@ QUERIES = TableSchema(
             _f("description", _STR),
             _f("solution_lang", _STR),  # python | sql
             _f("reference_solution", _STR),  # self-contained program that prints the answer
-            # Alternative programs (other libraries / formulations: pandas, numpy, duckdb SQL, sqlite SQL)
-            # that must print the same answer; the offline expert policy samples its N trajectories from them.
+            # Alternative programs through other engines (pandas, DuckDB SQL, SQLite SQL) expected to print
+            # the same answer; the offline expert samples its N trajectories from reference + variants.
             _f("solution_variants", _STRS),
             _f("reference_answer", _STR),
             _f("backend", _STR, False),  # offline | llm

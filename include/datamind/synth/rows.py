@@ -24,7 +24,8 @@ def query_row(*, fingerprint: str, table: dict, tables: list[str], category: str
               parents: list[str], root_id: str | None, question: str, description: str | None,
               lang: str | None, solution: str | None, answer: str | None, backend: str,
               model: str | None, template_version: str, prompt_tokens: int | None = None,
-              completion_tokens: int | None = None, run_id: str | None = None) -> dict:
+              completion_tokens: int | None = None, run_id: str | None = None,
+              variants: list[str] | None = None) -> dict:
     qid = query_id(fingerprint, table["table_id"], backend, hop, question, parents, solution)
     return {
         "query_id": qid,
@@ -40,6 +41,7 @@ def query_row(*, fingerprint: str, table: dict, tables: list[str], category: str
         "description": description,
         "solution_lang": lang,
         "reference_solution": solution,
+        "solution_variants": list(variants or []),
         "reference_answer": answer,
         "backend": backend,
         "model": model,

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import posixpath
+import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,7 @@ from datamind.synth.offline.engine import Skip, synthesize_offline
 from datamind.synth.offline.execute import ExecutionError, run_in_subprocess, run_solution
 from datamind.synth.offline.generators import OFFLINE_TEMPLATES_VERSION
 from datamind.synth.offline.source import READERS, Source, UnsupportedSource, build_source, parse_read_options
+from datamind.synth.offline.variants import runnable_variants
 from datamind.synth.params import SynthParams
 
 log = logging.getLogger(__name__)
@@ -158,7 +160,15 @@ def _synthesize_table_offline(root: DataRoot, table: dict, params: SynthParams, 
         return out
     tables = _tables_of(table, source)
     version = OFFLINE_TEMPLATES_VERSION
+    with tempfile.TemporaryDirectory(prefix="synth-variants-") as scratch:
+        _offline_rows(out, table, source, view, tables, version, params, run_id, with_singles, scratch)
+    return out
 
+
+def _offline_rows(out: "TableOutput", table: dict, source, view, tables: list[str], version: str,
+                  params: SynthParams, run_id: str | None, with_singles: bool, scratch: str) -> None:
+    fp = params.fingerprint
+    tid = table["table_id"]
     if with_singles:
         result = synthesize_offline(view, source, params.categories, params.queries_per_category, params.seed, tid)
         out.skips.extend(result.skips)
@@ -168,7 +178,8 @@ def _synthesize_table_offline(root: DataRoot, table: dict, params: SynthParams, 
                     fingerprint=fp, table=table, tables=tables, category=category, hop=1, parents=[], root_id=None,
                     question=cand.task.question, description=cand.task.description, lang=cand.lang,
                     solution=cand.solution, answer=cand.answer, backend="offline", model=None,
-                    template_version=f"{version}/{cand.task.template}", run_id=run_id))
+                    template_version=f"{version}/{cand.task.template}", run_id=run_id,
+                    variants=runnable_variants(cand.task, source, cand.lang, scratch)))
         for task, error in result.failures:
             level = logging.WARNING if error.startswith("template error") else logging.DEBUG
             log.log(level, "table %s: %s/%s dropped: %s", tid, task.category, task.template, error)
@@ -186,11 +197,11 @@ def _synthesize_table_offline(root: DataRoot, table: dict, params: SynthParams, 
                     fingerprint=fp, table=table, tables=tables, category=hop.task.category, hop=k, parents=parents,
                     root_id=chain_rows[0]["query_id"] if chain_rows else None, question=hop.task.question,
                     description=hop.task.description, lang=hop.lang, solution=hop.solution, answer=hop.answer,
-                    backend="offline", model=None, template_version=f"{version}/{hop.task.template}", run_id=run_id))
+                    backend="offline", model=None, template_version=f"{version}/{hop.task.template}", run_id=run_id,
+                    variants=runnable_variants(hop.task, source, hop.lang, scratch)))
             out.chains.append(chain)
             out.chain_rows.append(chain_rows)
             out.rows.extend(chain_rows)
-    return out
 
 
 def dedup_rows(rows: list[dict], threshold: float, fingerprint: str, run_id: str | None) -> tuple[list[dict], list[dict]]:

@@ -1,0 +1,115 @@
+"""Alternative programs for a question: the same analysis through other engines.
+
+The offline expert samples its N trajectories from a query's reference solution plus these variants,
+so the self-consistency judge compares genuinely independent computations (pandas, DuckDB SQL,
+SQLite SQL) rather than the same program three times. Variants are *expected* to agree with the
+reference; where an engine differs (NULL handling, rounding, tie order), the judge sees the
+disagreement and the reflection loop has real work to do.
+
+Every variant is a self-contained program naming its data file relative to its working directory.
+For SQLite sources the variants stay within the sandbox's SQL tools (``execute_sql`` writes a CSV
+that pandas or DuckDB then reads), because SQL sessions may not open the database directly.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sqlite3
+from urllib.parse import quote
+
+from datamind.synth.offline.execute import ExecutionError, run_python
+from datamind.synth.offline.generators import Task
+from datamind.synth.offline.source import Source
+
+# Prints a query result the way reference answers are formatted: one cell as itself, else rows
+# joined by "; " and cells by ", ", floats rounded to 4 places.
+_PRINT_ROWS = '''
+def _cell(v):
+    return repr(round(v, 4)) if isinstance(v, float) else str(v)
+
+print(_cell(rows[0][0]) if len(rows) == 1 and len(rows[0]) == 1 else "; ".join(", ".join(_cell(v) for v in r) for r in rows))
+'''
+
+
+def _duckdb_over_frame(preamble: str, sql: str) -> str:
+    return (
+        preamble
+        + "import duckdb\n\n"
+        + f"rows = duckdb.sql({sql.replace('{src}', 'df')!r}).fetchall()\n"
+        + _PRINT_ROWS
+    )
+
+
+def _sqlite_over_frame(preamble: str, sql: str) -> str:
+    return (
+        preamble
+        + "import sqlite3\n\n"
+        + "con = sqlite3.connect(':memory:')\n"
+        + "df.to_sql('t', con, index=False)\n"
+        + f"rows = con.execute({sql.replace('{src}', 't')!r}).fetchall()\n"
+        + "con.close()\n"
+        + _PRINT_ROWS
+    )
+
+
+def _tool_preamble(source: Source, extra_imports: tuple[str, ...]) -> str:
+    """Load the analysed relation of a SQLite source through the sandbox's execute_sql tool."""
+    imports = "\n".join(dict.fromkeys(["import pandas as pd", *extra_imports]))
+    return (
+        f"{imports}\n\n"
+        f"execute_sql(sql={source.relation_sql()!r}, output_path='relation.csv')\n"
+        "df = pd.read_csv('relation.csv')\n"
+    )
+
+
+def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
+    """Alternative programs for ``task`` besides the reference written in ``lang``."""
+    out: list[str] = []
+    if source.fmt == "sqlite":
+        if lang == "sql":
+            preamble = _tool_preamble(source, task.imports)
+            out.append(preamble + "\n" + task.py + "\nprint(answer)\n")
+            if task.sql:
+                out.append(_duckdb_over_frame(preamble, task.sql))
+        return out
+    if task.sql:
+        preamble = source.python_preamble(task.imports)
+        out.append(_duckdb_over_frame(preamble, task.sql))
+        out.append(_sqlite_over_frame(preamble, task.sql))
+    return out
+
+
+def _sql_tool(db_path: str):
+    """What the sandbox's execute_sql does, for checking SQLite variants at synthesis time."""
+
+    def execute_sql(sql: str, output_path: str) -> str:
+        con = sqlite3.connect(f"file:{quote(os.path.abspath(db_path))}?mode=ro", uri=True)
+        try:
+            cur = con.execute(sql)
+            columns = [d[0] for d in cur.description or []]
+            rows = cur.fetchall()
+        finally:
+            con.close()
+        with open(output_path, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(columns)
+            writer.writerows(rows)
+        return f"{len(rows)} rows written"
+
+    return execute_sql
+
+
+def runnable_variants(task: Task, source: Source, lang: str, scratch_dir: str) -> list[str]:
+    """The variants that run and print something; one that fails to run is dropped, not stored."""
+    kept = []
+    for program in candidate_variants(task, source, lang):
+        preset = {"execute_sql": _sql_tool(source.data_path)} if source.fmt == "sqlite" else None
+        # SQLite variants write relation.csv: run them in a scratch dir holding a link to the data file.
+        cwd = scratch_dir if source.fmt == "sqlite" else os.path.dirname(os.path.abspath(source.data_path))
+        try:
+            if run_python(program, preset=preset, cwd=cwd).strip():
+                kept.append(program)
+        except ExecutionError:
+            continue
+    return kept
