@@ -38,6 +38,8 @@ bench: install
 	$(PY) scripts/bench_profile.py
 	$(PY) scripts/bench_llm.py
 	$(PY) scripts/bench_sandbox.py
+	$(PY) scripts/bench_rollout.py
+	OMP_NUM_THREADS=1 $(PY) scripts/bench_train.py
 
 lock:
 	rm -rf /tmp/datamind-lock && $(PYTHON) -m venv /tmp/datamind-lock
