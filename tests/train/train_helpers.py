@@ -107,3 +107,34 @@ def exported(data_root):
 def read_json(path: str) -> dict:
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+class ScriptedPolicy:
+    """A GenerateFn replaying fixed turns per trajectory. The agent loop steps the active trajectories
+    together in a stable order, so the i-th conversation of a call belongs to the i-th still-active script."""
+
+    def __init__(self, scripts: list[list[str]]):
+        self.scripts = scripts
+        self.active = list(range(len(scripts)))
+
+    def __call__(self, conversations, max_new_tokens):
+        assert len(conversations) == len(self.active)
+        texts = []
+        for k, conv in zip(self.active, conversations):
+            turn = sum(m["role"] == "assistant" for m in conv)
+            texts.append(self.scripts[k][turn])
+        self.active = [k for k, t in zip(self.active, texts) if "<code>" in t]
+        return texts
+
+
+def code_turn(code: str) -> str:
+    return f"<think>Run it.</think><code>{code}</code>"
+
+
+def answer_turn(answer: str) -> str:
+    return f"<think>Done.</think><answer>{answer}</answer>"
+
+
+# Tight sandbox caps so a hostile cell ends quickly (1 GiB still leaves room above the preloaded pandas).
+SANDBOX_TEST_LIMITS = dict(wall_s=4.0, cpu_s=2, memory_mb=1024, max_output_bytes=200_000, head_chars=500,
+                           tail_chars=500, sql_timeout_s=1.0)

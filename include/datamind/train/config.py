@@ -55,7 +55,10 @@ class RLConfig:
     gamma_peak: float = 0.9
     gamma_valley: float = 0.05
     max_steps: int | None = None
-    exec_timeout_s: float = 30.0
+    exec_timeout_s: float = 30.0  # wall time per executed cell
+    # "sandbox": datamind.sandbox, as in trajectory sampling; "subprocess": plain python, no isolation
+    # (trusted workers only; the trainer logs a warning).
+    executor: Literal["sandbox", "subprocess"] = "sandbox"
 
 
 @dataclass(frozen=True)

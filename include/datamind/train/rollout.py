@@ -1,10 +1,10 @@
 """Multi-turn agent rollouts: the policy writes a turn, ``<code>`` runs, ``<interpreter>`` output comes back.
 
-``Rollout`` is the seam the trainer depends on; the production sandbox and agent loop
-(``datamind.sandbox`` / ``datamind.rollout``) plug in behind it. ``AgentLoopRollout`` is the
-built-in loop, running code through any ``Executor`` -- by default ``SubprocessPythonExecutor``,
-a plain ``python`` child process per cell with a timeout and an output cap. That default is *not* a
-security boundary (no network or filesystem isolation): use it on trusted workers only.
+``Rollout`` is the seam the trainer depends on. ``AgentLoopRollout`` is the built-in loop, running
+code through any ``Executor``. The trainer's default is ``datamind.train.sandbox_exec.SandboxExecutor``
+(the trajectory stage's sandbox: one session per trajectory, closed through ``end_trajectory``).
+``SubprocessPythonExecutor`` -- a plain ``python`` child process per cell with a timeout and an output
+cap -- is *not* a security boundary (no network or filesystem isolation): trusted workers only.
 
 Code is kept as text, not as live interpreter state (the paper's "chunked code maintenance"): a cell
 runs after re-executing the earlier cells that succeeded, with their output silenced.
@@ -13,6 +13,7 @@ runs after re-executing the earlier cells that succeeded, with their output sile
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import shutil
@@ -28,6 +29,17 @@ from datamind.train.react import cut_at_stop, parse_turn
 
 Message = dict[str, str]
 
+log = logging.getLogger(__name__)
+
+# Where a trajectory's data files are staged, relative to its workdir; the file is also linked into the
+# workdir itself, where the prompts of the trajectory stage tell the agent it is.
+DATA_SUBDIR = os.path.join("data", "files")
+
+
+def exec_language(data_format: str | None) -> str:
+    """The sandbox language for a data format (the trajectory stage's rule: SQLite gets the SQL tools)."""
+    return "sql" if (data_format or "").lower() == "sqlite" else "python"
+
 
 class GenerateFn(Protocol):
     """The policy: next assistant turn (text, stop at ``</code>``/``</answer>``) for each conversation."""
@@ -39,14 +51,16 @@ class GenerateFn(Protocol):
 class ExecRequest:
     code: str
     history: tuple[str, ...]  # earlier cells of this trajectory that ran without error
-    workdir: str  # per-trajectory directory; the data file is under data/files/
+    workdir: str  # per-trajectory directory, unique per trajectory; the data file is under data/files/
     timeout_s: float
+    language: str = "python"  # "sql": the session offers get_db_info / execute_sql on the database
 
 
 @dataclass(frozen=True)
 class ExecResult:
     output: str
     ok: bool
+    error_kind: str | None = None  # the sandbox's kind (blocked, exception, timeout, memory, ...) when not ok
 
 
 Executor = Callable[[ExecRequest], ExecResult]
@@ -59,6 +73,7 @@ class RolloutPrompt:
     question: str
     ground_truth: str
     data_uri: str | None = None
+    data_format: str | None = None  # csv | xlsx | sqlite
 
 
 @dataclass
@@ -102,6 +117,9 @@ class SubprocessPythonExecutor:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, req: ExecRequest) -> ExecResult:
+        if req.language != "python":
+            raise ValueError(f"SubprocessPythonExecutor runs Python only; a {req.language!r} trajectory needs "
+                             "the sandbox executor (rl.executor='sandbox') for its SQL tools")
         cell_path = os.path.join(req.workdir, ".cell.json")
         with open(cell_path, "w", encoding="utf-8") as fh:
             json.dump({"code": req.code, "history": list(req.history)}, fh)
@@ -147,6 +165,7 @@ def interpreter_message(output: str) -> Message:
 @dataclass
 class _State:
     workdir: str
+    language: str = "python"
     messages: list[Message] = field(default_factory=list)
     history: list[str] = field(default_factory=list)
     tokens: int = 0
@@ -168,7 +187,14 @@ class AgentLoopRollout:
     def __call__(
         self, prompt: RolloutPrompt, *, group_size: int, generate: GenerateFn, execute: Executor
     ) -> list[Trajectory]:
-        states = [_State(self._workdir(prompt)) for _ in range(group_size)]
+        states = []
+        try:
+            for _ in range(group_size):
+                states.append(_State(self._workdir(prompt), exec_language(prompt.data_format)))
+        except BaseException:
+            for s in states:
+                shutil.rmtree(s.workdir, ignore_errors=True)
+            raise
         try:
             for _ in range(self.max_turns):
                 active = [s for s in states if s.status is None]
@@ -185,7 +211,13 @@ class AgentLoopRollout:
                 for s in states
             ]
         finally:
+            end = getattr(execute, "end_trajectory", None)  # executors holding per-trajectory state
             for s in states:
+                if end is not None:
+                    try:
+                        end(s.workdir)
+                    except Exception:  # noqa: BLE001 - release the other trajectories; the error is logged
+                        log.exception("closing the executor state of trajectory %s failed", s.workdir)
                 shutil.rmtree(s.workdir, ignore_errors=True)
 
     def _step(self, state: _State, text: str, execute: Executor) -> None:
@@ -200,7 +232,8 @@ class AgentLoopRollout:
             state.n_void += 1
             state.status = "void"
             return
-        result = execute(ExecRequest(turn.code, tuple(state.history), state.workdir, self.exec_timeout_s))
+        result = execute(ExecRequest(turn.code, tuple(state.history), state.workdir, self.exec_timeout_s,
+                                     state.language))
         if result.ok:
             state.history.append(turn.code)
         obs = interpreter_message(result.output)
@@ -211,11 +244,18 @@ class AgentLoopRollout:
 
     def _workdir(self, prompt: RolloutPrompt) -> str:
         workdir = tempfile.mkdtemp(prefix="datamind-rollout-", dir=self.workdir_root)
-        files = os.path.join(workdir, "data", "files")
+        files = os.path.join(workdir, DATA_SUBDIR)
         os.makedirs(files)
         os.makedirs(os.path.join(workdir, "data", "tmp"))
         if prompt.data_uri:
-            _stage(prompt.data_uri, os.path.join(files, posixpath.basename(prompt.data_uri.rstrip("/"))))
+            name = posixpath.basename(prompt.data_uri.rstrip("/"))
+            try:
+                _stage(prompt.data_uri, os.path.join(files, name))
+            except BaseException:
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise
+            if name != "data":  # (a file called "data" stays reachable under data/files/ only)
+                os.symlink(os.path.join(DATA_SUBDIR, name), os.path.join(workdir, name))
         return workdir
 
 

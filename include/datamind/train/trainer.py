@@ -17,6 +17,7 @@ one device should be trained with LLaMA-Factory / verl from the same exports.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -72,9 +73,11 @@ class Sample:
     ground_truth: str
     category: str
     data_uri: str | None
+    data_format: str | None = None
 
     def rollout_prompt(self) -> RolloutPrompt:
-        return RolloutPrompt(self.sample_id, self.prompt, self.question, self.ground_truth, self.data_uri)
+        return RolloutPrompt(self.sample_id, self.prompt, self.question, self.ground_truth, self.data_uri,
+                             self.data_format)
 
 
 @dataclass
@@ -112,6 +115,7 @@ def load_samples(export_dir: str, root: DataRoot | None = None) -> tuple[list[Sa
                 ground_truth=r["reward_model"]["ground_truth"],
                 category=info["category"],
                 data_uri=uri,
+                data_format=info.get("data_format"),
             )
         )
     return samples, manifest
@@ -367,18 +371,36 @@ class Trainer:
         rollout = self.rollout or AgentLoopRollout(
             self._count_tokens, c.max_turns, c.max_turn_tokens, c.max_response_length, c.exec_timeout_s
         )
-        executor = self.executor or SubprocessPythonExecutor()
+        executor = self.executor or self._default_executor()
         n_updates = c.batch_size // c.mini_batch_size
         self._note(f"phase sft+rl: {total} steps of {c.batch_size} prompts x G={c.group_size}, "
                    f"{n_updates} updates/step, lr {c.learning_rate:g}")
-        for step in range(total):
-            t0 = time.perf_counter()
-            gamma = gamma_at(step, total, c.gamma_schedule, c.gamma_peak, c.gamma_valley)
-            idx = self._batch_positions(step, c.batch_size, len(samples))
-            groups = [self._rollout_group(i, samples[i], rollout, policy, executor) for i in idx]
-            self._rl_step(step, total, t0, gamma, groups, expert, opt, sched, n_updates, len(samples))
-            if self.cfg.save_every and (step + 1) % self.cfg.save_every == 0 and step + 1 < total:
-                self._save(f"rl-step-{step + 1}")
+        try:
+            for step in range(total):
+                t0 = time.perf_counter()
+                gamma = gamma_at(step, total, c.gamma_schedule, c.gamma_peak, c.gamma_valley)
+                idx = self._batch_positions(step, c.batch_size, len(samples))
+                groups = [self._rollout_group(i, samples[i], rollout, policy, executor) for i in idx]
+                self._rl_step(step, total, t0, gamma, groups, expert, opt, sched, n_updates, len(samples))
+                if self.cfg.save_every and (step + 1) % self.cfg.save_every == 0 and step + 1 < total:
+                    self._save(f"rl-step-{step + 1}")
+        finally:
+            if executor is not self.executor and hasattr(executor, "close"):
+                executor.close()  # the sandbox this trainer started (a caller's executor stays the caller's)
+
+    def _default_executor(self) -> Executor:
+        c = self.cfg.rl
+        if c.executor == "subprocess":
+            msg = ("rl.executor='subprocess': rollout code runs in plain python subprocesses WITHOUT the "
+                   "sandbox (no network, filesystem or privilege isolation); use only on trusted workers")
+            log.warning(msg)
+            self._note(f"WARNING: {msg}")
+            return SubprocessPythonExecutor()
+        from datamind.sandbox import SandboxLimits
+        from datamind.train.sandbox_exec import SandboxExecutor
+
+        # Deployment limits from DATAMIND_SANDBOX_*; the per-cell wall time is the training config's.
+        return SandboxExecutor(dataclasses.replace(SandboxLimits.from_env(), wall_s=c.exec_timeout_s))
 
     def _prompt_tokens(self, s: Sample) -> int:
         return self._count_tokens(render(self.tokenizer, s.prompt, add_generation_prompt=True))
