@@ -87,6 +87,23 @@ def test_strip_prints_removes_output_calls_but_keeps_effects():
     assert namespace["y"] == 2
 
 
+def test_strip_prints_keeps_calls_inside_the_printed_arguments():
+    """Replaying `print(execute_sql(...))` must still write the CSV a later turn reads."""
+    code = "print(items.pop())\nprint('done', sep=note('sep'))\nprint(len(items))\n"
+    stripped = guard.strip_prints(code)
+    calls: list[str] = []
+    namespace: dict = {"items": [1, 2, 3], "note": lambda v: calls.append(v) or " "}
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(stripped, namespace)
+    assert out.getvalue() == ""
+    assert namespace["items"] == [1, 2]  # pop() ran exactly once
+    assert calls == ["sep"]
+
+
 @pytest.mark.parametrize(("text", "head", "tail", "expected"), [
     ("short", 3, 3, "short"),
     ("abcdefghij", 3, 2, "abc\n... [5 characters truncated] ...\nij"),

@@ -145,10 +145,16 @@ def strip_prints(code: str) -> str:
 
 
 class _PrintStripper(ast.NodeTransformer):
+    """Drops the printing but keeps the arguments' evaluation: ``print(execute_sql(...))`` must still
+    write its CSV when replayed, and ``print(df.pop('a'))`` must still remove the column."""
+
     def visit_Expr(self, node: ast.Expr) -> ast.AST:
         call = node.value
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("print", "display"):
-            return ast.copy_location(ast.Pass(), node)
+            effects = [*call.args, *(kw.value for kw in call.keywords)]
+            if not any(isinstance(sub, ast.Call) for arg in effects for sub in ast.walk(arg)):
+                return ast.copy_location(ast.Pass(), node)
+            return ast.copy_location(ast.Expr(ast.Tuple(elts=effects, ctx=ast.Load())), node)
         return node
 
 
