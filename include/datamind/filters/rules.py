@@ -1,0 +1,75 @@
+"""The three rule filters and the function that applies them in order (format -> length -> linguistic)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from datamind.filters import format as format_rule
+from datamind.filters import linguistic
+from datamind.filters.tokenizer import count_tokens, count_tokens_batch
+
+MAX_ANSWER_TOKENS = 1024  # paper: drop trajectories whose final answer exceeds 1,024 tokens
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # format | length | linguistic
+    code: str  # stable reason code stored in rejections
+    reason: str
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    max_answer_tokens: int = MAX_ANSWER_TOKENS
+    allow_void_turns: bool = False  # training masks trajectories with void turns; keep them out by default
+    max_minority_script_share: float = linguistic.MAX_MINORITY_SHARE
+
+
+def check_format(row: dict, config: FilterConfig = FilterConfig()) -> Finding | None:
+    problem = format_rule.check(
+        row.get("messages") or [], row.get("final_answer"), allow_void_turns=config.allow_void_turns
+    )
+    return Finding("format", *problem) if problem else None
+
+
+def check_length(row: dict, config: FilterConfig = FilterConfig(), n_tokens: int | None = None) -> Finding | None:
+    n = count_tokens(row.get("final_answer") or "") if n_tokens is None else n_tokens
+    if n > config.max_answer_tokens:
+        return Finding("length", "answer_too_long", f"final answer has {n} tokens (limit {config.max_answer_tokens})")
+    return None
+
+
+def check_linguistic(row: dict, config: FilterConfig = FilterConfig()) -> Finding | None:
+    problem = linguistic.check_trajectory(
+        row.get("messages") or [], max_minority_share=config.max_minority_script_share
+    )
+    return Finding("linguistic", *problem) if problem else None
+
+
+RULES: tuple[Callable[[dict, FilterConfig], Finding | None], ...] = (check_format, check_length, check_linguistic)
+
+
+def first_failure(row: dict, config: FilterConfig = FilterConfig()) -> Finding | None:
+    for rule in RULES:
+        finding = rule(row, config)
+        if finding is not None:
+            return finding
+    return None
+
+
+def apply_filters(
+    rows: Iterable[dict], config: FilterConfig = FilterConfig()
+) -> tuple[list[dict], list[tuple[dict, Finding]]]:
+    """Split rows into kept and dropped (with the first failing rule); answers are tokenized in one batch."""
+    rows = list(rows)
+    counts = count_tokens_batch([r.get("final_answer") or "" for r in rows])
+    kept: list[dict] = []
+    dropped: list[tuple[dict, Finding]] = []
+    for row, n in zip(rows, counts):
+        finding = check_format(row, config) or check_length(row, config, n) or check_linguistic(row, config)
+        if finding is None:
+            kept.append(row)
+        else:
+            dropped.append((row, finding))
+    return kept, dropped

@@ -1,0 +1,78 @@
+"""The LLM self-consistency judge (the paper uses GPT-4o-mini): ``prompts/judge/consistency.j2``.
+
+The reply must hold ``<reasoning>``, ``<correct>yes|no</correct>`` and ``<number>k</number>`` with k in 1..N;
+anything else is re-asked (bounded) by the LLM client and finally raises ``ParseFailure``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from datamind.judge.verdict import Verdict
+from datamind.llm.tags import TagParseError, extract_choice, extract_tag
+from datamind.rollout import templates
+
+TEMPLATE = "judge/consistency.j2"
+
+
+@dataclass(frozen=True)
+class JudgeReply:
+    reasoning: str
+    consistent: bool
+    best_index: int  # 0-based
+
+
+def parse_judge_reply(text: str, n_answers: int) -> JudgeReply:
+    """Parse a judge reply; raises ``TagParseError`` (a ValueError) with a stable code when malformed."""
+    reasoning = extract_tag(text, "reasoning", occurrence="first", allow_unclosed=False)
+    verdict = extract_choice(text, "correct", ("yes", "no"))
+    raw_num = extract_tag(text, "number", occurrence="last")
+    m = re.fullmatch(r"\s*(?:answer\s*)?#?\s*(\d+)\s*\.?\s*", raw_num, re.IGNORECASE)
+    if not m:
+        raise TagParseError(
+            "bad_number", f"<number> holds {raw_num[:40]!r}; expected an integer 1..{n_answers}", "number"
+        )
+    k = int(m.group(1))
+    if not 1 <= k <= n_answers:
+        raise TagParseError("bad_number", f"<number> is {k}; expected 1..{n_answers}", "number")
+    return JudgeReply(reasoning, verdict == "yes", k - 1)
+
+
+class LLMJudge:
+    def __init__(self, client: Any, *, params: dict | None = None, max_parse_retries: int = 2) -> None:
+        self.client = client
+        self.params = {"temperature": 0.0, **(params or {})}
+        self.max_parse_retries = max_parse_retries
+        self.template = templates.load(TEMPLATE)
+        self.name = "llm"
+
+    @property
+    def template_version(self) -> str:
+        return self.template.version
+
+    def render(self, question: str, answers: list[str]) -> str:
+        return self.template.render(question=question, answers=answers)
+
+    async def judge(self, question: str, answers: list[str]) -> Verdict:
+        prompt = self.render(question, answers)
+        res = await self.client.chat_parsed(
+            "judge",
+            [{"role": "user", "content": prompt}],
+            lambda text: parse_judge_reply(text, len(answers)),
+            template_version=self.template_version,
+            params=self.params,
+            max_parse_retries=self.max_parse_retries,
+        )
+        reply: JudgeReply = res.value
+        return Verdict(
+            reasoning=reply.reasoning,
+            consistent=reply.consistent,
+            best_index=reply.best_index,
+            judge=res.model,
+            raw=res.text,
+            template_version=self.template_version,
+            prompt_tokens=res.prompt_tokens,
+            completion_tokens=res.completion_tokens,
+        )

@@ -1,0 +1,459 @@
+"""Judging stage: ``trajectories`` (round 0) -> ``judged`` (DATASET schema, before rule filters) + ``rejections``.
+
+Per query: the N final answers go to the consistency judge (offline or LLM, one interface); an
+inconsistent set is sent through reflection rounds (critique -> resample -> judge again), whose new
+trajectories are stored in ``trajectories`` with their round number; the selection strategy then picks
+the samples to keep.  Every trajectory not kept is recorded in ``rejections/judge`` with the reason.
+Output shards are named after the planned shard, written only when the shard is complete, atomically.
+
+Outputs are partitioned by the judging parameters, so the paper's selection settings (or other judges)
+can run side by side on the same trajectories without mixing::
+
+    judged/params=<fp>/part-<shard>.parquet            schemas.DATASET (before rule filters)
+    judged/params=<fp>/params.json                     the JudgeParams that produced the partition
+    rejections/judge/params=<fp>/part-<shard>.parquet  schemas.REJECTIONS
+    trajectories/reflect/params=<fp>/part-<shard>.parquet   reflected trajectories (round >= 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import posixpath
+import time
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datamind.assets import DIRS
+from datamind.ids import stable_id
+from datamind.judge import selection
+from datamind.judge.consistency import REL_TOL, OfflineJudge
+from datamind.judge.llm_judge import LLMJudge
+from datamind.judge.reflection import Round, reflect
+from datamind.judge.verdict import Verdict, judge_answers
+from datamind.llm.errors import EndpointUnavailable, LLMError, ParseFailure
+from datamind.rollout.params import ORCHESTRATION_KEYS, RolloutParams
+from datamind.rollout.runner import Critique, SandboxPool, run_one, trajectory_row
+from datamind.rollout.tasks import QueryTask, load_tasks
+from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
+from datamind.shards import chunk, read_table, shard_paths, write_shard
+from datamind.storage import DataRoot
+
+log = logging.getLogger(__name__)
+
+STAGE = "judge"
+REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
+
+
+def judged_dir(p: "JudgeParams") -> str:
+    return posixpath.join(DIRS["judged"], p.partition)
+
+
+def rejections_dir(p: "JudgeParams") -> str:
+    return posixpath.join(REJECTIONS_DIR, p.partition)
+
+
+def reflected_dir(p: "JudgeParams") -> str:
+    return posixpath.join(DIRS["trajectories"], "reflect", p.partition)
+
+
+JUDGE_BACKENDS = ("offline", "llm")
+RAW_LIMIT = 4000
+
+
+@dataclass(frozen=True)
+class JudgeParams:
+    judge_backend: str | None = None  # offline | llm; None = the rollout backend (one switch for a DAG)
+    strategy: str = selection.DEFAULT_STRATEGY
+    reflection_rounds: int = 1  # 0 disables the rescue loop
+    min_samples: int = 2  # fewer trajectories than this cannot show consistency
+    rel_tol: float = REL_TOL  # offline judge's numeric tolerance (paper: 3 %)
+    judge_temperature: float = 0.0
+    concurrency: int = 8
+    shard_size: int = 20
+    seed: int = 0  # random_select
+    rollout: dict = field(default_factory=dict)  # RolloutParams used to resample during reflection
+
+    def __post_init__(self) -> None:
+        if self.judge_backend is not None and self.judge_backend not in JUDGE_BACKENDS:
+            raise ValueError(f"judge_backend must be one of {JUDGE_BACKENDS}, got {self.judge_backend!r}")
+        selection.check_strategy(self.strategy)
+        if self.reflection_rounds < 0 or self.min_samples < 1 or self.concurrency < 1 or self.shard_size < 1:
+            raise ValueError("need reflection_rounds >= 0, min_samples >= 1, concurrency >= 1, shard_size >= 1")
+        RolloutParams.from_dict(self.rollout)  # validate early
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> "JudgeParams":
+        """From DAG params: judge fields, plus rollout fields either nested under ``rollout`` or flat
+        (``backend``, ``n_samples``, ``max_turns``, ``temperature``...; flat ones win)."""
+        raw = {k: v for k, v in (raw or {}).items() if k not in ORCHESTRATION_KEYS}
+        own = {f.name for f in fields(cls)}
+        rollout_fields = {f.name for f in fields(RolloutParams)}
+        rollout = dict(raw.pop("rollout", None) or {})
+        for key in sorted(set(raw) - own):
+            if key in rollout_fields:
+                rollout[key] = raw.pop(key)
+        extra = set(raw) - own
+        if extra:
+            raise ValueError(f"unknown judge parameters: {sorted(extra)}")
+        return cls(**raw, rollout=rollout)
+
+    @property
+    def judge(self) -> str:
+        """The judge that runs: ``judge_backend``, or the rollout backend when unset."""
+        return self.judge_backend or self.rollout_params.backend
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    _NOT_IN_FINGERPRINT = ("concurrency", "shard_size")
+
+    def fingerprint(self) -> str:
+        d = {k: v for k, v in self.to_dict().items() if k not in self._NOT_IN_FINGERPRINT}
+        d["judge_backend"] = self.judge
+        d["rollout"] = self.rollout_params.fingerprint()
+        return stable_id(d, length=10)
+
+    @property
+    def partition(self) -> str:
+        return f"params={self.fingerprint()}"
+
+    @property
+    def rollout_params(self) -> RolloutParams:
+        return RolloutParams.from_dict(self.rollout)
+
+
+def shard_id(query_ids: list[str]) -> str:
+    """Names the shard after the queries it covers: a retry or rerun of the same work writes the same file."""
+    return stable_id(sorted(query_ids))
+
+
+def _as_root(root: DataRoot | str) -> DataRoot:
+    return root if isinstance(root, DataRoot) else DataRoot(root)
+
+
+def _p(params: dict | JudgeParams | None) -> JudgeParams:
+    return params if isinstance(params, JudgeParams) else JudgeParams.from_dict(params)
+
+
+def judged_query_ids(root: DataRoot, p: JudgeParams) -> set[str]:
+    done = set(read_table(root, DATASET, judged_dir(p), columns=["query_id"]).column("query_id").to_pylist())
+    done |= {
+        q
+        for q in read_table(root, REJECTIONS, rejections_dir(p), columns=["query_id"]).column("query_id").to_pylist()
+        if q
+    }
+    return done
+
+
+def plan_judging(
+    root: DataRoot | str, shard_size: int | None = None, params: dict | JudgeParams | None = None
+) -> list[dict]:
+    """Shard specs over queries that have round-0 trajectories and no judging outcome yet."""
+    root = _as_root(root)
+    p = _p(params)
+    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=["query_id", "reflection_round"])
+    sampled = {q for q, r in zip(t.column("query_id").to_pylist(), t.column("reflection_round").to_pylist()) if r == 0}
+    todo = sorted(sampled - judged_query_ids(root, p))
+    return (
+        [{"shard_id": shard_id(part), "query_ids": part} for part in chunk(todo, shard_size or p.shard_size)]
+        if todo
+        else []
+    )
+
+
+@dataclass
+class Outcome:
+    query_id: str
+    rounds: list[Round[dict]]
+    selected: list[dict] = field(default_factory=list)
+    failure: tuple[str, str, str | None] | None = None  # (reason_code, reason, raw) when the query was not judged
+
+
+def _rej(
+    item: str,
+    query_id: str,
+    code: str,
+    reason: str,
+    run_id: str | None,
+    now: datetime,
+    raw: str | None = None,
+    file_id: str | None = None,
+) -> dict:
+    return {
+        "item_id": item,  # a trajectory id, or the query id for a query-level outcome
+        "stage": STAGE,
+        "reason_code": code,
+        "reason": reason[:2000] if reason else reason,
+        "file_id": file_id,
+        "query_id": query_id,
+        "raw": raw[:RAW_LIMIT] if raw else raw,
+        "created_at": now,
+        "run_id": run_id,
+    }
+
+
+def _judge_version(judge: Any, p: JudgeParams) -> str:
+    return getattr(judge, "template_version", None) or f"offline-judge@rel_tol={p.rel_tol}"
+
+
+def dataset_row(
+    traj: dict, task: QueryTask, verdict: Verdict, p: JudgeParams, judge_version: str, now: datetime
+) -> dict:
+    versions = {}
+    try:
+        versions.update(json.loads(traj.get("template_version") or "{}"))
+    except json.JSONDecodeError:
+        versions["rollout"] = traj.get("template_version")
+    versions["judge"] = judge_version
+    if task.query.get("template_version"):
+        versions["synth"] = task.query["template_version"]
+    return {
+        "sample_id": stable_id("sample", traj["trajectory_id"], p.strategy),
+        "query_id": traj["query_id"],
+        "trajectory_id": traj["trajectory_id"],
+        "file_id": task.query["file_id"],
+        "data_uri": task.staged_uri or task.data_path,
+        "data_format": task.data_format,
+        "category": task.query["category"],
+        "hop": task.query["hop"],
+        "question": task.query["question"],
+        "messages": traj["messages"],
+        "final_answer": traj["final_answer"],
+        "reference_answer": task.query.get("reference_answer"),
+        "judge_verdict": verdict.label,
+        "judge_reasoning": verdict.reasoning,
+        "selection_strategy": p.strategy,
+        "reflection_round": traj["reflection_round"],
+        "model": traj.get("model"),
+        "template_versions": json.dumps(versions, sort_keys=True),
+        "created_at": now,
+    }
+
+
+async def _judge_query(
+    qid: str,
+    rows0: list[dict],
+    task: QueryTask,
+    judge: Any,
+    p: JudgeParams,
+    revise_factory,
+) -> Outcome:
+    question = task.query["question"]
+    try:
+        v0 = await judge_answers(judge, question, [r["final_answer"] for r in rows0], p.min_samples)
+    except ParseFailure as exc:
+        return Outcome(qid, [], failure=("judge_parse_failed", exc.reason, exc.raw))
+    rounds: list[Round[dict]] = [Round(0, rows0, v0)]
+    can_reflect = (
+        not v0.consistent
+        and selection.needs_consistency(p.strategy)
+        and p.reflection_rounds > 0
+        and len(rows0) >= p.min_samples
+    )
+    if can_reflect:
+        rounds += await reflect(
+            question,
+            rounds[0],
+            judge=judge,
+            revise=revise_factory(task, rows0),
+            max_rounds=p.reflection_rounds,
+            min_samples=p.min_samples,
+        )
+    final = rounds[-1]
+    answered = [r["status"] == "answered" and bool(r["final_answer"]) for r in final.candidates]
+    keep = selection.select(p.strategy, final.verdict, answered, seed_key=qid, seed=p.seed)
+    return Outcome(qid, rounds, [final.candidates[i] for i in keep])
+
+
+def judge_shard(
+    root: DataRoot | str,
+    spec: dict,
+    params: dict | JudgeParams | None,
+    run_id: str | None,
+    llm_client: Any | None = None,
+    *,
+    sandbox: Any | None = None,
+) -> dict:
+    """Judge, rescue and select the queries of ``spec``; returns a JSON-able summary."""
+    root = _as_root(root)
+    p = _p(params)
+    rp = p.rollout_params
+    if (p.judge == "llm" or rp.backend == "llm") and llm_client is None:
+        raise ValueError("an LLM judge or LLM reflection needs an llm_client")
+    t0 = time.perf_counter()
+    now = datetime.now(timezone.utc)
+    qids = sorted(spec["query_ids"])
+    by_query: dict[str, list[dict]] = {}
+    for r in sorted(
+        round0_trajectories(root, qids), key=lambda r: (r["query_id"], r["sample_index"], r["trajectory_id"])
+    ):
+        group = by_query.setdefault(r["query_id"], [])
+        if not group or group[-1]["sample_index"] != r["sample_index"]:  # one row per sample (reruns overwrite)
+            group.append(r)
+    tasks, errors = load_tasks(root, qids)
+    judge = (
+        OfflineJudge(p.rel_tol)
+        if p.judge == "offline"
+        else LLMJudge(llm_client, params={"temperature": p.judge_temperature})
+    )
+    jversion = _judge_version(judge, p)
+    rejections: list[dict] = []
+    for qid in qids:
+        if qid not in by_query:
+            rejections.append(_rej(qid, qid, "no_trajectories", "no round-0 trajectories for this query", run_id, now))
+        elif qid in errors:
+            rejections.append(_rej(qid, qid, errors[qid].code, str(errors[qid]), run_id, now))
+    todo = [q for q in qids if q in by_query and q in tasks]
+
+    reflected_rows: list[dict] = []
+    pools: list[SandboxPool] = []
+    pool_lock = asyncio.Lock()
+
+    async def get_pool() -> SandboxPool:
+        # Opened on first use: a shard whose queries are all consistent never starts a sandbox.
+        async with pool_lock:
+            if not pools:
+                pool = SandboxPool(rp, sandbox)
+                await asyncio.get_running_loop().run_in_executor(None, pool.__enter__)
+                pools.append(pool)
+            return pools[0]
+
+    def revise_factory(task: QueryTask, rows0: list[dict]):
+        async def revise(r: int, answers, verdict: Verdict) -> list[dict]:
+            pool = await get_pool()
+            critique = Critique(list(answers), verdict.reasoning, r)
+            sampled = await asyncio.gather(
+                *(
+                    run_one(task, row["sample_index"], rp, pool, llm_client=llm_client, critique=critique)
+                    for row in rows0
+                )
+            )
+            out = [trajectory_row(s, rp, run_id, now, id_salt=p.fingerprint()) for s in sampled]
+            reflected_rows.extend(out)
+            return out
+
+        return revise
+
+    async def main() -> list[Outcome | BaseException]:
+        sem = asyncio.Semaphore(p.concurrency)
+
+        async def one(qid: str) -> Outcome:
+            async with sem:
+                return await _judge_query(qid, by_query[qid], tasks[qid], judge, p, revise_factory)
+
+        try:
+            res = await asyncio.gather(*(one(q) for q in todo), return_exceptions=True)
+        finally:
+            if llm_client is not None:
+                await llm_client.aclose()
+        for r in res:
+            if isinstance(r, EndpointUnavailable):
+                raise r
+        return res
+
+    try:
+        outcomes = asyncio.run(main())
+    finally:
+        for pool in pools:
+            pool.__exit__(None, None, None)
+
+    judged: list[dict] = []
+    n_consistent0 = n_rescued = 0
+    for qid, out in zip(todo, outcomes):
+        task = tasks[qid]
+        fid = task.query["file_id"]
+        if isinstance(out, BaseException):
+            code = getattr(out, "reason_code", "judge_failed") if isinstance(out, LLMError) else "judge_failed"
+            log.warning("judging %s failed: %s", qid, out, exc_info=out)
+            rejections.append(_rej(qid, qid, code, f"{type(out).__name__}: {out}", run_id, now, file_id=fid))
+            continue
+        if out.failure:
+            code, reason, raw = out.failure
+            rejections.append(_rej(qid, qid, code, reason, run_id, now, raw, fid))
+            continue
+        final = out.rounds[-1]
+        n_consistent0 += out.rounds[0].verdict.consistent
+        n_rescued += len(out.rounds) > 1 and final.verdict.consistent
+        kept = {r["trajectory_id"] for r in out.selected}
+        for row in out.selected:
+            judged.append(dataset_row(row, task, final.verdict, p, jversion, now))
+        for rnd in out.rounds:
+            for row in rnd.candidates:
+                if row["trajectory_id"] in kept:
+                    continue
+                if row["status"] != "answered" or not row["final_answer"]:
+                    code, reason = (
+                        "no_answer",
+                        f"trajectory ended with status {row['status']}: {row.get('error') or ''}".strip(),
+                    )
+                elif len(rnd.candidates) < p.min_samples:
+                    code, reason = "too_few_samples", rnd.verdict.reasoning
+                elif not rnd.verdict.consistent and selection.needs_consistency(p.strategy):
+                    code, reason = "inconsistent", rnd.verdict.reasoning
+                else:
+                    code, reason = "not_selected", f"{p.strategy} kept another trajectory of this query"
+                rejections.append(
+                    _rej(
+                        row["trajectory_id"],
+                        qid,
+                        code,
+                        f"round {rnd.round}: {reason}",
+                        run_id,
+                        now,
+                        row["final_answer"],
+                        fid,
+                    )
+                )
+
+    sid = str(spec.get("shard_id") or shard_id(qids))
+    if not sid.isalnum():
+        raise ValueError(f"shard_id must be alphanumeric (it names a file), got {sid!r}")
+    name = f"part-{sid}.parquet"
+    refl_path = write_shard(
+        root, TRAJECTORIES, reflected_dir(p), sorted(reflected_rows, key=lambda r: r["trajectory_id"]), name
+    )
+    judged_path = write_shard(root, DATASET, judged_dir(p), sorted(judged, key=lambda r: r["sample_id"]), name)
+    rej_path = write_shard(root, REJECTIONS, rejections_dir(p), sorted(rejections, key=lambda r: r["item_id"]), name)
+    params_file = posixpath.join(judged_dir(p), "params.json")
+    if not root.exists(params_file):
+        root.write_text(params_file, json.dumps(p.to_dict(), sort_keys=True, indent=2))
+    summary = {
+        "shard_id": sid,
+        "path": judged_path,
+        "reflected_path": refl_path,
+        "rejections_path": rej_path,
+        "n_queries": len(qids),
+        "n_consistent_round0": n_consistent0,
+        "n_rescued_by_reflection": n_rescued,
+        "n_reflected_trajectories": len(reflected_rows),
+        "n_judged_samples": len(judged),
+        "n_rejections": len(rejections),
+        "strategy": p.strategy,
+        "judge": p.judge,
+        "partition": p.partition,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    log.info("judging shard %s: %s", sid, summary)
+    return summary
+
+
+def round0_trajectories(root: DataRoot, query_ids: list[str]) -> list[dict]:
+    """Round-0 trajectories of ``query_ids``, filtered shard by shard so memory holds only this shard's queries."""
+    wanted = pa.array(sorted(query_ids), type=pa.string())
+    rows: list[dict] = []
+    for path in shard_paths(root, DIRS["trajectories"]):
+        with root.open(path) as fh:
+            t = pq.read_table(fh)
+        TRAJECTORIES.check(t, where=path)
+        t = t.filter(
+            pc.and_(pc.is_in(t.column("query_id"), value_set=wanted), pc.equal(t.column("reflection_round"), 0))
+        )
+        rows.extend(t.to_pylist())
+    return rows

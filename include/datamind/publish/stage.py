@@ -1,0 +1,225 @@
+"""Publish the training dataset: ``judged`` -> rule filters -> ``dataset/v<N>/part-XXXXX.parquet`` + manifest.
+
+The release is a pure function of the judged rows of one judging configuration (``judged/params=<fp>``):
+filter (recording every drop in ``rejections/filter``), de-duplicate by ``sample_id``, sort by ``sample_id``,
+cut into shards of ``shard_rows``.  Its version id is a content hash of the sample ids (and the schema version); when the
+newest complete release already has that hash nothing is written.  Otherwise the next ``v<N>`` is
+filled shard by shard (each write atomic) and ``manifest.json`` is written last: a release without a
+manifest is incomplete, readers must ignore it, and the next run reuses and overwrites that same
+``v<N>`` (deleting any stray shard or temporary file), so a killed publish never leaves a partial or
+duplicated shard behind.  ``dataset/LATEST`` names the newest complete version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import posixpath
+import re
+import time
+from datetime import datetime, timezone
+
+from datamind.assets import DIRS
+from datamind.filters.rules import FilterConfig, apply_filters
+from datamind.filters.tokenizer import tokenizer_name
+from datamind.schemas import DATASET, REJECTIONS
+from datamind.shards import read_rows, table_to_parquet_bytes
+from datamind.storage import DataRoot
+
+log = logging.getLogger(__name__)
+
+STAGE = "filter"
+MANIFEST = "manifest.json"
+_VDIR = re.compile(r"^v(\d+)$")
+_PARTITION = re.compile(r"^params=[0-9a-f]+$")
+
+
+def _as_root(root: DataRoot | str) -> DataRoot:
+    return root if isinstance(root, DataRoot) else DataRoot(root)
+
+
+def part_name(i: int) -> str:
+    return f"part-{i:05d}.parquet"
+
+
+def content_version(sample_ids: list[str]) -> str:
+    h = hashlib.sha256(f"dataset-schema={DATASET.version}\n".encode())
+    for sid in sorted(sample_ids):
+        h.update(sid.encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def versions(root: DataRoot) -> list[tuple[int, bool]]:
+    """(N, complete) for every ``dataset/v<N>`` directory, ascending."""
+    base = root.path(DIRS["dataset"])
+    if not root.fs.exists(base):
+        return []
+    out = []
+    for entry in root.fs.ls(base, detail=False):
+        m = _VDIR.match(posixpath.basename(entry.rstrip("/")))
+        if m:
+            out.append((int(m.group(1)), root.exists(DIRS["dataset"], m.group(0), MANIFEST)))
+    return sorted(out)
+
+
+def read_manifest(root: DataRoot | str, version: int | None = None) -> dict | None:
+    """The manifest of ``v<version>``, or of the newest complete release."""
+    root = _as_root(root)
+    if version is None:
+        complete = [n for n, ok in versions(root) if ok]
+        if not complete:
+            return None
+        version = complete[-1]
+    try:
+        return json.loads(root.read_text(DIRS["dataset"], f"v{version}", MANIFEST))
+    except FileNotFoundError:
+        return None
+
+
+def judged_partitions(root: DataRoot) -> list[str]:
+    """The ``params=<fp>`` partitions of ``judged`` (one per judging configuration)."""
+    base = root.path(DIRS["judged"])
+    if not root.fs.exists(base):
+        return []
+    names = (posixpath.basename(e.rstrip("/")) for e in root.fs.ls(base, detail=False))
+    return sorted(n for n in names if _PARTITION.match(n))
+
+
+def _source(root: DataRoot, partition: str | None) -> tuple[str, str | None]:
+    parts = judged_partitions(root)
+    if partition is not None:
+        if partition not in parts:
+            raise ValueError(f"judged partition {partition!r} not found; available: {parts}")
+        return posixpath.join(DIRS["judged"], partition), partition
+    if len(parts) > 1:
+        raise ValueError(f"several judged partitions {parts} (different judging settings): pass judged_partition=")
+    if parts:
+        return posixpath.join(DIRS["judged"], parts[0]), parts[0]
+    return DIRS["judged"], None
+
+
+def _filter_rejection(row: dict, finding, run_id: str | None, now: datetime) -> dict:
+    return {
+        "item_id": row["sample_id"],
+        "stage": STAGE,
+        "reason_code": f"{finding.rule}:{finding.code}",
+        "reason": finding.reason,
+        "file_id": row.get("file_id"),
+        "query_id": row.get("query_id"),
+        "raw": (row.get("final_answer") or "")[:4000],
+        "created_at": now,
+        "run_id": run_id,
+    }
+
+
+def publish_dataset(
+    root: DataRoot | str,
+    run_id: str | None,
+    shard_rows: int = 500,
+    *,
+    judged_partition: str | None = None,
+    filter_config: FilterConfig | None = None,
+) -> dict:
+    """Filter the judged rows and publish them as a new dataset version; returns its manifest.
+
+    ``judged_partition`` picks one judging configuration (``params=<fp>``); it may be omitted when there is
+    only one.
+    """
+    if shard_rows < 1:
+        raise ValueError("shard_rows must be >= 1")
+    root = _as_root(root)
+    t0 = time.perf_counter()
+    now = datetime.now(timezone.utc)
+    src, partition = _source(root, judged_partition)
+    judged = read_rows(root, DATASET, src)
+    judge_params = json.loads(root.read_text(src, "params.json")) if root.exists(src, "params.json") else None
+    rejections_file = posixpath.join(DIRS["rejections"], STAGE, f"part-{partition or 'judged'}.parquet")
+    unique: dict[str, dict] = {}
+    for row in judged:
+        unique.setdefault(row["sample_id"], row)  # reruns of a judge shard rewrite identical ids
+    kept, dropped = apply_filters(unique.values(), filter_config or FilterConfig())
+    rejections = sorted((_filter_rejection(r, f, run_id, now) for r, f in dropped), key=lambda r: r["item_id"])
+    if rejections:  # a pure function of the judged rows: rewritten whole on every publish
+        root.write_bytes(rejections_file, table_to_parquet_bytes(REJECTIONS.to_table(rejections)))
+    elif root.exists(rejections_file):
+        root.remove(rejections_file)
+    kept.sort(key=lambda r: r["sample_id"])
+    digest = content_version([r["sample_id"] for r in kept])
+
+    existing = versions(root)
+    latest = read_manifest(root)
+    if latest and latest.get("content_hash") == digest:
+        log.info("dataset unchanged (content %s): keeping v%s", digest, latest["version"])
+        return {**latest, "unchanged": True}
+    incomplete = [n for n, ok in existing if not ok and n > (latest["version"] if latest else 0)]
+    number = incomplete[0] if incomplete else (max((n for n, _ in existing), default=0) + 1)
+    vdir = posixpath.join(DIRS["dataset"], f"v{number}")
+
+    parts = [kept[i : i + shard_rows] for i in range(0, len(kept), shard_rows)]
+    names = [part_name(i) for i in range(len(parts))]
+    _clear_strays(root, vdir, keep=set(names))
+    shard_info = []
+    for name, rows in zip(names, parts):
+        data = table_to_parquet_bytes(DATASET.to_table(rows))
+        root.write_bytes(posixpath.join(vdir, name), data)
+        shard_info.append({"name": name, "rows": len(rows), "bytes": len(data)})
+    by_cat: dict[str, int] = {}
+    for r in kept:
+        by_cat[r["category"]] = by_cat.get(r["category"], 0) + 1
+    by_reason: dict[str, int] = {}
+    for r in rejections:
+        by_reason[r["reason_code"]] = by_reason.get(r["reason_code"], 0) + 1
+    manifest = {
+        "version": number,
+        "content_hash": digest,
+        "table": DATASET.name,
+        "schema_version": DATASET.version,
+        "n_samples": len(kept),
+        "n_judged": len(unique),
+        "n_filtered": len(rejections),
+        "filtered_by_reason": dict(sorted(by_reason.items())),
+        "by_category": dict(sorted(by_cat.items())),
+        "by_strategy": _count(kept, "selection_strategy"),
+        "judged_partition": partition,
+        "judge_params": judge_params,
+        "shards": shard_info,
+        "shard_rows": shard_rows,
+        "compression": "zstd",
+        "answer_tokenizer": tokenizer_name(),
+        "created_at": now.isoformat(),
+        "run_id": run_id,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
+    root.write_text(posixpath.join(DIRS["dataset"], "LATEST"), f"v{number}\n")
+    log.info("published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(parts), len(rejections))
+    return manifest
+
+
+def _count(rows: list[dict], key: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[str(r.get(key))] = out.get(str(r.get(key)), 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _clear_strays(root: DataRoot, vdir: str, keep: set[str]) -> None:
+    """Remove what a killed earlier attempt left in this (incomplete) version: extra parts, temporaries."""
+    path = root.path(vdir)
+    if not root.fs.exists(path):
+        return
+    for entry in root.fs.ls(path, detail=False):
+        base = posixpath.basename(entry)
+        if base not in keep and base != MANIFEST:
+            root.fs.rm(entry)
+
+
+def dataset_glob(root: DataRoot | str, version: int | None = None) -> str:
+    """A glob of the Parquet shards of a complete release (for duckdb / polars / datasets)."""
+    root = _as_root(root)
+    m = read_manifest(root, version)
+    if m is None:
+        raise FileNotFoundError("no complete dataset release under the data root")
+    return root.uri(DIRS["dataset"], f"v{m['version']}", "part-*.parquet")

@@ -1,0 +1,71 @@
+"""The expert policy backed by an OpenAI-compatible model (the paper samples with DeepSeek-V3.1).
+
+Each of a query's N samples passes its own ``sample_index`` so the response cache keeps the samples apart
+(a rerun replays all N instead of collapsing them).  The chat API has no ``tool`` role without function
+calling, so interpreter turns are sent as ``user`` messages; their ``<interpreter>`` wrapper tells the
+model they are environment output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from datamind.llm.errors import EndpointUnavailable, LLMCallError
+from datamind.rollout import protocol
+from datamind.rollout.agent import PolicyGaveUp, PolicyReply
+
+
+def to_chat(messages: list[dict]) -> list[dict]:
+    return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
+
+
+class LLMExpertPolicy:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        params: Mapping[str, Any],
+        sample_index: int,
+        template_version: str,
+        role: str = "expert",
+    ) -> None:
+        self.client = client
+        self.role = role
+        self.params = {**dict(params), "stop": list(protocol.STOP_SEQUENCES)}
+        self.sample_index = sample_index
+        self.template_version = template_version
+        shown = ",".join(f"{k}={v}" for k, v in sorted(dict(params).items()))
+        self.name = f"llm:{role}:{shown}:sample={sample_index}"
+
+    async def next_turn(self, messages: list[dict], last_observation: Any | None) -> PolicyReply:
+        try:
+            res = await self.client.chat(
+                self.role,
+                to_chat(messages),
+                params=self.params,
+                sample_index=self.sample_index,
+                template_version=self.template_version,
+            )
+        except EndpointUnavailable:
+            raise  # the whole task must fail: no other trajectory can succeed either
+        except LLMCallError as exc:
+            raise PolicyGaveUp(exc.reason_code, str(exc)) from exc
+        return PolicyReply(
+            text=_restore_stop(res.text, getattr(res, "finish_reason", None)),
+            model=res.model,
+            prompt_tokens=res.prompt_tokens,
+            completion_tokens=res.completion_tokens,
+        )
+
+
+def _restore_stop(text: str, finish_reason: str | None) -> str:
+    """Servers strip the matched stop sequence; put the closing tag back so the turn parses."""
+    t = text or ""
+    if finish_reason == "stop":
+        low = t.lower()
+        if low.rfind("<code>") > low.rfind("</code>"):
+            return t.rstrip() + "\n</code>"
+        if low.rfind("<answer>") > low.rfind("</answer>"):
+            return t.rstrip() + "\n</answer>"
+    return t

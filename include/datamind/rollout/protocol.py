@@ -1,0 +1,147 @@
+"""The ReAct turn protocol the agent speaks, shared with training (``datamind.train.react`` checks the same shape).
+
+An assistant turn is ``<think>...</think>`` followed by exactly one ``<code>...</code>`` or ``<answer>...</answer>``;
+the environment replies in a ``tool`` message wrapped in ``<interpreter>...</interpreter>``.  A turn that yields
+neither runnable code nor an answer is a *void turn*: it is kept in the trajectory (with the environment's note
+about it) and counted, because training masks trajectories that contain one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from datamind.llm.tags import TagParseError, extract_code, extract_optional, find_spans
+
+# The model must stop after closing a code block: it may not write the interpreter's output itself.
+STOP_SEQUENCES = ("</code>", "</answer>", "<interpreter>")
+
+VOID_NO_ACTION = "no_action"  # neither <code> nor <answer>
+VOID_BOTH = "code_and_answer"  # both in one turn: ambiguous which one the agent committed to
+VOID_BAD_CODE = "invalid_code"  # <code> holds nothing executable (empty or not Python)
+VOID_EMPTY_ANSWER = "empty_answer"
+VOID_UNCLOSED = "unclosed_tag"
+
+_VOID_NOTES = {
+    VOID_NO_ACTION: "No <code> or <answer> block was found in your last turn. Reply with <think> followed by "
+    "either <code> or <answer>.",
+    VOID_BOTH: "Your last turn had both <code> and <answer>. Use one per turn: run code first, answer after "
+    "reading its output.",
+    VOID_BAD_CODE: "The <code> block in your last turn is not valid Python and was not executed.",
+    VOID_EMPTY_ANSWER: "Your <answer> block was empty.",
+    VOID_UNCLOSED: "A tag in your last turn was opened but never closed.",
+}
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    think: str | None
+    code: str | None
+    answer: str | None
+    void_reason: str | None  # None for a valid turn
+    detail: str = ""
+
+    @property
+    def is_void(self) -> bool:
+        return self.void_reason is not None
+
+    @property
+    def is_answer(self) -> bool:
+        return self.void_reason is None and self.answer is not None
+
+
+def _python_ok(code: str) -> str | None:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def clip_reply(text: str) -> str:
+    """Drop anything a model wrote after its first closing ``</code>``/``</answer>`` (a hallucinated interpreter)."""
+    ends = [m.end() for m in re.finditer(r"</\s*(code|answer)\s*>", text, re.IGNORECASE)]
+    clipped = text[: ends[0]] if ends else text
+    # A stop sequence may have eaten the closing tag: restore it so the turn parses.
+    if not ends:
+        spans_c, open_c = find_spans(text, "code")
+        spans_a, open_a = find_spans(text, "answer")
+        if open_c and not spans_c and not open_a:
+            clipped = text.rstrip() + "\n</code>"
+        elif open_a and not spans_a and not open_c:
+            clipped = text.rstrip() + "\n</answer>"
+    return clipped.strip()
+
+
+def parse_turn(text: str) -> ParsedTurn:
+    """Classify one assistant reply (already clipped) into code, answer or a void turn with a reason."""
+    if not isinstance(text, str) or not text.strip():
+        return ParsedTurn(None, None, None, VOID_NO_ACTION, "empty reply")
+    try:
+        think = extract_optional(text, "think")
+        code_spans, code_open = find_spans(text, "code")
+        ans_spans, ans_open = find_spans(text, "answer")
+    except TagParseError as exc:
+        return ParsedTurn(None, None, None, VOID_UNCLOSED, str(exc))
+    if (code_open and not code_spans) or (ans_open and not ans_spans):
+        return ParsedTurn(think, None, None, VOID_UNCLOSED, "unclosed <code> or <answer>")
+    if code_spans and ans_spans:
+        return ParsedTurn(think, None, None, VOID_BOTH)
+    if code_spans:
+        try:
+            code = extract_code(text)
+        except TagParseError as exc:
+            return ParsedTurn(think, None, None, VOID_BAD_CODE, str(exc))
+        problem = _python_ok(code)
+        if problem:
+            return ParsedTurn(think, code, None, VOID_BAD_CODE, problem)
+        return ParsedTurn(think, code, None, None)
+    if ans_spans:
+        answer = text[ans_spans[0].start : ans_spans[0].end].strip()
+        if not answer:
+            return ParsedTurn(think, None, None, VOID_EMPTY_ANSWER)
+        return ParsedTurn(think, None, answer, None)
+    return ParsedTurn(think, None, None, VOID_NO_ACTION)
+
+
+def void_note(reason: str, detail: str = "") -> str:
+    note = _VOID_NOTES.get(reason, f"Invalid turn ({reason}).")
+    return f"{note} ({detail})" if detail else note
+
+
+# -- rendering -----------------------------------------------------------------------------------
+def format_code_turn(think: str, code: str) -> str:
+    return f"<think>\n{think.strip()}\n</think>\n<code>\n```python\n{code.strip()}\n```\n</code>"
+
+
+def format_answer_turn(think: str, answer: str) -> str:
+    return f"<think>\n{think.strip()}\n</think>\n<answer>\n{answer.strip()}\n</answer>"
+
+
+def format_interpreter(output: str) -> str:
+    # The closing tag inside program output would end the block early for any reader.
+    body = (output or "").replace("</interpreter>", "</ interpreter>")
+    return f"<interpreter>\n{body.rstrip()}\n</interpreter>"
+
+
+def interpreter_body(content: str) -> str | None:
+    """The output inside a tool message's ``<interpreter>`` wrapper, or None when it is not wrapped."""
+    m = re.fullmatch(r"\s*<interpreter>\n?(.*?)\n?</interpreter>\s*", content, re.DOTALL)
+    return m.group(1) if m else None
+
+
+def observation_text(ok: bool, output: str, error_kind: str | None) -> str:
+    """What the agent reads back from one execution (errors are labelled so the agent can react)."""
+    out = (output or "").rstrip()
+    if ok:
+        return out if out else "[no output: use print() to show values]"
+    label = {
+        "blocked": "Execution refused by the sandbox",
+        "exception": "Error",
+        "timeout": "Execution timed out",
+        "memory": "Execution ran out of memory",
+        "output_limit": "Execution printed too much output and was stopped",
+        "killed": "Execution was killed",
+    }.get(error_kind or "", "Execution failed")
+    return f"{label}:\n{out}" if out else label

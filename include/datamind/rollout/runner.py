@@ -1,0 +1,210 @@
+"""Run the N trajectories of a query through sandbox sessions; shared by sampling (round 0) and reflection rounds.
+
+Concurrency model inside one shard: every trajectory is an asyncio task (LLM calls overlap freely);
+sandbox work (opening a session, executing a cell, closing it) runs on a small thread pool of
+``exec_workers`` threads, because it is blocking and CPU-bound and the machine has few cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from datamind.ids import stable_id
+from datamind.rollout import templates
+from datamind.rollout.agent import AgentResult, run_agent
+from datamind.rollout.params import RolloutParams
+from datamind.rollout.policies.llm_expert import LLMExpertPolicy
+from datamind.rollout.policies.offline_expert import (
+    HopProgram,
+    OfflineExpertPolicy,
+    as_python,
+    describe_program,
+    inspect_code,
+    localize,
+    variant_programs,
+)
+from datamind.rollout.tasks import QueryTask, TaskError, build_prompts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Critique:
+    """What a reflection round shows the agent: all previous answers and the judge's reasoning."""
+
+    answers: list[str | None]
+    reasoning: str
+    round: int
+
+
+@dataclass
+class Sampled:
+    task: QueryTask
+    sample_index: int
+    reflection_round: int
+    result: AgentResult
+    policy: str
+    template_versions: dict[str, str]
+    n_variants: int | None = None  # offline: distinct programs available for this query
+    parent_trajectory_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def trajectory_id(query_id: str, sample_index: int, reflection_round: int, fingerprint: str, salt: str = "") -> str:
+    """Stable id; ``salt`` (the judging parameters) keeps reflections of side-by-side judge runs apart."""
+    parts = ("trajectory", query_id, sample_index, reflection_round, fingerprint) + ((salt,) if salt else ())
+    return stable_id(*parts)
+
+
+def n_offline_samples(task: QueryTask, n: int) -> int:
+    return min(n, len(variant_programs(task.query)))
+
+
+def offline_policy(task: QueryTask, sample_index: int, *, cross_check: bool = False) -> OfflineExpertPolicy:
+    paths = [task.data_path, task.staged_uri or "", (task.staged_uri or "").split("://", 1)[-1]]
+
+    def runnable(row: dict, prog: str) -> str:
+        return localize(as_python(prog, row.get("solution_lang"), int(row["hop"])), paths, task.file_name)
+
+    hops: list[HopProgram] = []
+    for row in task.chain:
+        progs = variant_programs(row)
+        if not progs:
+            raise TaskError(
+                "no_reference_solution", f"query {row['query_id']} (hop {row['hop']}) has no runnable solution program"
+            )
+        hops.append(HopProgram(row["question"], runnable(row, progs[sample_index % len(progs)]), int(row["hop"])))
+    final_progs = variant_programs(task.query)
+    label = f"variant={sample_index}/{len(final_progs)}:{describe_program(hops[-1].program)}"
+    # The cross-check re-computes with the reference program; the reference sample itself just re-solves.
+    own = final_progs[sample_index % len(final_progs)]
+    reference = runnable(task.query, final_progs[0]) if cross_check and own != final_progs[0] else None
+    return OfflineExpertPolicy(
+        hops=hops,
+        inspect=inspect_code(task.data_format, task.file_name, task.read_kwargs),
+        data_format=task.data_format,
+        file_name=task.file_name,
+        variant_label=label,
+        cross_check=reference,
+    )
+
+
+class SandboxPool:
+    """One sandbox for a shard plus the thread pool its blocking calls run on."""
+
+    def __init__(self, params: RolloutParams, sandbox: Any | None = None) -> None:
+        self.params = params
+        self._own_sandbox = sandbox is None
+        self._sandbox = sandbox
+        self.threads = ThreadPoolExecutor(max_workers=params.exec_workers, thread_name_prefix="sandbox")
+
+    def __enter__(self) -> "SandboxPool":
+        if self._sandbox is None:
+            from datamind.sandbox import Sandbox, SandboxLimits
+
+            self._sandbox = Sandbox(limits=SandboxLimits.from_env(), mode=self.params.sandbox_mode)
+            self._sandbox.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.threads.shutdown(wait=True)
+        if self._own_sandbox and self._sandbox is not None:
+            self._sandbox.__exit__(None, None, None)
+
+    @contextlib.asynccontextmanager
+    async def session(self, task: QueryTask) -> AsyncIterator[Any]:
+        loop = asyncio.get_running_loop()
+        cm = self._sandbox.session([task.data_path], language=task.language)
+        sess = await loop.run_in_executor(self.threads, cm.__enter__)
+        try:
+            yield sess
+        finally:
+            await loop.run_in_executor(self.threads, cm.__exit__, None, None, None)
+
+
+async def run_one(
+    task: QueryTask,
+    sample_index: int,
+    params: RolloutParams,
+    pool: SandboxPool,
+    *,
+    llm_client: Any | None = None,
+    critique: Critique | None = None,
+) -> Sampled:
+    prompts = build_prompts(task, params.max_turns)
+    versions = dict(prompts.versions)
+    user_view = None
+    if critique is not None:
+        reflect_t = templates.load("rollout/reflect.j2")
+        versions["reflect"] = reflect_t.version
+        user_view = reflect_t.render(
+            task=prompts.user, answers=critique.answers, own_index=sample_index, critique=critique.reasoning
+        )
+    n_variants = None
+    if params.backend == "offline":
+        policy = offline_policy(task, sample_index, cross_check=critique is not None)
+        n_variants = len(variant_programs(task.query))
+    else:
+        if llm_client is None:
+            raise ValueError("backend='llm' needs an llm_client")
+        policy = LLMExpertPolicy(
+            llm_client,
+            params=params.sampling(),
+            sample_index=sample_index,
+            template_version=json.dumps(versions, sort_keys=True),
+        )
+    async with pool.session(task) as sess:
+        result = await run_agent(
+            policy,
+            sess.run,
+            system=prompts.system,
+            user=prompts.user,
+            user_view=user_view,
+            max_turns=params.max_turns + (1 if critique is not None and params.backend == "offline" else 0),
+            max_consecutive_void=params.max_consecutive_void,
+            executor=pool.threads,
+        )
+    return Sampled(
+        task=task,
+        sample_index=sample_index,
+        reflection_round=critique.round if critique else 0,
+        result=result,
+        policy=policy.name,
+        template_versions=versions,
+        n_variants=n_variants,
+    )
+
+
+def trajectory_row(
+    s: Sampled, params: RolloutParams, run_id: str | None, now: datetime | None = None, *, id_salt: str = ""
+) -> dict:
+    r = s.result
+    return {
+        "trajectory_id": trajectory_id(
+            s.task.query_id, s.sample_index, s.reflection_round, params.fingerprint(), id_salt
+        ),
+        "query_id": s.task.query_id,
+        "sample_index": s.sample_index,
+        "reflection_round": s.reflection_round,
+        "messages": [{"role": m["role"], "content": m["content"]} for m in r.messages],
+        "final_answer": r.final_answer,
+        "n_turns": r.n_turns,
+        "n_void_turns": r.n_void_turns,
+        "status": r.status,
+        "model": r.model,
+        "policy": s.policy,
+        "template_version": json.dumps(s.template_versions, sort_keys=True),
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": r.completion_tokens,
+        "created_at": now or datetime.now(timezone.utc),
+        "run_id": run_id,
+        "error": f"{r.error}: {r.error_detail}" if r.error else None,
+    }

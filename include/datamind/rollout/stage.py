@@ -1,0 +1,178 @@
+"""Trajectory sampling stage: ``queries`` -> ``trajectories`` (+ ``rejections``), one shard of queries per task.
+
+Inputs: ``queries`` (question, category, chain lineage, reference programs), ``catalog_tables`` /
+``catalog_files`` (the staged data file of each query).  Output: one ``trajectories`` shard per planned
+shard, named after the query ids it covers, so a retried or rerun task rewrites the same file; queries
+that cannot be sampled go to ``rejections/rollout`` under the same shard name.  Nothing is written until
+the whole shard is done, and each write is atomic, so a killed task leaves no partial shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import posixpath
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from datamind.assets import DIRS
+from datamind.ids import stable_id
+from datamind.llm.errors import EndpointUnavailable
+from datamind.rollout.params import RolloutParams
+from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
+from datamind.rollout.tasks import TaskError, load_tasks
+from datamind.schemas import QUERIES, REJECTIONS, TRAJECTORIES
+from datamind.shards import chunk, read_table, write_shard
+from datamind.storage import DataRoot
+
+log = logging.getLogger(__name__)
+
+STAGE = "rollout"
+REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
+
+
+def shard_id(query_ids: list[str]) -> str:
+    """Names the shard after the queries it covers: a retry or rerun of the same work writes the same file."""
+    return stable_id(sorted(query_ids))
+
+
+def _as_root(root: DataRoot | str) -> DataRoot:
+    return root if isinstance(root, DataRoot) else DataRoot(root)
+
+
+def sampled_query_ids(root: DataRoot) -> set[str]:
+    """Queries already handled: they have round-0 trajectories or a rollout rejection."""
+    done: set[str] = set()
+    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=["query_id", "reflection_round"])
+    done.update(q for q, r in zip(t.column("query_id").to_pylist(), t.column("reflection_round").to_pylist()) if r == 0)
+    rej = read_table(root, REJECTIONS, REJECTIONS_DIR, columns=["query_id"])
+    done.update(q for q in rej.column("query_id").to_pylist() if q)
+    return done
+
+
+def plan_sampling(
+    root: DataRoot | str, shard_size: int | None = None, params: dict | RolloutParams | None = None
+) -> list[dict]:
+    """Shard specs (JSON-able, for XCom / dynamic task mapping) over queries not sampled yet, in id order."""
+    root = _as_root(root)
+    p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
+    size = shard_size or p.shard_size
+    ids = sorted(set(read_table(root, QUERIES, DIRS["queries"], columns=["query_id"]).column("query_id").to_pylist()))
+    todo = [q for q in ids if q not in sampled_query_ids(root)]
+    return [{"shard_id": shard_id(part), "query_ids": part} for part in chunk(todo, size)] if todo else []
+
+
+def _rejection(
+    query_id: str, code: str, reason: str, run_id: str | None, now: datetime, file_id: str | None = None
+) -> dict:
+    return {
+        "item_id": query_id,
+        "stage": STAGE,
+        "reason_code": code,
+        "reason": reason,
+        "file_id": file_id,
+        "query_id": query_id,
+        "raw": None,
+        "created_at": now,
+        "run_id": run_id,
+    }
+
+
+async def _sample_all(jobs: list[tuple], params: RolloutParams, pool: SandboxPool, llm_client: Any | None) -> list:
+    sem = asyncio.Semaphore(params.concurrency)
+
+    async def one(task, i):
+        async with sem:
+            return await run_one(task, i, params, pool, llm_client=llm_client)
+
+    try:
+        results = await asyncio.gather(*(one(t, i) for t, i in jobs), return_exceptions=True)
+    finally:
+        if llm_client is not None:  # its HTTP connections belong to this event loop
+            await llm_client.aclose()
+    for r in results:
+        if isinstance(r, EndpointUnavailable):  # no trajectory can succeed: fail the task, write nothing
+            raise r
+    return results
+
+
+def sample_shard(
+    root: DataRoot | str,
+    spec: dict,
+    params: dict | RolloutParams | None,
+    run_id: str | None,
+    llm_client: Any | None = None,
+    *,
+    sandbox: Any | None = None,
+) -> dict:
+    """Sample N trajectories for each query of ``spec``; returns a JSON-able summary."""
+    root = _as_root(root)
+    p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
+    if p.backend == "llm" and llm_client is None:
+        raise ValueError("backend='llm' needs an llm_client")
+    t0 = time.perf_counter()
+    now = datetime.now(timezone.utc)
+    qids = sorted(spec["query_ids"])
+    tasks, errors = load_tasks(root, qids)
+    rejections = [_rejection(q, e.code, str(e), run_id, now) for q, e in sorted(errors.items())]
+    jobs: list[tuple] = []
+    fewer = 0
+    for qid in qids:
+        task = tasks.get(qid)
+        if task is None:
+            continue
+        n = n_offline_samples(task, p.n_samples) if p.backend == "offline" else p.n_samples
+        if n == 0:
+            why = "the offline backend replays the query's programs, and it has none"
+            if task.data_format == "sqlite" and (task.query.get("reference_solution") or "").strip():
+                why += " that the SQL session can run (programs opening the database with sqlite3 are refused there)"
+            rejections.append(_rejection(qid, "no_reference_solution", why, run_id, now, task.query["file_id"]))
+            continue
+        fewer += n < p.n_samples
+        jobs.extend((task, i) for i in range(n))
+
+    results: list = []
+    if jobs:
+        with SandboxPool(p, sandbox) as pool:
+            results = asyncio.run(_sample_all(jobs, p, pool, llm_client))
+
+    rows: list[dict] = []
+    failed_queries: dict[str, str] = {}
+    for (task, i), res in zip(jobs, results):
+        if isinstance(res, TaskError):
+            failed_queries.setdefault(task.query_id, f"{res.code}: {res}")
+        elif isinstance(res, BaseException):
+            log.warning("sampling %s #%d failed: %s", task.query_id, i, res, exc_info=res)
+            failed_queries.setdefault(task.query_id, f"sampling_failed: {type(res).__name__}: {res}")
+        else:
+            rows.append(trajectory_row(res, p, run_id, now))
+    for qid, reason in sorted(failed_queries.items()):
+        code = reason.split(":", 1)[0]
+        rejections.append(_rejection(qid, code, reason, run_id, now, tasks[qid].query["file_id"]))
+        rows = [r for r in rows if r["query_id"] != qid]  # a query is sampled whole or not at all
+
+    sid = str(spec.get("shard_id") or shard_id(qids))
+    if not sid.isalnum():
+        raise ValueError(f"shard_id must be alphanumeric (it names a file), got {sid!r}")
+    name = f"part-{sid}.parquet"
+    path = write_shard(root, TRAJECTORIES, DIRS["trajectories"], sorted(rows, key=lambda r: r["trajectory_id"]), name)
+    rej_path = write_shard(root, REJECTIONS, REJECTIONS_DIR, rejections, name)
+    answered = sum(r["status"] == "answered" for r in rows)
+    summary = {
+        "shard_id": sid,
+        "path": path,
+        "rejections_path": rej_path,
+        "n_queries": len(qids),
+        "n_trajectories": len(rows),
+        "n_answered": answered,
+        "n_max_turns": sum(r["status"] == "max_turns" for r in rows),
+        "n_error": sum(r["status"] == "error" for r in rows),
+        "n_void_turns": sum(r["n_void_turns"] for r in rows),
+        "n_rejected_queries": len(rejections),
+        "n_queries_fewer_variants": fewer,
+        "backend": p.backend,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    log.info("sampling shard %s: %s", sid, summary)
+    return summary

@@ -1,0 +1,159 @@
+"""From ``queries`` rows to runnable tasks: the chain of hops, the staged data file, and the agent's prompts."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+
+from datamind import categories
+from datamind.assets import DIRS
+from datamind.rollout import templates
+from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES
+from datamind.shards import read_table
+from datamind.storage import DataRoot
+
+_CSV_KEYS = {"sep", "delimiter", "encoding", "decimal", "thousands", "header", "skiprows", "quotechar", "na_values"}
+_XLSX_KEYS = {"sheet_name", "header", "skiprows", "nrows", "usecols"}
+_ALIASES = {"sheet": "sheet_name", "delimiter": "sep", "skip_rows": "skiprows"}
+
+
+class TaskError(ValueError):
+    """A query that cannot be turned into a task; ``code`` is the rejection reason code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class QueryTask:
+    query: dict
+    chain: list[dict]  # ancestors by hop, then the query itself
+    data_path: str  # local path of the staged data file
+    data_format: str  # csv | xlsx | sqlite
+    read_kwargs: dict = field(default_factory=dict)
+    staged_uri: str | None = None  # as recorded in the catalog (programs may name the file by it)
+
+    @property
+    def query_id(self) -> str:
+        return self.query["query_id"]
+
+    @property
+    def file_name(self) -> str:
+        return posixpath.basename(self.data_path)
+
+    @property
+    def language(self) -> str:
+        return "sql" if self.data_format == "sqlite" else "python"
+
+
+def read_kwargs(data_format: str, read_options: str | dict | None) -> dict:
+    try:
+        opts = json.loads(read_options) if isinstance(read_options, str) and read_options else (read_options or {})
+    except json.JSONDecodeError:
+        opts = {}
+    allowed = _XLSX_KEYS if data_format == "xlsx" else _CSV_KEYS if data_format == "csv" else set()
+    out = {}
+    for k, v in (opts if isinstance(opts, dict) else {}).items():
+        k = _ALIASES.get(k, k)
+        if k in allowed and v is not None:
+            out[k] = v
+    return out
+
+
+def chain_of(row: dict, by_id: dict[str, dict]) -> list[dict]:
+    """Every ancestor of ``row`` (through parent_query_ids), ordered by hop, then ``row`` itself."""
+    seen: dict[str, dict] = {}
+    stack = list(row.get("parent_query_ids") or [])
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        parent = by_id.get(pid)
+        if parent is None:
+            raise TaskError("missing_parent", f"parent query {pid} of {row['query_id']} is not in the queries table")
+        seen[pid] = parent
+        stack.extend(parent.get("parent_query_ids") or [])
+    return sorted(seen.values(), key=lambda r: (r["hop"], r["query_id"])) + [row]
+
+
+def _local(root: DataRoot, uri: str) -> str:
+    path = uri.split("://", 1)[-1] if "://" in uri else uri
+    if not path.startswith("/"):
+        path = root.path(path)
+    return root.local_copy(path)
+
+
+def load_tasks(root: DataRoot, query_ids: list[str]) -> tuple[dict[str, QueryTask], dict[str, TaskError]]:
+    """Tasks for ``query_ids``; queries that cannot run come back as errors keyed by query id."""
+    queries = read_table(root, QUERIES, DIRS["queries"])
+    by_id = {r["query_id"]: r for r in queries.to_pylist()}
+    tables = read_table(
+        root,
+        CATALOG_TABLES,
+        DIRS["catalog_tables"],
+        columns=["table_id", "file_id", "format", "staged_uri", "read_options"],
+    )
+    by_table = {r["table_id"]: r for r in tables.to_pylist()}
+    files = read_table(root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "format", "staged_uri"])
+    by_file = {r["file_id"]: r for r in files.to_pylist()}
+    tasks: dict[str, QueryTask] = {}
+    errors: dict[str, TaskError] = {}
+    for qid in query_ids:
+        row = by_id.get(qid)
+        if row is None:
+            errors[qid] = TaskError("unknown_query", f"query {qid} is not in the queries table")
+            continue
+        try:
+            tasks[qid] = _task(root, row, by_id, by_table, by_file)
+        except TaskError as exc:
+            errors[qid] = exc
+    return tasks, errors
+
+
+def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict) -> QueryTask:
+    if row["category"] not in categories.CATEGORY_IDS:
+        raise TaskError("unknown_category", f"category {row['category']!r} is not one of the 18 task categories")
+    table = by_table.get(row.get("table_id")) if row.get("table_id") else None
+    file = by_file.get(row["file_id"])
+    staged = (table or {}).get("staged_uri") or (file or {}).get("staged_uri")
+    fmt = row.get("data_format") or (table or {}).get("format") or (file or {}).get("format")
+    if not staged:
+        raise TaskError("no_data_file", f"no staged data file for table {row.get('table_id')} / file {row['file_id']}")
+    if fmt not in ("csv", "xlsx", "sqlite"):
+        raise TaskError("unsupported_format", f"data format {fmt!r} is not csv, xlsx or sqlite")
+    try:
+        path = _local(root, staged)
+    except (OSError, ValueError) as exc:
+        raise TaskError("data_file_unreadable", f"{staged}: {exc}") from exc
+    return QueryTask(row, chain_of(row, by_id), path, fmt, read_kwargs(fmt, (table or {}).get("read_options")), staged)
+
+
+# -- prompts ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prompts:
+    system: str
+    user: str
+    versions: dict[str, str]
+
+
+def build_prompts(task: QueryTask, max_turns: int) -> Prompts:
+    system_t = templates.load("rollout/system.j2")
+    user_t = templates.load("rollout/user.j2")
+    wf = templates.workflow(task.query["category"])
+    reader = "pd.read_excel" if task.data_format == "xlsx" else "pd.read_csv"
+    args = "".join(f", {k}={v!r}" for k, v in task.read_kwargs.items())
+    read_hint = f"`{reader}({task.file_name!r}{args})`" if task.read_kwargs else ""
+    system = system_t.render(
+        max_turns=max_turns,
+        data_format=task.data_format,
+        file_name=task.file_name,
+        read_hint=read_hint,
+        category_name=categories.get(task.query["category"]).name,
+        workflow=wf.text.strip(),
+    )
+    user = user_t.render(file_name=task.file_name, data_format=task.data_format, question=task.query["question"])
+    return Prompts(
+        system, user, {"rollout_system": system_t.version, "rollout_user": user_t.version, "workflow": wf.version}
+    )

@@ -1,0 +1,167 @@
+"""Publishing: filters applied, versioned sized shards, readable by duckdb/polars/datasets, kill-safe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from datamind.assets import DIRS
+from datamind.publish.stage import dataset_glob, publish_dataset, read_manifest
+from datamind.rollout import protocol as p
+from datamind.schemas import DATASET, REJECTIONS
+from datamind.shards import read_rows, write_shard
+from datamind.storage import DataRoot
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def judged_row(i: int, answer: str | None = None, think: str = "The printed value answers the question.") -> dict:
+    answer = answer if answer is not None else f"The total is {i}."
+    msgs = [
+        {"role": "system", "content": "You are a data analyst."},
+        {"role": "user", "content": f"Question {i}: what is the total?"},
+        {"role": "assistant", "content": p.format_code_turn("Compute the total.", f"print({i})")},
+        {"role": "tool", "content": p.format_interpreter(str(i))},
+        {"role": "assistant", "content": p.format_answer_turn(think, answer)},
+    ]
+    return {
+        "sample_id": f"s{i:06d}",
+        "query_id": f"q{i}",
+        "trajectory_id": f"t{i}",
+        "file_id": "f1",
+        "data_uri": "/x.csv",
+        "data_format": "csv",
+        "category": "aggregation" if i % 2 else "counting",
+        "hop": 1,
+        "question": f"Question {i}",
+        "messages": msgs,
+        "final_answer": answer,
+        "reference_answer": str(i),
+        "judge_verdict": "yes",
+        "judge_reasoning": "agree",
+        "selection_strategy": "con_select",
+        "reflection_round": 0,
+        "model": "m",
+        "template_versions": json.dumps({"judge": "j@1"}),
+        "created_at": NOW,
+    }
+
+
+def write_judged(root: DataRoot, rows: list[dict], name: str = "part-a.parquet") -> None:
+    write_shard(root, DATASET, DIRS["judged"], rows, name)
+
+
+def test_publish_filters_shards_and_versions(root):
+    rows = [judged_row(i) for i in range(7)]
+    rows.append(judged_row(100, answer="word " * 1500))  # too long
+    rows.append(judged_row(101, think="cafÃ© prices"))  # mojibake
+    write_judged(root, rows)
+    write_judged(root, rows[:2], "part-b.parquet")  # a duplicate shard of the same samples (e.g. a rerun)
+    m = publish_dataset(root, "run-1", shard_rows=3)
+    assert m["version"] == 1 and m["n_samples"] == 7 and m["n_judged"] == 9 and m["n_filtered"] == 2
+    assert m["filtered_by_reason"] == {"length:answer_too_long": 1, "linguistic:mojibake": 1}
+    assert [s["rows"] for s in m["shards"]] == [3, 3, 1]
+    assert sorted(os.listdir(root.path("dataset/v1"))) == [
+        "manifest.json",
+        "part-00000.parquet",
+        "part-00001.parquet",
+        "part-00002.parquet",
+    ]
+    assert m["schema_version"] == DATASET.version and m["compression"] == "zstd"
+    rej = {r["item_id"]: r["reason_code"] for r in read_rows(root, REJECTIONS, "rejections/filter")}
+    assert rej == {"s000100": "length:answer_too_long", "s000101": "linguistic:mojibake"}
+    # Same content -> same release, nothing rewritten.
+    again = publish_dataset(root, "run-2", shard_rows=3)
+    assert again["version"] == 1 and again["unchanged"] and again["content_hash"] == m["content_hash"]
+    # New content -> next version; the old one stays intact.
+    write_judged(root, [judged_row(7)], "part-c.parquet")
+    m2 = publish_dataset(root, "run-3", shard_rows=3)
+    assert m2["version"] == 2 and m2["n_samples"] == 8 and m2["content_hash"] != m["content_hash"]
+    assert read_manifest(root, 1)["n_samples"] == 7
+    assert root.read_text("dataset/LATEST").strip() == "v2"
+
+
+def test_published_shards_load_with_duckdb_polars_and_datasets(root, tmp_path, monkeypatch):
+    write_judged(root, [judged_row(i) for i in range(10)])
+    publish_dataset(root, "run-1", shard_rows=4)
+    glob = dataset_glob(root)
+    import duckdb
+    import polars as pl
+
+    con = duckdb.connect()
+    n, roles = con.execute(f"SELECT count(*), max(len(messages)) FROM read_parquet('{glob}')").fetchone()
+    assert (n, roles) == (10, 5)
+    assert con.execute(f"SELECT messages[4].role FROM read_parquet('{glob}') LIMIT 1").fetchone()[0] == "tool"
+    df = pl.read_parquet(glob)
+    assert df.height == 10 and df["sample_id"].is_unique().all()
+    assert df.schema["messages"] == pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    import datasets
+
+    ds = datasets.load_dataset("parquet", data_files=glob, split="train", cache_dir=str(tmp_path / "hf-cache"))
+    assert len(ds) == 10
+    assert ds[0]["messages"][0] == {"role": "system", "content": "You are a data analyst."}
+    assert sorted(ds["sample_id"]) == [f"s{i:06d}" for i in range(10)]
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from datamind.publish.stage import publish_dataset
+    publish_dataset(sys.argv[1], "run-killed", shard_rows=int(sys.argv[2]))
+    """
+)
+
+
+def test_killed_publish_leaves_no_partial_or_duplicated_shard(root):
+    n, size = 1200, 6
+    write_judged(root, [judged_row(i) for i in range(n)])
+    env = {**os.environ, "PYTHONPATH": str(REPO / "include")}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, root.url, str(size)], env=env, cwd=str(REPO))
+    vdir = Path(root.path("dataset", "v1"))
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and child.poll() is None:
+            if vdir.is_dir() and len(list(vdir.glob("part-*.parquet"))) >= 5:
+                break
+            time.sleep(0.002)
+        assert child.poll() is None, "publish finished before it could be killed; raise n"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(10)
+    assert child.returncode == -signal.SIGKILL
+    assert not (vdir / "manifest.json").exists()
+    assert read_manifest(root) is None  # readers see no release at all
+    partial = sorted(x.name for x in vdir.iterdir())
+    assert 0 < len([x for x in partial if x.startswith("part-")]) < n // size
+
+    m = publish_dataset(root, "run-rerun", shard_rows=size)
+    assert m["version"] == 1  # the incomplete version is reused, not a second copy next to it
+    names = sorted(x.name for x in vdir.iterdir())
+    assert names == ["manifest.json"] + [f"part-{i:05d}.parquet" for i in range(n // size)]
+    assert sorted(Path(root.path("dataset")).iterdir()) == [Path(root.path("dataset", "LATEST")), vdir]
+    import pyarrow.parquet as pq
+
+    ids = [
+        sid
+        for x in sorted(vdir.glob("part-*.parquet"))
+        for sid in pq.read_table(x, columns=["sample_id"]).column(0).to_pylist()
+    ]
+    assert len(ids) == n and len(set(ids)) == n
+    assert all(pq.read_metadata(x).num_rows == size for x in vdir.glob("part-*.parquet"))
+
+
+def test_shard_rows_must_be_positive(root):
+    with pytest.raises(ValueError):
+        publish_dataset(root, "r", shard_rows=0)

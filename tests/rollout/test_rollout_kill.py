@@ -1,0 +1,80 @@
+"""A sampling task killed mid-run and rerun leaves exactly one complete shard (real subprocess, SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from rollout.corpus import build_corpus, queries
+
+from datamind.assets import DIRS
+from datamind.rollout.stage import plan_sampling, sample_shard
+from datamind.schemas import TRAJECTORIES
+from datamind.shards import read_rows
+
+REPO = Path(__file__).resolve().parents[2]
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from datamind.rollout.stage import sample_shard
+    spec = json.loads(sys.argv[2])
+    print("STARTED", flush=True)
+    sample_shard(sys.argv[1], spec, {"exec_workers": 1}, "run-killed")
+    print("DONE", flush=True)
+    """
+)
+
+
+def _copies(n: int) -> list[dict]:
+    rows = []
+    for c in range(n):
+        for q in queries():
+            if q["query_id"] in ("q1", "q2", "q3"):
+                rows.append(
+                    dict(
+                        q,
+                        query_id=f"{q['query_id']}_{c}",
+                        root_query_id=f"{q['root_query_id']}_{c}",
+                        parent_query_ids=[f"{p}_{c}" for p in q["parent_query_ids"]],
+                    )
+                )
+    return rows
+
+
+def test_killed_sampling_task_leaves_nothing_partial_and_rerun_writes_one_shard(root, tmp_path, sandbox):
+    import json
+
+    build_corpus(root, str(tmp_path), _copies(8))
+    [spec] = plan_sampling(root, 100, {})
+    env = {**os.environ, "PYTHONPATH": str(REPO / "include")}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, root.url, json.dumps(spec)],
+        env=env,
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "STARTED"
+        time.sleep(2.5)  # sandbox up and trajectories in flight
+        assert child.poll() is None, "the task finished before it could be killed; add copies"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(10)
+        child.stdout.close()
+    tdir = Path(root.path(DIRS["trajectories"]))
+    assert not tdir.exists() or not list(tdir.glob("*.parquet"))  # nothing half-done is visible
+    assert plan_sampling(root, 100, {}) == [spec]  # the killed shard is still to do, under the same name
+
+    summary = sample_shard(root, spec, {}, "run-rerun", sandbox=sandbox)
+    assert [p.name for p in tdir.glob("*.parquet")] == [f"part-{spec['shard_id']}.parquet"]
+    rows = read_rows(root, TRAJECTORIES, DIRS["trajectories"])
+    ids = [(r["query_id"], r["sample_index"]) for r in rows]
+    assert len(ids) == len(set(ids)) == summary["n_trajectories"] == 8 * 3 * 3
+    assert {r["run_id"] for r in rows} == {"run-rerun"}

@@ -1,0 +1,116 @@
+"""The LLM path end to end: expert sampling, LLM judge, reflection and publishing against a local
+OpenAI-compatible HTTP server (the real ``openai`` client over TCP) and the real sandbox."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rollout.corpus import build_corpus, expected, queries
+
+from datamind.assets import DIRS
+from datamind.judge.stage import judge_shard, plan_judging
+from datamind.publish.stage import publish_dataset
+from datamind.rollout import protocol
+from datamind.rollout.stage import plan_sampling, sample_shard
+from datamind.schemas import DATASET, TRAJECTORIES
+from datamind.shards import read_rows
+
+EXP = expected()
+ROLLOUT = {"backend": "llm", "n_samples": 3, "max_turns": 5}
+
+
+def fake_models(body: dict) -> str:
+    """Stands in for the hosted expert and judge: replies depend only on the request content."""
+    msgs = body["messages"]
+    if body["model"] == "judge-model":
+        prompt = msgs[-1]["content"]
+        answers = re.findall(r"# Answer \d+\n(.*?)\n", prompt)
+        ok = answers and all(EXP["q1"] in a or EXP["q3"] in a for a in answers)
+        verdict = "yes" if ok else "no"
+        return (
+            f"<reasoning>Checked {len(answers)} answers; the South figure must be a mean, not a maximum."
+            f"</reasoning>\n<correct>{verdict}</correct>\n<number>{2 if ok else 1}</number>"
+        )
+    task = msgs[1]["content"]
+    n_assistant = sum(m["role"] == "assistant" for m in msgs)
+    if n_assistant == 0:
+        # Runs on past its code block with an invented interpreter reply: the agent must clip it.
+        return (
+            "<think>Load the file first.</think>\n<code>\n```python\nimport pandas as pd\n"
+            "df = pd.read_csv('sales.csv')\nprint(df.shape)\n```\n</code>\n<interpreter>(99, 9)</interpreter>"
+        )
+    if n_assistant == 1:
+        if "North" in task:
+            code = "print(int(df.loc[df['region'] == 'North', 'units'].sum()))"
+        elif "reviewer" in task:  # reflection: the critique made the agent use the mean
+            code = "print(f\"{df.loc[df['region'] == 'South', 'price'].mean():.2f}\")"
+        else:
+            code = "print(f\"{df.loc[df['region'] == 'South', 'price'].max():.2f}\")"
+        return f"<think>Filter the region and aggregate.</think>\n<code>\n{code}\n"  # closing tag eaten by a stop
+    value = msgs[-1]["content"].replace("<interpreter>", "").replace("</interpreter>", "").strip()
+    return f"<think>The output answers the question.</think>\n<answer>The result is {value}.</answer>"
+
+
+def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, llm_client, sandbox):
+    server.responder = fake_models
+    by_id = {q["query_id"]: q for q in queries()}
+    build_corpus(root, str(tmp_path), [by_id["q1"], by_id["q3"]])
+
+    specs = plan_sampling(root, 10, ROLLOUT)
+    s = sample_shard(root, specs[0], ROLLOUT, "run-llm", llm_client=llm_client, sandbox=sandbox)
+    assert (s["n_trajectories"], s["n_answered"], s["n_void_turns"]) == (6, 6, 0)
+    trajs = read_rows(root, TRAJECTORIES, DIRS["trajectories"])
+    q1 = [t for t in trajs if t["query_id"] == "q1"]
+    assert {t["final_answer"] for t in q1} == {f"The result is {EXP['q1']}."}
+    first_tool = protocol.interpreter_body(q1[0]["messages"][3]["content"])
+    assert first_tool.strip() == "(30, 4)"  # the sandbox's output, not the model's invented one
+    assert all(t["model"] == "expert-model" and t["prompt_tokens"] > 0 for t in trajs)
+    expert_calls = [b for b in server.bodies if b["model"] == "expert-model"]
+    assert {(b["temperature"], b["top_p"]) for b in expert_calls} == {(0.7, 0.95)}
+    assert all("</code>" in b["stop"] for b in expert_calls)
+    assert all(m["role"] in ("system", "user", "assistant") for b in expert_calls for m in b["messages"])
+
+    judge_params = {"judge_backend": "llm", "rollout": ROLLOUT, "reflection_rounds": 2}
+    jspecs = plan_judging(root, 10, judge_params)
+    j = judge_shard(root, jspecs[0], judge_params, "run-llm", llm_client=llm_client, sandbox=sandbox)
+    assert (j["n_consistent_round0"], j["n_rescued_by_reflection"], j["n_judged_samples"]) == (1, 1, 2)
+    judged = {r["query_id"]: r for r in read_rows(root, DATASET, DIRS["judged"])}
+    by_tid = {t["trajectory_id"]: t for t in read_rows(root, TRAJECTORIES, DIRS["trajectories"])}
+    assert by_tid[judged["q1"]["trajectory_id"]]["sample_index"] == 1  # the judge's <number>2</number>
+    assert judged["q3"]["reflection_round"] == 1 and EXP["q3"] in judged["q3"]["final_answer"]
+    versions = json.loads(judged["q3"]["template_versions"])
+    assert versions["judge"].startswith("consistency@") and versions["reflect"].startswith("reflect@")
+    # The critique reached the expert during reflection, but the stored conversation is the plain task.
+    reflect_calls = [
+        b for b in server.bodies if b["model"] == "expert-model" and "reviewer" in b["messages"][1]["content"]
+    ]
+    assert reflect_calls and "must be a mean, not a maximum" in reflect_calls[0]["messages"][1]["content"]
+    assert "reviewer" not in judged["q3"]["messages"][1]["content"]
+
+    calls_before = server.request_count
+    m = publish_dataset(root, "run-llm", shard_rows=10)
+    assert m["n_filtered"] == 0, m["filtered_by_reason"]
+    assert m["n_samples"] == 2 and m["by_category"] == {"aggregation": 1, "comparison": 1}
+    # A rerun of the sampling shard is answered from the response cache: no new LLM calls, same rows.
+    again = sample_shard(root, specs[0], ROLLOUT, "run-llm-2", llm_client=llm_client, sandbox=sandbox)
+    assert server.request_count == calls_before and again["path"] == s["path"]
+
+
+def test_unparseable_judge_replies_become_a_recorded_rejection(root, tmp_path, server, llm_client, sandbox):
+    from datamind.schemas import REJECTIONS
+
+    server.responder = lambda body: "They all look the same to me."  # never the required tags
+    build_corpus(root, str(tmp_path), [queries()[0]])
+    for spec in plan_sampling(root, 10, {}):
+        sample_shard(root, spec, {}, "run", sandbox=sandbox)
+    params = {"judge_backend": "llm"}
+    summary = judge_shard(
+        root, plan_judging(root, 10, params)[0], params, "run", llm_client=llm_client, sandbox=sandbox
+    )
+    assert summary["n_judged_samples"] == 0
+    assert server.request_count == 3  # first try + 2 bounded re-asks
+    rej = [r for r in read_rows(root, REJECTIONS, "rejections/judge") if r["query_id"] == "q1"]
+    assert [(r["item_id"], r["reason_code"]) for r in rej] == [("q1", "judge_parse_failed")]
+    assert rej[0]["raw"] == "They all look the same to me."
+    assert plan_judging(root, 10, params) == []
