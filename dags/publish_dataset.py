@@ -30,6 +30,13 @@ from datamind_airflow import runtime
     tags=["datamind", "dataset"],
     params={
         "shard_rows": Param(500, type="integer", minimum=1, maximum=100_000, title="Rows per Parquet shard"),
+        "judged_partition": Param(
+            None,
+            type=["null", "string"],
+            title="Judging configuration",
+            description="Which judged/params=<fingerprint> partition to publish; needed only when several "
+            "judging configurations (e.g. selection strategies) were run side by side.",
+        ),
     },
     **DAG_DEFAULTS,
 )
@@ -43,7 +50,9 @@ def publish_dataset():
 
         params = get_current_context()["params"]
         root, run_id = runtime.data_root(), runtime.run_id()
-        manifest = publish_version(root, run_id, shard_rows=int(params["shard_rows"]))
+        manifest = publish_version(
+            root, run_id, shard_rows=int(params["shard_rows"]), judged_partition=params.get("judged_partition") or None
+        )
         runtime.log_summary("Published dataset", {k: v for k, v in manifest.items() if not isinstance(v, (list, dict))})
         if manifest.get("unchanged"):
             return manifest
