@@ -18,10 +18,19 @@ from datamind.synth.table import load_view
 
 
 def _same(a: str, b: str) -> bool:
-    try:
-        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
-    except ValueError:
-        return a.strip() == b.strip()
+    """Equal cell by cell, numbers by value: SQL engines print 5 where pandas prints 5.0."""
+    cells_a = [c.strip() for row in a.split(";") for c in row.split(",")]
+    cells_b = [c.strip() for row in b.split(";") for c in row.split(",")]
+    if len(cells_a) != len(cells_b):
+        return False
+    for x, y in zip(cells_a, cells_b):
+        try:
+            if not math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-9):
+                return False
+        except ValueError:
+            if x != y:
+                return False
+    return True
 
 
 def _variants_agree(root, path, tmp_path):
