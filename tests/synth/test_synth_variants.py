@@ -13,7 +13,8 @@ from synth_fixtures import catalog_rows
 from datamind.categories import CATEGORY_IDS
 from datamind.synth.offline.engine import synthesize_offline
 from datamind.synth.offline.execute import run_python
-from datamind.synth.offline.variants import _sql_tool, candidate_variants, runnable_variants
+from datamind.sandbox.sqltools import ReadOnlyDatabase
+from datamind.synth.offline.variants import candidate_variants, runnable_variants
 from datamind.synth.table import load_view
 
 
@@ -44,7 +45,7 @@ def _variants_agree(root, path, tmp_path):
                 assert len(variants) == len(candidate_variants(cand.task, source, cand.lang))
                 for program in variants:
                     assert program != cand.solution
-                    preset = {"execute_sql": _sql_tool(source.data_path)} if source.fmt == "sqlite" else None
+                    preset = {"execute_sql": ReadOnlyDatabase(source.data_path).execute_sql} if source.fmt == "sqlite" else None
                     cwd = str(tmp_path) if source.fmt == "sqlite" else str(path.parent)
                     out = run_python(program, preset=preset, cwd=cwd)
                     assert _same(out, cand.answer), (cand.task.question, program, out, cand.answer)

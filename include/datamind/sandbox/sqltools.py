@@ -36,6 +36,9 @@ class ReadOnlyDatabase:
         self._conn.set_authorizer(self._authorize)
         self._conn.set_progress_handler(self._over_time, _PROGRESS_EVERY)
 
+    def close(self) -> None:
+        self._conn.close()
+
     def _authorize(self, action, arg1, arg2, db_name, trigger):  # noqa: ANN001 - sqlite3 callback
         if action in _ALLOWED_ACTIONS:
             return sqlite3.SQLITE_OK

@@ -13,11 +13,9 @@ that pandas or DuckDB then reads), because SQL sessions may not open the databas
 
 from __future__ import annotations
 
-import csv
 import os
-import sqlite3
-from urllib.parse import quote
 
+from datamind.sandbox.sqltools import ReadOnlyDatabase
 from datamind.synth.offline.execute import ExecutionError, run_python
 from datamind.synth.offline.generators import Task
 from datamind.synth.offline.source import Source
@@ -80,36 +78,25 @@ def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
     return out
 
 
-def _sql_tool(db_path: str):
-    """What the sandbox's execute_sql does, for checking SQLite variants at synthesis time."""
-
-    def execute_sql(sql: str, output_path: str) -> str:
-        con = sqlite3.connect(f"file:{quote(os.path.abspath(db_path))}?mode=ro", uri=True)
-        try:
-            cur = con.execute(sql)
-            columns = [d[0] for d in cur.description or []]
-            rows = cur.fetchall()
-        finally:
-            con.close()
-        with open(output_path, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(columns)
-            writer.writerows(rows)
-        return f"{len(rows)} rows written"
-
-    return execute_sql
-
-
 def runnable_variants(task: Task, source: Source, lang: str, scratch_dir: str) -> list[str]:
     """The variants that run and print something; one that fails to run is dropped, not stored."""
+    programs = candidate_variants(task, source, lang)
+    if not programs:
+        return []
+    database = ReadOnlyDatabase(source.data_path) if source.fmt == "sqlite" else None
+    # SQLite variants go through the sandbox's own read-only execute_sql and write relation.csv: run
+    # them in a scratch dir; file-based variants run next to their data file, as they name it.
+    preset = {"execute_sql": database.execute_sql} if database else None
+    cwd = scratch_dir if database else os.path.dirname(os.path.abspath(source.data_path))
     kept = []
-    for program in candidate_variants(task, source, lang):
-        preset = {"execute_sql": _sql_tool(source.data_path)} if source.fmt == "sqlite" else None
-        # SQLite variants write relation.csv: run them in a scratch dir holding a link to the data file.
-        cwd = scratch_dir if source.fmt == "sqlite" else os.path.dirname(os.path.abspath(source.data_path))
-        try:
-            if run_python(program, preset=preset, cwd=cwd).strip():
-                kept.append(program)
-        except ExecutionError:
-            continue
+    try:
+        for program in programs:
+            try:
+                if run_python(program, preset=preset, cwd=cwd).strip():
+                    kept.append(program)
+            except ExecutionError:
+                continue
+    finally:
+        if database:
+            database.close()
     return kept
