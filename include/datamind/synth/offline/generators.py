@@ -35,6 +35,9 @@ class Task:
     sql: str | None = None  # uses ``{src}`` for the relation
     imports: tuple[str, ...] = ()
     params: dict = field(default_factory=dict)
+    # DuckDB formulation (uses ``{src}``) for analyses SQLite's dialect cannot express (median,
+    # correlation, regression...): an independent engine for the self-consistency variants.
+    duck: str | None = None
 
 
 Generator = Callable[[TableView, random.Random], Iterator[Task]]

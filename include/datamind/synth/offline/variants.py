@@ -64,16 +64,18 @@ def _tool_preamble(source: Source, extra_imports: tuple[str, ...]) -> str:
 def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
     """Alternative programs for ``task`` besides the reference written in ``lang``."""
     out: list[str] = []
+    duck_sql = task.sql or task.duck  # SQLite's dialect is a subset of what DuckDB runs here
     if source.fmt == "sqlite":
         if lang == "sql":
             preamble = _tool_preamble(source, task.imports)
             out.append(preamble + "\n" + task.py + "\nprint(answer)\n")
-            if task.sql:
-                out.append(_duckdb_over_frame(preamble, task.sql))
+            if duck_sql:
+                out.append(_duckdb_over_frame(preamble, duck_sql))
         return out
+    preamble = source.python_preamble(task.imports)
+    if duck_sql:
+        out.append(_duckdb_over_frame(preamble, duck_sql))
     if task.sql:
-        preamble = source.python_preamble(task.imports)
-        out.append(_duckdb_over_frame(preamble, task.sql))
         out.append(_sqlite_over_frame(preamble, task.sql))
     return out
 

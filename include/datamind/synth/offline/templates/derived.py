@@ -197,7 +197,9 @@ def fe_zscore_max(view, rng):
         yield Task("feature_engineering", "fe_zscore_max",
                    f"Standardize {m} into z-scores using its mean and sample standard deviation. What is the largest z-score?",
                    f"z = ({m} - mean) / std; report max z.",
-                   f"s = {c(m)}\nanswer = round(float(((s - s.mean()) / s.std()).max()), 4)", params={"m": m})
+                   f"s = {c(m)}\nanswer = round(float(((s - s.mean()) / s.std()).max()), 4)", params={"m": m},
+                   duck=(f"SELECT ROUND(MAX(({qi(m)} - (SELECT AVG({qi(m)}) FROM {{src}})) / "
+                         f"(SELECT stddev_samp({qi(m)}) FROM {{src}})), 4) FROM {{src}}"))
 
 
 @template("feature_engineering")

@@ -18,7 +18,8 @@ from datamind.synth.offline.source import qi, ql
 def stat_median(view, rng):
     for m in sample(view.measures, rng):
         yield Task("statistical_analysis", "stat_median", f"What is the median {m}?", f"50th percentile of {m}.",
-                   f"answer = round(float({c(m)}.median()), 4)", params={"m": m})
+                   f"answer = round(float({c(m)}.median()), 4)", params={"m": m},
+                   duck=f"SELECT ROUND(quantile_cont({qi(m)}, 0.5), 4) FROM {{src}}")
 
 
 @template("statistical_analysis")
@@ -26,7 +27,8 @@ def stat_std(view, rng):
     for m in sample(view.measures, rng):
         yield Task("statistical_analysis", "stat_std", f"What is the sample standard deviation of {m}?",
                    f"Standard deviation of {m} with n-1 in the denominator.",
-                   f"answer = round(float({c(m)}.std()), 4)", params={"m": m})
+                   f"answer = round(float({c(m)}.std()), 4)", params={"m": m},
+                   duck=f"SELECT ROUND(stddev_samp({qi(m)}), 4) FROM {{src}}")
 
 
 @template("statistical_analysis")
@@ -51,7 +53,8 @@ def corr_pearson(view, rng):
                    f"What is the Pearson correlation coefficient between {x} and {y}?",
                    f"Linear correlation of {x} and {y} over rows where both are present.",
                    f"t = df[[{x!r}, {y!r}]].dropna()\nanswer = round(float(t[{x!r}].corr(t[{y!r}])), 4)",
-                   params={"x": x, "y": y})
+                   params={"x": x, "y": y},
+                   duck=f"SELECT ROUND(corr({qi(x)}, {qi(y)}), 4) FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL")
 
 
 @template("correlation_analysis")
@@ -88,7 +91,10 @@ def causal_median_split(view, rng):
                    f"Naive effect estimate: difference in mean {y} between the above-median and the other {x} records (rows with both values present).",
                    f"t = df[[{x!r}, {y!r}]].dropna()\nhigh = t[{x!r}] > t[{x!r}].median()\n"
                    f"answer = round(float(t.loc[high, {y!r}].mean() - t.loc[~high, {y!r}].mean()), 4)",
-                   params={"x": x, "y": y})
+                   params={"x": x, "y": y},
+                   duck=(f"WITH t AS (SELECT {qi(x)} AS x, {qi(y)} AS y FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL), "
+                         "md AS (SELECT quantile_cont(x, 0.5) AS m FROM t) "
+                         "SELECT ROUND(AVG(y) FILTER (WHERE x > m) - AVG(y) FILTER (WHERE NOT x > m), 4) FROM t, md"))
 
 
 @template("causal_analysis")
@@ -132,7 +138,8 @@ def impact_slope(view, rng):
                    f"t = df[[{x!r}, {y!r}]].dropna()\n"
                    f"slope = np.polyfit(t[{x!r}].astype(float), t[{y!r}].astype(float), 1)[0]\n"
                    "answer = round(float(slope), 4)",
-                   imports=("import numpy as np",), params={"x": x, "y": y})
+                   imports=("import numpy as np",), params={"x": x, "y": y},
+                   duck=f"SELECT ROUND(regr_slope({qi(y)}, {qi(x)}), 4) FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL")
 
 
 @template("impact_analysis")
@@ -158,7 +165,10 @@ def anom_iqr(view, rng):
                    f"How many {m} values lie more than 1.5 interquartile ranges below the first quartile or above the third quartile?",
                    f"Tukey fences on {m}; count the outliers.",
                    f"s = {c(m)}.dropna()\nq1, q3 = s.quantile(0.25), s.quantile(0.75)\niqr = q3 - q1\n"
-                   "answer = int(((s < q1 - 1.5 * iqr) | (s > q3 + 1.5 * iqr)).sum())", params={"m": m})
+                   "answer = int(((s < q1 - 1.5 * iqr) | (s > q3 + 1.5 * iqr)).sum())", params={"m": m},
+                   duck=(f"WITH s AS (SELECT {qi(m)} AS v FROM {{src}} WHERE {qi(m)} IS NOT NULL), "
+                         "q AS (SELECT quantile_cont(v, 0.25) AS q1, quantile_cont(v, 0.75) AS q3 FROM s) "
+                         "SELECT COUNT(*) FROM s, q WHERE v < q1 - 1.5 * (q3 - q1) OR v > q3 + 1.5 * (q3 - q1)"))
 
 
 @template("anomaly_detection")
@@ -184,7 +194,10 @@ def dist_skew(view, rng):
                    f"Sample skewness of {m} and a label from the +/-0.5 rule of thumb.",
                    f"sk = float({c(m)}.skew())\n"
                    "label = 'right-skewed' if sk > 0.5 else ('left-skewed' if sk < -0.5 else 'roughly symmetric')\n"
-                   "answer = f'{round(sk, 4)}, {label}'", params={"m": m})
+                   "answer = f'{round(sk, 4)}, {label}'", params={"m": m},
+                   duck=(f"WITH k AS (SELECT skewness({qi(m)}) AS sk FROM {{src}}) "
+                         "SELECT ROUND(sk, 4), CASE WHEN sk > 0.5 THEN 'right-skewed' WHEN sk < -0.5 THEN 'left-skewed' "
+                         "ELSE 'roughly symmetric' END FROM k"))
 
 
 @template("distribution_analysis")
