@@ -108,6 +108,11 @@ def _years_expr(view: TableView, d: str) -> str:
     return f"pd.to_datetime({c(d)}, errors='coerce', format='mixed').dt.year"
 
 
+def _years_sql(view: TableView, d: str) -> str:
+    """DuckDB's reading of the same year (ISO dates only: other layouts show up as disagreements)."""
+    return qi(d) if d in view.year_columns else f"year(TRY_CAST({qi(d)} AS DATE))"
+
+
 def _years(view: TableView, d: str) -> pd.Series:
     if d in view.year_columns:
         return view.df[d]
@@ -126,7 +131,9 @@ def time_busiest_year(view, rng):
             continue
         yield Task("time_based_calculation", "time_busiest_year", f"Which year has the most records according to {d}?",
                    f"Extract the year from {d} and count records per year.",
-                   f"years = {_years_expr(view, d)}\nanswer = int(years.value_counts().idxmax())", params={"d": d})
+                   f"years = {_years_expr(view, d)}\nanswer = int(years.value_counts().idxmax())", params={"d": d},
+                   duck=f"SELECT y FROM (SELECT {_years_sql(view, d)} AS y FROM {{src}}) WHERE y IS NOT NULL "
+                        "GROUP BY y ORDER BY COUNT(*) DESC LIMIT 1")
 
 
 @template("time_based_calculation")
@@ -159,7 +166,9 @@ def time_best_month(view, rng):
                    f"Group records by the month of {d}, sum {m}, report the top month.",
                    f"t = df.assign(_m=pd.to_datetime({c(d)}, errors='coerce', format='mixed').dt.to_period('M'))\n"
                    f"t = t.dropna(subset=['_m', {m!r}])\n"
-                   f"answer = str(t.groupby('_m')[{m!r}].sum().idxmax())", params={"d": d, "m": m})
+                   f"answer = str(t.groupby('_m')[{m!r}].sum().idxmax())", params={"d": d, "m": m},
+                   duck=f"SELECT strftime(TRY_CAST({qi(d)} AS DATE), '%Y-%m') AS mo FROM {{src}} "
+                        f"WHERE mo IS NOT NULL AND {qi(m)} IS NOT NULL GROUP BY mo ORDER BY SUM({qi(m)}) DESC LIMIT 1")
 
 
 @template("time_based_calculation")
@@ -244,7 +253,9 @@ def prep_dedup_dropna(view, rng):
                f"After removing exact duplicate rows and then dropping rows with a missing value in {' or '.join(chosen)}, how many records remain?",
                "Deduplicate, then filter incomplete rows on the named columns; count the rest.",
                f"clean = df.drop_duplicates().dropna(subset={chosen!r})\nanswer = int(len(clean))",
-               params={"cols": chosen})
+               params={"cols": chosen},
+               duck=f"SELECT COUNT(*) FROM (SELECT DISTINCT * FROM {{src}}) WHERE "
+                    + " AND ".join(f"{qi(n)} IS NOT NULL" for n in chosen))
 
 
 @template("comprehensive_data_preprocessing")
