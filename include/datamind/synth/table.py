@@ -82,7 +82,7 @@ def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:
 def _exec_preamble(source: Source) -> pd.DataFrame:
     namespace: dict = {}
     with contextlib.chdir(os.path.dirname(os.path.abspath(source.data_path))):  # programs name the file relatively
-        exec(compile(source.python_preamble(), "<preamble>", "exec"), namespace)  # noqa: S102 - own code
+        exec(compile(source.python_preamble(in_process=True), "<preamble>", "exec"), namespace)  # noqa: S102
     return namespace["df"]
 
 

@@ -16,6 +16,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import warnings
 from urllib.parse import quote
 
@@ -85,12 +86,32 @@ def run_solution(lang: str, solution: str, db_path: str | None = None) -> str:
     Python programs name the file relative to their working directory, so they run from its folder.
     """
     if lang == "python":
+        if db_path and _is_sqlite(db_path):
+            return _run_with_sql_tool(solution, db_path)
         return run_python(solution, cwd=os.path.dirname(os.path.abspath(db_path)) if db_path else None)
     if lang == "sql":
         if not db_path:
             raise ExecutionError("an SQL solution needs the SQLite file path")
         return run_sql(db_path, solution)
     raise ExecutionError(f"unknown solution language {lang!r}")
+
+
+def _is_sqlite(path: str) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(16) == b"SQLite format 3\x00"
+
+
+def _run_with_sql_tool(program: str, db_path: str) -> str:
+    """A stored SQLite program reads the database only through execute_sql, as in the agent's SQL session:
+    run it with the sandbox's own read-only tool, in a scratch directory for the CSV it writes."""
+    from datamind.sandbox.sqltools import ReadOnlyDatabase
+
+    database = ReadOnlyDatabase(db_path)
+    try:
+        with tempfile.TemporaryDirectory(prefix="sql-program-") as scratch:
+            return run_python(program, preset={"execute_sql": database.execute_sql}, cwd=scratch)
+    finally:
+        database.close()
 
 
 _HARNESS = r"""

@@ -100,7 +100,20 @@ class Source:
             imports[:0] = ["import json", "from datamind.ingest.loaders import load_table"]
         return "\n".join(dict.fromkeys(imports)) + "\n"
 
-    def python_preamble(self, extra_imports: tuple[str, ...] = ()) -> str:
+    def python_preamble(self, extra_imports: tuple[str, ...] = (), *, in_process: bool = False) -> str:
+        """Program text that loads the analysed relation into ``df``.
+
+        Stored programs for SQLite load it through the ``execute_sql`` tool, the only way an agent's SQL
+        session may read a database; ``in_process=True`` gives the direct sqlite3 form the synthesizer
+        itself uses to build its view of the table.
+        """
+        if self.fmt == "sqlite" and not in_process:
+            imports = "\n".join(dict.fromkeys(["import pandas as pd", *extra_imports]))
+            return (
+                f"{imports}\n\n"
+                f"execute_sql(sql={self.relation_sql()!r}, output_path='relation.csv')\n"
+                "df = pd.read_csv('relation.csv')\n"
+            )
         # The program names its data file relative to its working directory, as the sandbox and any
         # replay present it: the text (and so the query_id) does not depend on where the data root is.
         head = self.python_imports(extra_imports) + "\n" + f"DATA_PATH = {self.file_name!r}\n"

@@ -51,26 +51,18 @@ def _sqlite_over_frame(preamble: str, sql: str) -> str:
     )
 
 
-def _tool_preamble(source: Source, extra_imports: tuple[str, ...]) -> str:
-    """Load the analysed relation of a SQLite source through the sandbox's execute_sql tool."""
-    imports = "\n".join(dict.fromkeys(["import pandas as pd", *extra_imports]))
-    return (
-        f"{imports}\n\n"
-        f"execute_sql(sql={source.relation_sql()!r}, output_path='relation.csv')\n"
-        "df = pd.read_csv('relation.csv')\n"
-    )
-
-
 def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
     """Alternative programs for ``task`` besides the reference written in ``lang``."""
     out: list[str] = []
     duck_sql = task.sql or task.duck  # SQLite's dialect is a subset of what DuckDB runs here
     if source.fmt == "sqlite":
         if lang == "sql":
-            preamble = _tool_preamble(source, task.imports)
+            preamble = source.python_preamble(task.imports)
             out.append(preamble + "\n" + task.py + "\nprint(answer)\n")
             if duck_sql:
                 out.append(_duckdb_over_frame(preamble, duck_sql))
+        elif task.duck:
+            out.append(_duckdb_over_frame(source.python_preamble(task.imports), task.duck))
         return out
     preamble = source.python_preamble(task.imports)
     if duck_sql:
