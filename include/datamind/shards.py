@@ -70,7 +70,3 @@ def read_table(
 
 def read_rows(root: DataRoot, schema: TableSchema, rel_dir: str, columns: list[str] | None = None) -> list[dict]:
     return read_table(root, schema, rel_dir, columns).to_pylist()
-
-
-def existing_ids(root: DataRoot, schema: TableSchema, rel_dir: str, id_column: str) -> set[str]:
-    return set(read_table(root, schema, rel_dir, columns=[id_column]).column(id_column).to_pylist())

@@ -8,7 +8,6 @@ Readers only ever glob ``*.parquet`` and skip dot-files, so temporaries are invi
 
 from __future__ import annotations
 
-import io
 import os
 import posixpath
 import tempfile
@@ -122,10 +121,3 @@ class DataRoot:
             self.fs.get_file(path, tmp)
             os.replace(tmp, local)
         return local
-
-
-def buffer_bytes(writer) -> bytes:
-    """Run ``writer(buffer)`` and return what it wrote (used to build files before an atomic put)."""
-    buf = io.BytesIO()
-    writer(buf)
-    return buf.getvalue()
