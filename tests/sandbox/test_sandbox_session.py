@@ -198,3 +198,25 @@ def test_roots_left_by_dead_owners_are_swept_and_live_ones_kept(tmp_path):
         assert not root.exists()  # and our own root is removed on close
     finally:
         alive.rmdir()
+
+
+@pytest.mark.parametrize("module", ["datamind", "datamind.ingest.loaders", "airflow", "airflow.sdk"])
+@pytest.mark.parametrize("fixture", ["sandbox", "raw_sandbox"])
+def test_the_projects_own_packages_cannot_be_imported_in_a_cell(module, fixture, request, csv_file):
+    """A program in a training sample must only use what a model will have: never the pipeline's code."""
+    sb = request.getfixturevalue(fixture)
+    with sb.session([str(csv_file)]) as s:
+        plain = s.run(f"import {module}")
+        # The guard refuses importlib outright; without it the runtime must still say no.
+        dynamic = s.run(f"import importlib\nimportlib.import_module({module!r})") if fixture == "raw_sandbox" else plain
+        still_fine = s.run("import pandas as pd\nprint(len(pd.read_csv('sales.csv')))")
+    for res in (plain, dynamic):
+        assert not res.ok and "ModuleNotFoundError" in res.output and module in res.output, res.output
+    assert still_fine.ok and still_fine.output == "4\n"
+
+
+def test_sql_tools_keep_working_once_the_project_is_hidden(sandbox, sqlite_file):
+    with sandbox.session([str(sqlite_file)], language="sql") as s:
+        res = s.run("print(execute_sql(sql='SELECT count(*) AS n FROM customers', output_path='n.csv'))\n"
+                    "print(open('n.csv').read())")
+    assert res.ok and "n\n" in res.output, res.output

@@ -20,6 +20,27 @@ from datamind.sandbox.wire import recv_frame, send_frame
 
 CELL_FILENAME = "<cell>"
 HISTORY_FILENAME = "<history>"
+# Packages of the host that a cell must never use: a program in a training sample that imports them
+# teaches a model to call a library it will not have.  (The mount allow-list is the security layer;
+# this makes the import fail the same way whatever the mounts expose.)
+HOST_ONLY_PACKAGES = frozenset({"datamind", "datamind_airflow", "airflow"})
+
+
+class _HostOnlyBlocker:
+    """A meta-path finder that answers ``ModuleNotFoundError`` for the host's own packages."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.partition(".")[0] in HOST_ONLY_PACKAGES:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def hide_host_packages() -> None:
+    """Forget the host's packages the zygote imported and refuse to import them again."""
+    for name in [m for m in sys.modules if m.partition(".")[0] in HOST_ONLY_PACKAGES]:
+        del sys.modules[name]
+    sys.meta_path.insert(0, _HostOnlyBlocker())
 
 
 class _Discard(io.TextIOBase):
@@ -37,6 +58,7 @@ def serve(ctl_fd: int, kind: str, language: str, db_path: str | None, sql_timeou
     ctl = socket.socket(fileno=ctl_fd)
     namespace = _new_namespace(language, db_path, sql_timeout_s)
     _seed_random_generators()
+    hide_host_packages()
     while True:
         request = recv_frame(ctl)
         if request is None:

@@ -70,6 +70,11 @@ def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:
         if not x.isna().equals(y.isna()):
             return False
         mask = x.notna()
+        if pd.api.types.is_datetime64_any_dtype(x) or pd.api.types.is_datetime64_any_dtype(y):
+            # compare instants, not their integer encodings (datetime64[s] and [us] hold other numbers)
+            if not (pd.to_datetime(x[mask], errors="coerce") == pd.to_datetime(y[mask], errors="coerce")).all():
+                return False
+            continue
         xn, yn = pd.to_numeric(x[mask], errors="coerce"), pd.to_numeric(y[mask], errors="coerce")
         if xn.notna().all() and yn.notna().all():
             if not np.allclose(xn.astype(float), yn.astype(float), rtol=1e-9, atol=1e-12):
@@ -90,7 +95,7 @@ def load_view(root: DataRoot, table: dict) -> tuple[Source, TableView]:
     """Pick how reference programs read the table: the plainest reader whose frame equals ingest's.
 
     Plain pandas when it reproduces the frame the profiler saw, then plain pandas plus ingest's cell
-    tidying, and the project's own loader as the last resort (files that needed repairs).
+    tidying, and for report-style sheets a header-less read repaired by hand.
     """
     try:
         path = data_path(root, table["staged_uri"])

@@ -16,9 +16,10 @@ import sqlite3
 from urllib.parse import quote
 from dataclasses import dataclass, field
 
-READERS = ("plain", "tidy", "loader")
+READERS = ("plain", "tidy", "repair")
 _TIDY = (
     "df.columns = [str(c).strip() for c in df.columns]\n"
+    "df = df.loc[:, [c for c in df.columns if not (c.startswith('Unnamed: ') and df[c].isna().all())]]\n"
     "df = df.dropna(how='all').reset_index(drop=True)\n"
     "for col in df.select_dtypes(include=['object', 'string']).columns:\n"
     "    stripped = df[col].str.strip()\n"
@@ -64,7 +65,9 @@ class Source:
     table_name: str
     read_options: dict = field(default_factory=dict)
     joins: list[Join] = field(default_factory=list)
-    reader: str = "plain"  # plain | tidy (plain + ingest's cell tidying) | loader (the project's own loader)
+    # plain | tidy (plain + ingest's cell tidying) | repair (a sheet read without a header, its header
+    # row(s) picked and its title/footnote rows dropped by hand, as an analyst fixes a report-style sheet)
+    reader: str = "plain"
 
     @property
     def file_name(self) -> str:
@@ -96,8 +99,6 @@ class Source:
         imports = ["import pandas as pd", *extra_imports]
         if self.fmt == "sqlite":
             imports[:0] = ["import sqlite3", "from urllib.parse import quote"]
-        elif self.reader == "loader":
-            imports[:0] = ["import json", "from datamind.ingest.loaders import load_table"]
         return "\n".join(dict.fromkeys(imports)) + "\n"
 
     def python_preamble(self, extra_imports: tuple[str, ...] = (), *, in_process: bool = False) -> str:
@@ -123,23 +124,67 @@ class Source:
                 f"df = pd.read_sql_query({self.relation_sql()!r}, con)\n"
                 "con.close()\n"
             )
-        if self.reader == "loader":
-            options = json.dumps(self.read_options, sort_keys=True, ensure_ascii=False)
-            return head + f"df = load_table(DATA_PATH, json.loads({options!r}))\n"
+        if self.reader == "repair":
+            return head + repair_sheet_code(self.read_options)
         args = "".join(f", {k}={v!r}" for k, v in pandas_kwargs(self.fmt, self.read_options).items())
         reader = "pd.read_csv" if self.fmt == "csv" else "pd.read_excel"
         body = f"df = {reader}(DATA_PATH{args})\n"
         return head + body + (_TIDY if self.reader == "tidy" else "")
 
 
+def repair_sheet_code(options: dict) -> str:
+    """Plain pandas that reads a report-style sheet: title rows above the header, one or more header rows
+    (group labels spread over the columns they cover), blank rows and footnotes below the table."""
+    sheet = options.get("sheet", options.get("sheet_name"))
+    if sheet is None:
+        raise UnsupportedSource("workbook read_options lack a sheet name")
+    start, n = int(options.get("header_start", 0)), int(options.get("header_rows", 1))
+    # keep_default_na=False: a label such as "None" or "NA" is data; only empty cells are missing.
+    lines = [
+        f"raw = pd.read_excel(DATA_PATH, sheet_name={sheet!r}, header=None, engine='calamine',",
+        "                    keep_default_na=False, na_values=[''])",
+        "",
+        "def label(v):  # header cells may hold dates or whole numbers stored as floats",
+        "    if pd.isna(v):",
+        "        return ''",
+        "    if isinstance(v, float) and v.is_integer():",
+        "        return str(int(v))",
+        "    if hasattr(v, 'isoformat'):",
+        "        midnight = hasattr(v, 'hour') and (v.hour, v.minute, v.second, v.microsecond) == (0, 0, 0, 0)",
+        "        return v.date().isoformat() if midnight else v.isoformat()",
+        "    return ' '.join(str(v).split())",
+        "",
+    ]
+    if n == 1:
+        lines.append(f"names = [label(v) for v in raw.iloc[{start}]]")
+    else:
+        lines += [
+            f"header = raw.iloc[{start}:{start + n}].astype(object)",
+            "header.iloc[:-1] = header.iloc[:-1].ffill(axis=1)  # a group label covers the columns after it",
+            "names = [' '.join(dict.fromkeys(label(v) for v in header[c] if label(v))) for c in header.columns]",
+        ]
+    lines += [
+        f"df = raw.iloc[{start + n}:].copy()",
+        "df.columns = [name or f'Unnamed: {i}' for i, name in enumerate(names)]",
+        "df = df.dropna(how='all')",
+    ]
+    if options.get("trim_footer"):
+        lines += [
+            "while len(df) and df.iloc[-1].notna().sum() <= 1:  # notes under the table",
+            "    df = df.iloc[:-1]",
+        ]
+    lines.append("df = df.reset_index(drop=True).infer_objects()")
+    return "\n".join(lines) + "\n" + _TIDY
+
+
 def pandas_kwargs(fmt: str, options: dict) -> dict:
     """Ingest's read_options -> keyword arguments of pd.read_csv / pd.read_excel.
 
     Only the simple layouts map onto plain pandas (one header row, no row repairs); anything else
-    raises UnsupportedSource and the caller falls back to the project's loader.
+    raises UnsupportedSource (workbooks then try the ``repair`` reader).
     """
     if int(options.get("header_rows", 1)) != 1 or options.get("repair_rows"):
-        raise UnsupportedSource("layout needs the project's loader (multi-row header or repaired rows)")
+        raise UnsupportedSource("layout needs more than one pandas call (multi-row header or repaired rows)")
     out: dict = {}
     start = int(options.get("header_start", 0))
     if fmt == "csv":
@@ -228,7 +273,10 @@ def build_source(row: dict, data_path: str, reader: str = "plain") -> Source:
     if fmt in ("csv", "xlsx", "xls"):
         if reader not in READERS:
             raise ValueError(f"unknown reader {reader!r}")
-        if reader != "loader":
+        if reader == "repair":
+            if fmt == "csv":
+                raise UnsupportedSource("a CSV whose rows needed repairs has no plain pandas reading")
+        else:
             pandas_kwargs(fmt, options)  # raises when plain pandas cannot express the layout
         return Source(fmt, data_path, row["table_name"], options, reader=reader)
     if fmt == "sqlite":
