@@ -85,7 +85,7 @@ def test_xlsx_sheet_is_inspected_and_absolute_paths_point_at_the_session_copy(sa
     root, _, _ = sampled
     q6 = _by_query(root)["q6"]
     inspect = q6[0]["messages"][2]["content"]
-    assert "pd.read_excel('budget.xlsx', sheet_name='data')" in inspect
+    assert "pd.read_excel('budget.xlsx', sheet_name='data', engine='calamine')" in inspect  # no engine warning
     assert "shape: (24, 2)" in protocol.interpreter_body(q6[0]["messages"][3]["content"])
     code = q6[0]["messages"][4]["content"]
     assert "DATA_PATH = 'budget.xlsx'" in code and "/staged/" not in code

@@ -32,6 +32,7 @@ from datamind.rollout.policies.offline_expert import (
     variant_programs,
 )
 from datamind.rollout.tasks import QueryTask, TaskError, build_prompts
+from datamind.synth.offline.source import reading_block
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ def n_offline_samples(task: QueryTask, n: int) -> int:
     return min(n, len(variant_programs(task.query)))
 
 
-def offline_policy(task: QueryTask, sample_index: int, *, cross_check: bool = False) -> OfflineExpertPolicy:
+def offline_policy(
+    task: QueryTask, sample_index: int, *, cross_check: bool = False, max_turns: int = 10
+) -> OfflineExpertPolicy:
     paths = [task.data_path, task.staged_uri or "", (task.staged_uri or "").split("://", 1)[-1]]
 
     def runnable(row: dict, prog: str) -> str:
@@ -87,6 +90,7 @@ def offline_policy(task: QueryTask, sample_index: int, *, cross_check: bool = Fa
     # The cross-check re-computes with the reference program; the reference sample itself just re-solves.
     own = final_progs[sample_index % len(final_progs)]
     reference = runnable(task.query, final_progs[0]) if cross_check and own != final_progs[0] else None
+    fixed_read = reading_block(hops[0].program, task.data_format, task.read_options, task.file_name)
     return OfflineExpertPolicy(
         hops=hops,
         inspect=inspect_code(task.data_format, task.file_name, task.read_kwargs),
@@ -94,6 +98,10 @@ def offline_policy(task: QueryTask, sample_index: int, *, cross_check: bool = Fa
         file_name=task.file_name,
         variant_label=label,
         cross_check=reference,
+        fixed_read=fixed_read,
+        seed=f"{task.query_id}:{sample_index}",
+        max_turns=max_turns + (1 if cross_check else 0),
+        question=task.query["question"],
     )
 
 
@@ -150,7 +158,7 @@ async def run_one(
         )
     n_variants = None
     if params.backend == "offline":
-        policy = offline_policy(task, sample_index, cross_check=critique is not None)
+        policy = offline_policy(task, sample_index, cross_check=critique is not None, max_turns=params.max_turns)
         n_variants = len(variant_programs(task.query))
     else:
         if llm_client is None:

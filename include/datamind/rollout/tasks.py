@@ -34,6 +34,7 @@ class QueryTask:
     data_format: str  # csv | xlsx | sqlite
     read_kwargs: dict = field(default_factory=dict)
     staged_uri: str | None = None  # as recorded in the catalog (programs may name the file by it)
+    read_options: dict = field(default_factory=dict)  # ingest's full recipe for the table
 
     @property
     def query_id(self) -> str:
@@ -127,7 +128,12 @@ def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict)
         path = _local(root, staged)
     except (OSError, ValueError) as exc:
         raise TaskError("data_file_unreadable", f"{staged}: {exc}") from exc
-    return QueryTask(row, chain_of(row, by_id), path, fmt, read_kwargs(fmt, (table or {}).get("read_options")), staged)
+    raw_options = (table or {}).get("read_options")
+    try:
+        options = json.loads(raw_options) if isinstance(raw_options, str) and raw_options else dict(raw_options or {})
+    except (json.JSONDecodeError, TypeError, ValueError):
+        options = {}
+    return QueryTask(row, chain_of(row, by_id), path, fmt, read_kwargs(fmt, raw_options), staged, options)
 
 
 # -- prompts ---------------------------------------------------------------------------------

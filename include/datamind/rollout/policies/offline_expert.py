@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamind.rollout import protocol
+from datamind.rollout.policies import narration
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply
 
 OFFLINE_MODEL = "offline-expert"
@@ -107,17 +108,37 @@ def describe_program(code: str) -> str:
 
 
 def inspect_code(data_format: str, file_name: str, read_kwargs: dict | None) -> str:
+    """The first look an analyst takes: default reading options (only the sheet the task names), so a
+    file that needs special handling shows its problem in the output."""
     if data_format == "sqlite":
         return "print(get_db_info())"
-    reader = "read_excel" if data_format == "xlsx" else "read_csv"
-    args = "".join(f", {k}={v!r}" for k, v in (read_kwargs or {}).items())
-    return (
-        "import pandas as pd\n"
-        f"df = pd.{reader}({file_name!r}{args})\n"
-        'print("shape:", df.shape)\n'
-        "print(df.dtypes.to_string())\n"
-        "print(df.head(3).to_string())"
-    )
+    if data_format == "xlsx":
+        sheet = (read_kwargs or {}).get("sheet_name")
+        sheet_arg = f", sheet_name={sheet!r}" if sheet is not None else ""
+        read = f"df = pd.read_excel({file_name!r}{sheet_arg}, engine='calamine')"
+    else:
+        read = f"df = pd.read_csv({file_name!r})"
+    return "import pandas as pd\n" + read + "\n" + SHOW_FRAME
+
+
+SHOW_FRAME = 'print("shape:", df.shape)\nprint(df.dtypes.to_string())\nprint(df.head(3).to_string())'
+
+
+def blunder_of(program: str, known: list[str]) -> tuple[str, str, str] | None:
+    """A plausible slip in a program: one column name written the way people mistype it (lower case,
+    or a stray plural).  Returns (faulty program, wrong name, right name), or None when no column
+    reference can be altered into a name that does not exist."""
+    for name in known:
+        if not name or len(name) < 3:
+            continue
+        wrong = name.lower() if name.lower() != name else (name[:-1] if name.endswith("s") else name + "s")
+        if wrong in known:
+            continue
+        for quote in ("'", '"'):
+            lit = f"{quote}{name}{quote}"
+            if lit in program:
+                return program.replace(lit, f"{quote}{wrong}{quote}", 1), wrong, name
+    return None
 
 
 _WARNING = re.compile(r"^\S.*?:\d+: [A-Za-z0-9_]*Warning: ")
@@ -138,8 +159,24 @@ def printed_value(output: str) -> str:
     return "\n".join(kept).strip()
 
 
+@dataclass
+class _Step:
+    kind: str  # explore | fix | hop | blunder | check
+    code: str
+    hop: HopProgram | None = None
+    index: int = 0  # hop number (1-based) for hop/blunder steps
+    wrong: str = ""
+    right: str = ""
+
+
 class OfflineExpertPolicy:
-    """Replays ``hops`` (ancestors first, the query itself last) for one variant index."""
+    """Replays ``hops`` (ancestors first, the query itself last) for one variant index.
+
+    The turns are planned up front but narrated from what each execution printed: a first read with
+    default options; a corrected read when that output shows a problem (title rows, unnamed columns, one
+    fused column, a decode error); one turn per hop; sometimes (``blunder_rate``) a hop first run with a
+    mistyped column name, so the trajectory holds a real error, its diagnosis and the fix; the answer.
+    """
 
     def __init__(
         self,
@@ -150,58 +187,194 @@ class OfflineExpertPolicy:
         file_name: str,
         variant_label: str,
         cross_check: str | None = None,
+        fixed_read: str | None = None,
+        seed: str = "",
+        max_turns: int = 10,
+        blunder_rate: float = 0.2,
+        question: str = "",
     ) -> None:
         if not hops:
             raise ValueError("an offline trajectory needs at least one hop program")
         self.name = f"offline:{variant_label}" + (":cross-check" if cross_check else "")
         self._data_format = data_format
         self._file_name = file_name
-        self._steps: list[tuple[str, str]] = [(self._inspect_think(), inspect)]
-        k = len(hops)
-        for i, h in enumerate(hops, start=1):
-            self._steps.append((self._hop_think(h, i, k), h.program))
-        if cross_check is not None:
-            self._steps.append(
-                (
-                    "Before answering, re-compute the result with an independent formulation of the same "
-                    "question, to make sure the number does not depend on how the computation was written.",
-                    cross_check,
-                )
-            )
-        self._cross_checked = cross_check is not None
+        self._seed = seed or variant_label
+        self._question = question or hops[-1].question
+        self._hops = hops
+        self._fixed_read = fixed_read
+        self._cross_check = cross_check
+        self._blunder_rate = blunder_rate
+        self._max_turns = max_turns
+        self._plan: list[_Step] = [_Step("explore", inspect)]
         self._outputs: list[str] = []
+        self._known: list[str] = []  # column names the latest good read showed
+        self._schema = ""  # what the first look printed
+        self._cross_checked = cross_check is not None
 
-    def _inspect_think(self) -> str:
+    # -- planning ---------------------------------------------------------------------------------
+    def _budget(self) -> int:
+        """Turns left for optional steps: max turns minus explore, hops, cross-check and the answer."""
+        fixed = 1 + len(self._hops) + (1 if self._cross_check else 0) + 1
+        return self._max_turns - fixed
+
+    def _plan_after_explore(self, obs: Any) -> None:
+        output = getattr(obs, "output", "") or ""
+        self._schema = printed_value(output)
+        view = narration.read_view(output)
+        ok = getattr(obs, "ok", False)
+        problem = narration.read_problem(view) if self._data_format != "sqlite" else None
+        budget = self._budget()
+        if self._fixed_read and (problem or not ok) and budget >= 1:
+            self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME))
+            budget -= 1
+        elif not ok:
+            kind = getattr(obs, "error_kind", None) or "no_output"
+            raise PolicyGaveUp("replay_failed", f"offline step 1 did not run cleanly ({kind})")
+        else:
+            self._known = view.names
+        blunder_at = len(self._hops) if narration.chance(self._seed, "blunder", self._blunder_rate) else 0
+        for i, h in enumerate(self._hops, start=1):
+            if i == blunder_at and budget >= 1:
+                known = self._known or self._names_in_schema()
+                slip = blunder_of(h.program, known)
+                if slip is not None:
+                    self._plan.append(_Step("blunder", slip[0], h, i, slip[1], slip[2]))
+                    budget -= 1
+            self._plan.append(_Step("hop", h.program, h, i))
+        if self._cross_check:
+            self._plan.append(_Step("check", self._cross_check, self._hops[-1], len(self._hops)))
+
+    def _names_in_schema(self) -> list[str]:
+        """Column names a database schema print showed (quoted or bare identifiers on its lines)."""
+        names = re.findall(r"[\"`']?([A-Za-z_][\w ]{1,40}?)[\"`']?\s+(?:INTEGER|TEXT|REAL|NUMERIC|VARCHAR|INT|"
+                           r"FLOAT|DOUBLE|DATE|DATETIME|BOOLEAN|CHAR|DECIMAL|BIGINT)", self._schema, re.IGNORECASE)
+        return list(dict.fromkeys(n.strip() for n in names))
+
+    # -- narration --------------------------------------------------------------------------------
+    def _focus(self, program: str | None = None) -> str:
+        """Something specific to this trajectory to anchor a sentence: the columns a program uses, else the
+        opening words of the question."""
+        if program is not None:
+            cols = narration.columns_used(program, self._known or self._names_in_schema())
+            if cols:
+                return narration.name_list(cols, 2)
+        words = self._question.split()
+        return "\"" + " ".join(words[:7]) + (" ..." if len(words) > 7 else "") + "\""
+
+    def _think_explore(self) -> str:
+        f, q = self._file_name, narration.short(self._question, 90)
         if self._data_format == "sqlite":
-            return "First look at the database schema (tables, columns, types) so the queries use real names."
-        return (
-            f"First load {self._file_name} and print its shape, column types and first rows, so the later "
-            "steps use the right column names and types."
-        )
+            options = (
+                f"\"{q}\" needs data from {f}; before writing SQL I list its tables, columns and keys.",
+                f"The question is \"{q}\". First I look at the schema of {f} so the queries use real names.",
+                f"{f} is a database I have not seen. To answer \"{q}\" its schema comes first, then the queries.",
+                f"To answer \"{q}\" I have to know which tables of {f} hold the data, so I start with the schema.",
+            )
+        else:
+            options = (
+                f"\"{q}\" is about {f}. I load it with default settings and look at its shape, types and first rows.",
+                f"The question is \"{q}\". A plain read of {f} first, to see what the columns are called and typed.",
+                f"Nothing is known about {f} yet, and \"{q}\" depends on its columns: a default read and its structure first.",
+                f"To answer \"{q}\" I first need the layout of {f}: a default read, then shape, dtypes and the head.",
+                f"First step for \"{q}\": open {f}, print the size and the column types, and check a few rows.",
+            )
+        return narration.pick(options, self._seed, "explore")
 
-    @staticmethod
-    def _hop_think(h: HopProgram, i: int, k: int) -> str:
-        how = describe_program(h.program)
+    def _think_fix(self, problem: str | None, error: str | None) -> str:
+        how = narration.describe_fix(self._fixed_read or "")
+        seen = problem or (f"the read failed ({error})" if error else "the first read does not look like a clean table")
+        lead = narration.pick(("The output shows a problem: {p}.", "Looking at that output, {p}.",
+                               "That read is not usable yet: {p}."), self._seed, "fix-lead").format(p=seen)
+        plan = narration.pick(("I read it again with {h} and print the structure to confirm.",
+                               "Reading it again with {h} should give a proper table; I check shape and types again.",
+                               "Next: a second read with {h}, then the same checks."), self._seed, "fix-plan")
+        return f"{lead} {plan.format(h=how)}"
+
+    def _think_hop(self, step: _Step) -> str:
+        k = len(self._hops)
+        h = step.hop
+        assert h is not None
+        focus = self._focus(h.program)
+        form = describe_program(h.program)
+        how = narration.pick(narration.FORMULATION.get(form, ("compute it",)), self._seed, f"form-{step.index}")
+        parts = []
+        if step.index > 1 and self._outputs:
+            prev = narration.short(self._outputs[-1], 80)
+            parts.append(narration.pick((f"The previous step printed {prev}.", f"So far I have {prev}.",
+                                         f"That gives {prev} to build on."), self._seed, f"prev-{step.index}"))
+        q = h.question.strip()
         if k == 1:
-            return f"The data is understood. Now the question: {h.question}\nI compute it with {how} and print the result."
-        if i < k:
-            return f"Step {i} of {k}: {h.question}\nI compute this intermediate result with {how} and print it."
-        return (
-            f"Step {k} of {k}, building on the previous results: {h.question}\n"
-            f"I compute it with {how} and print the final value."
-        )
+            parts.append(narration.pick((f"Now the question itself: {q}", f"With the data read correctly: {q}",
+                                         f"Question: {q}", f"What is asked: {q}"), self._seed, "q"))
+        else:
+            parts.append(narration.pick((f"Step {step.index} of {k}: {q}", f"Part {step.index} of {k}: {q}",
+                                         f"Next ({step.index}/{k}): {q}"), self._seed, f"q-{step.index}"))
+        parts.append(narration.pick((f"It depends on {focus}, so I {how} and print the result.",
+                                     f"Plan for {focus}: {how}, then print the value.",
+                                     f"Using {focus}, I {how}.",
+                                     f"For {focus} I {how} and print what comes out."), self._seed, f"p-{step.index}"))
+        return " ".join(parts)
 
+    def _think_after_blunder(self, step: _Step, obs: Any) -> str:
+        error = narration.read_view(getattr(obs, "output", "") or "").error or "an error"
+        lead = narration.pick((f"That failed with {error}.", f"The cell raised {error}.",
+                               f"Error: {error}."), self._seed, "err-lead")
+        why = narration.pick((f"There is no column {step.wrong!r}; the data calls it {step.right!r}.",
+                              f"I mistyped the column: it is {step.right!r}, not {step.wrong!r}.",
+                              f"The name is {step.right!r} in the data, not {step.wrong!r}."), self._seed, "err-why")
+        fix = narration.pick((f"I run the same step again with {step.right!r}.", f"Same computation, with {step.right!r}.",
+                              f"Rerunning with {step.right!r}."), self._seed, "err-fix")
+        return f"{lead} {why} {fix}"
+
+    def _think_answer(self, answer: str) -> str:
+        a = narration.short(answer, 100)
+        focus = self._focus(self._hops[-1].program)
+        return narration.pick(
+            (f"The last output, {a}, answers the question about {focus}.",
+             f"The computation over {focus} returned {a}; that is the answer.",
+             f"Result for {focus}: {a}. Nothing else is needed.",
+             f"{a} is what was asked for, computed from {focus}.",
+             f"So the answer is {a}, taken from the printed result for {focus}."),
+            self._seed, "answer")
+
+    # -- the loop ---------------------------------------------------------------------------------
     async def next_turn(self, messages: list[dict], last_observation: Any | None) -> PolicyReply:
-        step = sum(1 for m in messages if m["role"] == "assistant")
-        if step > 0:
-            if last_observation is None or not getattr(last_observation, "ok", False):
+        step_no = sum(1 for m in messages if m["role"] == "assistant")
+        if step_no == 1:
+            self._plan_after_explore(last_observation)
+        elif step_no > 1:
+            done = self._plan[step_no - 1]
+            ok = last_observation is not None and getattr(last_observation, "ok", False)
+            if done.kind == "blunder":
+                if ok:  # the slip did not fail after all: do not narrate an error that did not happen
+                    raise PolicyGaveUp("replay_failed", "a planned faulty step ran without error")
+            elif not ok:
                 kind = getattr(last_observation, "error_kind", None) or "no_output"
-                raise PolicyGaveUp("replay_failed", f"offline step {step} did not run cleanly ({kind})")
-            self._outputs.append(printed_value(last_observation.output))
-        if step < len(self._steps):
-            think, code = self._steps[step]
-            return PolicyReply(protocol.format_code_turn(think, code), model=OFFLINE_MODEL)
-        if step > len(self._steps):
+                raise PolicyGaveUp("replay_failed", f"offline step {step_no} did not run cleanly ({kind})")
+            elif done.kind == "fix":
+                self._known = narration.read_view(last_observation.output).names
+            else:
+                self._outputs.append(printed_value(last_observation.output))
+        if step_no < len(self._plan):
+            step = self._plan[step_no]
+            if step.kind == "explore":
+                think = self._think_explore()
+            elif step.kind == "fix":
+                view = narration.read_view(getattr(last_observation, "output", "") or "")
+                think = self._think_fix(narration.read_problem(view), view.error)
+            elif step.kind in ("hop", "blunder") and step_no > 0 and self._plan[step_no - 1].kind == "blunder":
+                think = self._think_after_blunder(self._plan[step_no - 1], last_observation)
+            elif step.kind == "check":
+                think = narration.pick((
+                    "Before answering I recompute the final value with an independent formulation, "
+                    "so the result does not hinge on one way of writing it.",
+                    f"A second, independent computation of the last step guards against a slip in {describe_program(step.code)}.",
+                    "I cross-check the final number with another formulation before reporting it.",
+                ), self._seed, "check")
+            else:
+                think = self._think_hop(step)
+            return PolicyReply(protocol.format_code_turn(think, step.code), model=OFFLINE_MODEL)
+        if step_no > len(self._plan) or not self._outputs:
             raise PolicyGaveUp("replay_exhausted", "offline policy has no further turns")
         answer = self._outputs[-1]
         if not answer:
@@ -209,12 +382,14 @@ class OfflineExpertPolicy:
         if self._cross_checked:
             first = self._outputs[-2]
             if first == answer:
-                think = "Both formulations print the same result, so it is reliable."
+                think = narration.pick(("Both formulations print the same result, so it is reliable.",
+                                        f"The recomputation agrees ({narration.short(answer, 60)}), so I report it.",
+                                        "Same value both ways; that settles it."), self._seed, "agree")
             else:
                 think = (
                     f"The two computations disagree: {first[:200]!r} first, {answer[:200]!r} on re-computation. "
                     "The re-computation follows the question's wording directly, so I report its value."
                 )
         else:
-            think = "The program printed the value the question asks for."
+            think = self._think_answer(answer)
         return PolicyReply(protocol.format_answer_turn(think, answer), model=OFFLINE_MODEL)

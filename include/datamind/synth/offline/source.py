@@ -177,6 +177,22 @@ def repair_sheet_code(options: dict) -> str:
     return "\n".join(lines) + "\n" + _TIDY
 
 
+def reading_block(program: str, fmt: str, options: dict, file_name: str) -> str | None:
+    """The part of a stored file program that reads its data into ``df`` (imports reduced to pandas),
+    or None when the program does not start with one of this table's readings."""
+    if fmt not in ("csv", "xlsx"):
+        return None
+    for reader in READERS:
+        try:
+            preamble = Source(fmt, file_name, "", options, reader=reader).python_preamble()
+        except UnsupportedSource:
+            continue
+        block = preamble[preamble.index("DATA_PATH = "):]
+        if block in program:
+            return "import pandas as pd\n\n" + block
+    return None
+
+
 def pandas_kwargs(fmt: str, options: dict) -> dict:
     """Ingest's read_options -> keyword arguments of pd.read_csv / pd.read_excel.
 

@@ -1,0 +1,188 @@
+"""Read a published dataset as a model would learn from it, and measure what it would learn.
+
+    python -m datamind.publish.audit <data root> [--version N] [--enforce] [--json PATH]
+
+Every figure is computed per sample first (so a reviewer can find the offending samples), then
+summarised.  The thresholds are the dataset's quality bar: ``--enforce`` exits non-zero when one is
+missed, which is how CI holds the demo dataset to it.  ``publish_dataset`` runs the same audit and puts
+its figures in the stage's quality summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections import Counter
+from dataclasses import dataclass
+
+from datamind.categories import CATEGORY_IDS
+
+# Imports a model cannot have at test time: the pipeline's own code.
+_INTERNAL = re.compile(r"^\s*(?:from|import)\s+(?:datamind|datamind_airflow|airflow)\b", re.MULTILINE)
+_WARNING = re.compile(r"\w*Warning: ")
+_ERROR = re.compile(r"^(?:Traceback \(most recent call last\)|\w+(?:Error|Exception): )", re.MULTILINE)
+_REPEATED_WORD = re.compile(r"\b(\w{2,})\s+\1\b", re.IGNORECASE)
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?%?")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'`])")
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_CODE = re.compile(r"<code>(.*?)</code>", re.DOTALL)
+_READ = re.compile(r"\bread_(?:csv|excel)\(|execute_sql\(")
+
+# name -> (comparison, bound, what it means).  ``min_n``: figures over fewer samples are reported, not judged.
+THRESHOLDS: dict[str, tuple[str, float, str]] = {
+    "internal_import_share": ("<=", 0.0, "samples whose code imports the pipeline's own packages"),
+    "warning_share": ("<=", 0.02, "samples with a Python warning in an observation"),
+    "unfixed_placeholder_header_share": ("<=", 0.0, "samples that print 'Unnamed: n' headers and never re-read"),
+    "distinct_first_think_ratio": (">=", 0.90, "distinct first <think> texts / samples"),
+    "top_sentence_share": ("<=", 0.05, "share of samples containing the most common think sentence"),
+    "repeated_word_question_share": ("<=", 0.0, "questions with a doubled word ('total total')"),
+    "error_recovery_share": (">=", 0.05, "samples with a failed cell followed by a successful one"),
+    "yield": (">=", 0.85, "queries with a published sample / queries synthesised"),
+}
+
+
+@dataclass(frozen=True)
+class SampleFigures:
+    internal_import: bool
+    warning: bool
+    unfixed_placeholder: bool
+    error_recovery: bool
+    first_think: str
+    sentences: frozenset[str]
+    repeated_word: bool
+    answer_words: int
+    turns: int
+
+
+def mask(sentence: str) -> str:
+    """A sentence with its specifics replaced, so templates show up however their slots were filled."""
+    return _NUMBER.sub("<N>", _QUOTED.sub("<Q>", sentence.strip()))
+
+
+def sample_figures(row: dict) -> SampleFigures:
+    messages = row.get("messages") or []
+    assistant = [m["content"] for m in messages if m["role"] == "assistant"]
+    tools = [m["content"] for m in messages if m["role"] == "tool"]
+    codes = ["\n".join(_CODE.findall(a)) for a in assistant]
+    thinks = [t.strip() for a in assistant for t in _THINK.findall(a)]
+    unfixed = False
+    for i, obs in enumerate(tools):
+        if obs.count("Unnamed: ") >= 2 and not any(_READ.search(c) for c in codes[i + 1 :]):
+            unfixed = True
+    recovered = any(_ERROR.search(obs) and i + 1 < len(tools) and not _ERROR.search(tools[i + 1])
+                    for i, obs in enumerate(tools))
+    sentences = frozenset(mask(s) for t in thinks for s in _SENTENCE.split(t) if s.strip())
+    return SampleFigures(
+        internal_import=any(_INTERNAL.search(c) for c in codes),
+        warning=any(_WARNING.search(obs) for obs in tools),
+        unfixed_placeholder=unfixed,
+        error_recovery=recovered,
+        first_think=thinks[0] if thinks else "",
+        sentences=sentences,
+        repeated_word=bool(_REPEATED_WORD.search(row.get("question") or "")),
+        answer_words=len((row.get("final_answer") or "").split()),
+        turns=len(assistant),
+    )
+
+
+def _share(flags: list[bool]) -> float:
+    return round(sum(flags) / len(flags), 4) if flags else 0.0
+
+
+def _quantiles(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {}
+    qs = statistics.quantiles(values, n=10, method="inclusive") if len(values) > 1 else [values[0]] * 9
+    return {"min": min(values), "p10": qs[0], "median": statistics.median(values), "p90": qs[-1], "max": max(values)}
+
+
+def audit_rows(rows: list[dict], queries_by_category: dict[str, int] | None = None) -> dict:
+    """The audit's figures for published dataset rows (``queries_by_category``: synthesised queries, for yield)."""
+    figs = [sample_figures(r) for r in rows]
+    n = len(figs)
+    sentence_counts = Counter(s for f in figs for s in f.sentences)
+    top_sentence, top_count = sentence_counts.most_common(1)[0] if sentence_counts else ("", 0)
+    per_cat = Counter(r.get("category") for r in rows)
+    out: dict = {
+        "n_samples": n,
+        "internal_import_share": _share([f.internal_import for f in figs]),
+        "warning_share": _share([f.warning for f in figs]),
+        "unfixed_placeholder_header_share": _share([f.unfixed_placeholder for f in figs]),
+        "distinct_first_think_ratio": round(len({f.first_think for f in figs}) / n, 4) if n else 0.0,
+        "top_sentence_share": round(top_count / n, 4) if n else 0.0,
+        "top_sentence": top_sentence,
+        "repeated_word_question_share": _share([f.repeated_word for f in figs]),
+        "error_recovery_share": _share([f.error_recovery for f in figs]),
+        "verified_share": _share([r.get("answer_check") == "verified" for r in rows]),
+        "samples_per_category": {c: per_cat.get(c, 0) for c in CATEGORY_IDS},
+        "answer_words": _quantiles([f.answer_words for f in figs]),
+        "turns_per_hop": {str(h): _quantiles([f.turns for f, r in zip(figs, rows) if r.get("hop") == h])
+                          for h in sorted({r.get("hop") for r in rows if r.get("hop") is not None})},
+    }
+    if queries_by_category:
+        total = sum(queries_by_category.values())
+        out["yield"] = round(n / total, 4) if total else 0.0
+        out["yield_per_category"] = {c: round(per_cat.get(c, 0) / q, 4) for c, q in sorted(queries_by_category.items()) if q}
+    out["misses"] = misses(out)
+    return out
+
+
+def misses(figures: dict) -> list[str]:
+    """Thresholds the figures miss, in words (the first-think ratio is judged on 500+ samples only)."""
+    found = []
+    for name, (op, bound, meaning) in THRESHOLDS.items():
+        if name not in figures:
+            continue
+        if name == "distinct_first_think_ratio" and figures["n_samples"] < 500:
+            continue
+        value = figures[name]
+        ok = value <= bound if op == "<=" else value >= bound
+        if not ok:
+            found.append(f"{name} = {value} (want {op} {bound}: {meaning})")
+    return found
+
+
+def audit_version(root, version: int | None = None) -> dict:
+    """Audit a published version under a data root (the newest complete one by default)."""
+    from datamind.assets import DIRS
+    from datamind.publish.stage import read_manifest
+    from datamind.schemas import DATASET, QUERIES
+    from datamind.shards import read_rows
+    from datamind.storage import DataRoot
+
+    root = root if isinstance(root, DataRoot) else DataRoot(str(root))
+    manifest = read_manifest(root, version)
+    if manifest is None:
+        raise SystemExit(f"no complete dataset version under {root.url}")
+    rows = read_rows(root, DATASET, f"{DIRS['dataset']}/v{manifest['version']}")
+    queries = read_rows(root, QUERIES, DIRS["queries"], columns=["query_id", "category"])
+    figures = audit_rows(rows, dict(Counter(q["category"] for q in queries)))
+    figures["version"] = manifest["version"]
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m datamind.publish.audit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("data_root", help="data root (local path or fsspec URL)")
+    parser.add_argument("--version", type=int, default=None, help="dataset version number (default: newest)")
+    parser.add_argument("--enforce", action="store_true", help="exit 1 when a threshold is missed")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    figures = audit_version(args.data_root, args.version)
+    text = json.dumps(figures, indent=2, ensure_ascii=False)
+    print(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    if figures["misses"]:
+        print("MISSED: " + "; ".join(figures["misses"]), file=sys.stderr)
+        return 1 if args.enforce else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""What the offline expert says in its ``<think>`` blocks, built from what the trajectory has seen.
+
+Every sentence refers to something concrete from an earlier observation (column names and types the
+first read printed, the problem a read showed, the error a cell raised, the value the previous hop
+printed) and states what the next step does.  Wording is chosen deterministically from a seed (the
+trajectory's identity), from several phrasings per situation, so a dataset does not teach one
+template sentence.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass
+
+
+def pick(options: list[str] | tuple[str, ...], seed: str, salt: str) -> str:
+    digest = hashlib.sha256(f"{seed}|{salt}".encode()).digest()
+    return options[int.from_bytes(digest[:4], "big") % len(options)]
+
+
+def chance(seed: str, salt: str, rate: float) -> bool:
+    digest = hashlib.sha256(f"{seed}|{salt}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 < rate
+
+
+def short(text: str, limit: int = 120) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+# -- what a read printed -----------------------------------------------------------------------
+_DTYPE_LINE = re.compile(r"^(?P<name>\S(?:.*\S)?)\s{2,}(?P<dtype>[A-Za-z][\w\[\], ]*)$")
+
+
+@dataclass(frozen=True)
+class ReadView:
+    """The columns and shape a ``df.dtypes`` / ``df.shape`` print showed."""
+
+    shape: tuple[int, int] | None
+    columns: tuple[tuple[str, str], ...]  # (name, dtype)
+    error: str | None  # the exception line when the read failed
+
+    @property
+    def names(self) -> list[str]:
+        return [c for c, _ in self.columns]
+
+
+def read_view(output: str) -> ReadView:
+    error = None
+    for line in output.splitlines():
+        m = re.match(r"^(\w+(?:Error|Exception)):\s*(.*)$", line.strip())
+        if m:
+            error = f"{m.group(1)}: {short(m.group(2), 160)}"
+    shape = None
+    m = re.search(r"shape:\s*\((\d+),\s*(\d+)\)", output)
+    if m:
+        shape = (int(m.group(1)), int(m.group(2)))
+    cols: list[tuple[str, str]] = []
+    if shape:
+        lines = output.split(m.group(0), 1)[1].splitlines()[1:]
+        for line in lines[: shape[1]]:
+            d = _DTYPE_LINE.match(line.rstrip())
+            if not d:
+                break
+            cols.append((d.group("name"), d.group("dtype")))
+    return ReadView(shape, tuple(cols), error)
+
+
+def read_problem(view: ReadView) -> str | None:
+    """What an analyst would notice in a first read, quoted from it; None when it looks usable."""
+    if view.error:
+        if "UnicodeDecodeError" in view.error:
+            return f"the read failed with {short(view.error, 90)}: the file is not UTF-8 text"
+        return f"the read failed with {short(view.error, 110)}"
+    names = view.names
+    if not names:
+        return None
+    unnamed = [n for n in names if n.startswith("Unnamed:")]
+    if len(names) == 1 and any(sep in names[0] for sep in (";", "\t", "|")):
+        sep = next(s for s in (";", "\t", "|") if s in names[0])
+        shown = {";": "semicolons", "\t": "tabs", "|": "pipes"}[sep]
+        return f"everything landed in one column named {short(names[0], 60)!r}: the fields are separated by {shown}"
+    if unnamed and len(unnamed) * 2 >= len(names):
+        first = short(names[0], 70)
+        return (f"{len(unnamed)} of {len(names)} columns came out as 'Unnamed: n' and the first is called {first!r}, "
+                "so the top rows are a title, not the header")
+    if unnamed:
+        return f"columns such as {unnamed[0]!r} have no name, so the header row is not the first line"
+    return None
+
+
+def describe_fix(code: str) -> str:
+    """How a corrected read differs from a default one, in words (from the code's own arguments)."""
+    parts = []
+    m = re.search(r"\bsep=(['\"])(.+?)\1", code)
+    if m:
+        parts.append(f"separator {m.group(2)!r}")
+    m = re.search(r"\bdecimal=(['\"])(.)\1", code)
+    if m and m.group(2) != ".":
+        parts.append(f"decimal mark {m.group(2)!r}")
+    m = re.search(r"\bencoding=(['\"])(.+?)\1", code)
+    if m and m.group(2).lower().replace("-", "") not in ("utf8",):
+        parts.append(f"encoding {m.group(2)}")
+    m = re.search(r"\bskiprows=(\d+)|\bheader=(\d+)", code)
+    if m:
+        parts.append(f"the header on line {int(m.group(1) or m.group(2)) + 1}")
+    m = re.search(r"raw\.iloc\[(\d+)\]", code)
+    if m:
+        parts.append(f"the header taken from sheet row {int(m.group(1)) + 1}")
+    m = re.search(r"raw\.iloc\[(\d+):(\d+)\]", code)
+    if m:
+        parts.append(f"header rows {int(m.group(1)) + 1}-{int(m.group(2))} joined into one name per column")
+    if "notes under the table" in code:
+        parts.append("the note rows under the table dropped")
+    if "str.strip()" in code:
+        parts.append("text cells stripped")
+    return ", ".join(parts) or "explicit reading options"
+
+
+# -- what a program uses ------------------------------------------------------------------------
+def columns_used(program: str, known: list[str]) -> list[str]:
+    """Known column names that a program mentions as string literals or quoted SQL identifiers."""
+    found: list[str] = []
+    literals: list[str] = []
+    try:
+        for node in ast.walk(ast.parse(program)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                literals.append(node.value)
+    except SyntaxError:
+        literals.append(program)
+    text = "\n".join(literals)
+    for name in known:
+        if name in found:
+            continue
+        if name in literals or re.search(r'"' + re.escape(name) + r'"', text) or re.search(
+            r"(?<![\w.])" + re.escape(name) + r"(?![\w.])", text
+        ):
+            found.append(name)
+    return found
+
+
+def name_list(names: list[str], limit: int = 3) -> str:
+    shown = [f"`{n}`" for n in names[:limit]]
+    if len(names) > limit:
+        shown.append(f"{len(names) - limit} more")
+    if len(shown) == 1:
+        return shown[0]
+    return ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+FORMULATION = {
+    "pandas": ("work on the DataFrame with pandas", "compute it with pandas operations on `df`",
+               "do it in pandas directly", "use pandas indexing and aggregation"),
+    "duckdb-sql": ("write it as one SQL query that DuckDB runs over `df`", "let DuckDB evaluate a SQL query on the frame",
+                   "express it in SQL and run it on the DataFrame with DuckDB"),
+    "sqlite-sql": ("load the frame into an in-memory SQLite table and query it",
+                   "copy `df` into SQLite and answer with a SQL statement"),
+    "sql-tool": ("query the database through `execute_sql`", "run a SQL statement with the `execute_sql` tool",
+                 "ask the database directly with `execute_sql`"),
+    "sql-tool+pandas": ("pull the rows with `execute_sql` and finish in pandas",
+                        "fetch the relation with `execute_sql`, then compute in pandas"),
+    "numpy": ("use numpy on the column values", "compute it with numpy arrays"),
+    "polars": ("use polars for this step",),
+    "stdlib": ("use the standard library on the values",),
+}
