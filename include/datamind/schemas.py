@@ -232,7 +232,7 @@ TRAJECTORIES = TableSchema(
 
 DATASET = TableSchema(
     "dataset",
-    "1.0",
+    "1.1",  # 1.1: answer_check (the selected answer against the executed reference)
     pa.schema(
         [
             _f("sample_id", _STR, False),
@@ -248,6 +248,7 @@ DATASET = TableSchema(
             _f("final_answer", _STR, False),
             _f("reference_answer", _STR),
             _f("judge_verdict", _STR),
+            _f("answer_check", _STR),  # verified | consistent_unverified | refuted (kept only by non-consistency ablations)
             _f("judge_reasoning", _STR),
             _f("selection_strategy", _STR),
             _f("reflection_round", pa.int16()),

@@ -42,7 +42,9 @@ def _variants_agree(root, path, tmp_path):
         for cands in result.candidates.values():
             for cand in cands:
                 variants = runnable_variants(cand.task, source, cand.lang, str(tmp_path))
-                assert len(variants) == len(candidate_variants(cand.task, source, cand.lang))
+                # polars' SQL lacks a few DuckDB functions (regr_slope...): those variants are dropped, no others
+                candidates = candidate_variants(cand.task, source, cand.lang)
+                assert {p for p in candidates if "polars" not in p} <= set(variants)
                 for program in variants:
                     assert program != cand.solution
                     preset = {"execute_sql": ReadOnlyDatabase(source.data_path).execute_sql} if source.fmt == "sqlite" else None

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.judge import selection
+from datamind.judge.answer import RuleAnswerJudge
 from datamind.judge.consistency import REL_TOL, OfflineJudge
 from datamind.judge.llm_judge import LLMJudge
 from datamind.judge.reflection import Round, reflect
@@ -72,8 +73,11 @@ class JudgeParams:
     judge_backend: str | None = None  # offline | llm; None = the rollout backend (one switch for a DAG)
     strategy: str = selection.DEFAULT_STRATEGY
     reflection_rounds: int = 1  # 0 disables the rescue loop
-    min_samples: int = 2  # fewer trajectories than this cannot show consistency
-    rel_tol: float = REL_TOL  # offline judge's numeric tolerance (paper: 3 %)
+    # Fewer trajectories than this cannot show consistency; None = N, the rollout's n_samples (paper: N = 3).
+    min_samples: int | None = None
+    rel_tol: float = REL_TOL  # numeric tolerance of the offline judge and of the reference check (paper: 3 %)
+    # Compare the selected answer with the synthesizer's executed reference answer where there is one.
+    verify_reference: bool = True
     judge_temperature: float = 0.0
     concurrency: int = 8
     shard_size: int = 20
@@ -81,6 +85,8 @@ class JudgeParams:
     rollout: dict = field(default_factory=dict)  # RolloutParams used to resample during reflection
 
     def __post_init__(self) -> None:
+        if self.min_samples is None:
+            object.__setattr__(self, "min_samples", RolloutParams.from_dict(self.rollout).n_samples)
         if self.judge_backend is not None and self.judge_backend not in JUDGE_BACKENDS:
             raise ValueError(f"judge_backend must be one of {JUDGE_BACKENDS}, got {self.judge_backend!r}")
         selection.check_strategy(self.strategy)
@@ -199,12 +205,35 @@ def _rej(
     }
 
 
+CHECK_VERIFIED, CHECK_UNVERIFIED, CHECK_REFUTED = "verified", "consistent_unverified", "refuted"
+
+
+def reference_check(row: dict, task: QueryTask, p: JudgeParams) -> tuple[str, str]:
+    """(verdict, reason) of a selected answer against the query's executed reference answer.
+
+    The reference is what the synthesizer's program printed when it ran on the data: ground truth that
+    self-consistency alone cannot give (three trajectories can agree on a wrong value)."""
+    reference = task.query.get("reference_answer")
+    if not p.verify_reference or not reference or not str(reference).strip():
+        return CHECK_UNVERIFIED, "no executed reference answer to compare with"
+    verdict = RuleAnswerJudge(p.rel_tol).judge_sync(task.query["question"], row.get("final_answer"), reference)
+    if verdict.correct:
+        return CHECK_VERIFIED, verdict.reasoning
+    return CHECK_REFUTED, f"the agreed answer disagrees with the executed reference {str(reference)[:200]!r}: {verdict.reasoning}"
+
+
 def _judge_version(judge: Any, p: JudgeParams) -> str:
     return getattr(judge, "template_version", None) or f"offline-judge@rel_tol={p.rel_tol}"
 
 
 def dataset_row(
-    traj: dict, task: QueryTask, verdict: Verdict, p: JudgeParams, judge_version: str, now: datetime
+    traj: dict,
+    task: QueryTask,
+    verdict: Verdict,
+    p: JudgeParams,
+    judge_version: str,
+    now: datetime,
+    answer_check: str = CHECK_UNVERIFIED,
 ) -> dict:
     versions = {}
     try:
@@ -228,6 +257,7 @@ def dataset_row(
         "final_answer": traj["final_answer"],
         "reference_answer": task.query.get("reference_answer"),
         "judge_verdict": verdict.label,
+        "answer_check": answer_check,
         "judge_reasoning": verdict.reasoning,
         "selection_strategy": p.strategy,
         "reflection_round": traj["reflection_round"],
@@ -365,7 +395,7 @@ def judge_shard(
             pool.__exit__(None, None, None)
 
     judged: list[dict] = []
-    n_consistent0 = n_rescued = 0
+    n_consistent0 = n_rescued = n_verified = n_refuted = 0
     for qid, out in zip(todo, outcomes):
         task = tasks[qid]
         fid = task.query["file_id"]
@@ -383,7 +413,15 @@ def judge_shard(
         n_rescued += len(out.rounds) > 1 and final.verdict.consistent
         kept = {r["trajectory_id"] for r in out.selected}
         for row in out.selected:
-            judged.append(dataset_row(row, task, final.verdict, p, jversion, now))
+            check, why = reference_check(row, task, p)
+            n_refuted += check == CHECK_REFUTED
+            # The ablation strategies without a consistency filter keep every answer, refuted ones marked.
+            if check == CHECK_REFUTED and selection.needs_consistency(p.strategy):
+                rejections.append(_rej(row["trajectory_id"], qid, "refuted_by_reference", why, run_id, now,
+                                       row["final_answer"], fid))
+                continue
+            n_verified += check == CHECK_VERIFIED
+            judged.append(dataset_row(row, task, final.verdict, p, jversion, now, check))
         for rnd in out.rounds:
             for row in rnd.candidates:
                 if row["trajectory_id"] in kept:
@@ -434,6 +472,8 @@ def judge_shard(
         "n_rescued_by_reflection": n_rescued,
         "n_reflected_trajectories": len(reflected_rows),
         "n_judged_samples": len(judged),
+        "n_verified": n_verified,
+        "n_refuted": n_refuted,
         "n_rejections": len(rejections),
         "strategy": p.strategy,
         "judge": p.judge,

@@ -162,6 +162,7 @@ FORMULATION = {
     "sql-tool+pandas": ("pull the rows with `execute_sql` and finish in pandas",
                         "fetch the relation with `execute_sql`, then compute in pandas"),
     "numpy": ("use numpy on the column values", "compute it with numpy arrays"),
-    "polars": ("use polars for this step",),
+    "polars": ("run the SQL through a polars SQLContext over an Arrow copy of `df`",
+               "let polars evaluate the query on the frame", "hand the frame to polars and query it in SQL"),
     "stdlib": ("use the standard library on the values",),
 }

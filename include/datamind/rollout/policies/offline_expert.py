@@ -128,11 +128,15 @@ def blunder_of(program: str, known: list[str]) -> tuple[str, str, str] | None:
     """A plausible slip in a program: one column name written the way people mistype it (lower case,
     or a stray plural).  Returns (faulty program, wrong name, right name), or None when no column
     reference can be altered into a name that does not exist."""
+    # SQL engines resolve identifiers case-insensitively, so there only a changed spelling fails.
+    sql = re.search(r"duckdb|execute_sql|sqlite3", program) is not None
+    lowered = {k.lower() for k in known}
     for name in known:
         if not name or len(name) < 3:
             continue
-        wrong = name.lower() if name.lower() != name else (name[:-1] if name.endswith("s") else name + "s")
-        if wrong in known:
+        plural = name[:-1] if name.endswith("s") else name + "s"
+        wrong = name.lower() if name.lower() != name and not sql else plural
+        if wrong in known or (sql and wrong.lower() in lowered):
             continue
         for quote in ("'", '"'):
             lit = f"{quote}{name}{quote}"
@@ -332,7 +336,7 @@ class OfflineExpertPolicy:
         return narration.pick(
             (f"The last output, {a}, answers the question about {focus}.",
              f"The computation over {focus} returned {a}; that is the answer.",
-             f"Result for {focus}: {a}. Nothing else is needed.",
+             f"Result for {focus}: {a}, straight from the last output.",
              f"{a} is what was asked for, computed from {focus}.",
              f"So the answer is {a}, taken from the printed result for {focus}."),
             self._seed, "answer")
@@ -346,8 +350,10 @@ class OfflineExpertPolicy:
             done = self._plan[step_no - 1]
             ok = last_observation is not None and getattr(last_observation, "ok", False)
             if done.kind == "blunder":
-                if ok:  # the slip did not fail after all: do not narrate an error that did not happen
-                    raise PolicyGaveUp("replay_failed", "a planned faulty step ran without error")
+                if ok:  # the slip happened to work: keep its result and drop the planned rerun
+                    self._outputs.append(printed_value(last_observation.output))
+                    done.kind = "hop"
+                    del self._plan[step_no]
             elif not ok:
                 kind = getattr(last_observation, "error_kind", None) or "no_output"
                 raise PolicyGaveUp("replay_failed", f"offline step {step_no} did not run cleanly ({kind})")

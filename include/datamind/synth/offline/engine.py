@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from datamind.ids import stable_id
 from datamind.synth.offline.columns import TableView
+from datamind.synth.offline.phrasing import polish_question
 from datamind.synth.offline.execute import ExecutionError, run_body_on_frame, run_solution
 from datamind.synth.offline import templates  # noqa: F401 - registers every template in REGISTRY
 from datamind.synth.offline.generators import REGISTRY, Task
@@ -70,7 +71,7 @@ class OfflineResult:
 def build_solution(task: Task, source: Source) -> tuple[str, str]:
     """(lang, program text): SQL over the relation for SQLite when the task has one, else pandas."""
     if source.fmt == "sqlite" and task.sql:
-        return "sql", task.sql.replace("{src}", source.sql_from())
+        return "sql", source.with_relation(task.sql)
     program = source.python_preamble(task.imports) + "\n" + task.py + "\nprint(answer)\n"
     return "python", program
 
@@ -131,6 +132,7 @@ def synthesize_offline(
             except ExecutionError as exc:
                 result.failures.append((task, str(exc)))
                 continue
+            task.question = polish_question(task.question, answer)
             chosen.append(Candidate(task, lang, solution, answer))
         if per_category > 0 and not offered and errored:
             result.skips.append(Skip(category, "template_error", "every applicable template failed on this data (see log)"))

@@ -91,8 +91,16 @@ class Source:
         return " ".join(parts)
 
     def sql_from(self) -> str:
-        """What follows FROM in a solution query."""
-        return qi(self.table_name) if not self.joins else f"({self.relation_sql()}) AS r"
+        """What follows FROM in a solution query (``r`` is the joined relation's CTE, see ``with_relation``)."""
+        return qi(self.table_name) if not self.joins else "r"
+
+    def with_relation(self, sql: str) -> str:
+        """A solution query over the analysed relation: the joins named once in a CTE, then a short
+        statement over it, the way an analyst writes it (not one nested subquery)."""
+        body = sql.replace("{src}", self.sql_from())
+        if not self.joins:
+            return body
+        return f"WITH r AS (\n  {self.relation_sql()}\n)\n{body}"
 
     # -- Python ------------------------------------------------------------------------------
     def python_imports(self, extra_imports: tuple[str, ...] = ()) -> str:

@@ -2,7 +2,7 @@
 
 The offline expert samples its N trajectories from a query's reference solution plus these variants,
 so the self-consistency judge compares genuinely independent computations (pandas, DuckDB SQL,
-SQLite SQL) rather than the same program three times. Variants are *expected* to agree with the
+SQLite SQL, polars SQL) rather than the same program three times. Variants are *expected* to agree with the
 reference; where an engine differs (NULL handling, rounding, tie order), the judge sees the
 disagreement and the reflection loop has real work to do.
 
@@ -51,6 +51,17 @@ def _sqlite_over_frame(preamble: str, sql: str) -> str:
     )
 
 
+def _polars_over_frame(preamble: str, sql: str) -> str:
+    # polars runs its own SQL engine over an Arrow copy of the frame: a third, independent computation
+    return (
+        preamble
+        + "import polars as pl\n\n"
+        + "ctx = pl.SQLContext(t=pl.from_pandas(df))\n"
+        + f"rows = ctx.execute({sql.replace('{src}', 't')!r}, eager=True).rows()\n"
+        + _PRINT_ROWS
+    )
+
+
 def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
     """Alternative programs for ``task`` besides the reference written in ``lang``."""
     out: list[str] = []
@@ -62,13 +73,16 @@ def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
             if duck_sql:
                 out.append(_duckdb_over_frame(preamble, duck_sql))
         elif task.duck:
-            out.append(_duckdb_over_frame(source.python_preamble(task.imports), task.duck))
+            preamble = source.python_preamble(task.imports)
+            out += [_duckdb_over_frame(preamble, task.duck), _polars_over_frame(preamble, task.duck)]
         return out
     preamble = source.python_preamble(task.imports)
     if duck_sql:
         out.append(_duckdb_over_frame(preamble, duck_sql))
     if task.sql:
         out.append(_sqlite_over_frame(preamble, task.sql))
+    if duck_sql:
+        out.append(_polars_over_frame(preamble, duck_sql))
     return out
 
 
