@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 
 from datamind import assets, schemas
@@ -29,10 +31,20 @@ def describe(root: DataRoot) -> str:
 
 
 def main(argv: list[str]) -> int:
-    root = DataRoot(argv[1] if len(argv) > 1 else Settings.from_env().data_root)
+    parser = argparse.ArgumentParser(
+        prog="python -m datamind.report_cli",
+        description="List every table under a data root (rows, shards, folder) and where the quality reports are.",
+    )
+    parser.add_argument("data_root", nargs="?", default=None, help="data root (default: DATAMIND_DATA_ROOT)")
+    args = parser.parse_args(argv[1:])
+    root = DataRoot(args.data_root or Settings.from_env().data_root)
     print(describe(root))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    code = main(sys.argv)
+    sys.stdout.flush()
+    # Skip interpreter teardown: Arrow's reader threads can abort the process while it unwinds
+    # ("terminate called without an active exception"), turning a finished listing into exit 134.
+    os._exit(code)

@@ -232,7 +232,9 @@ TRAJECTORIES = TableSchema(
 
 DATASET = TableSchema(
     "dataset",
-    "1.1",  # 1.1: answer_check (the selected answer against the executed reference)
+    # 1.1: answer_check (the selected answer against the executed reference); split (held out by source file);
+    # data_uri relative to the version folder, which carries the data files
+    "1.1",
     pa.schema(
         [
             _f("sample_id", _STR, False),
@@ -254,6 +256,7 @@ DATASET = TableSchema(
             _f("reflection_round", pa.int16()),
             _f("model", _STR),
             _f("template_versions", _STR),  # JSON {stage: version}
+            _f("split", _STR),  # train | test (held out by source file); set when a version is published
             _f("created_at", TS, False),
         ]
     ),

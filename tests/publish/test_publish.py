@@ -39,7 +39,7 @@ def judged_row(i: int, answer: str | None = None, think: str = "The printed valu
         "query_id": f"q{i}",
         "trajectory_id": f"t{i}",
         "file_id": "f1",
-        "data_uri": "/x.csv",
+        "data_uri": "raw/f1/x.csv",  # relative to the data root, as staged files are
         "data_format": "csv",
         "category": "aggregation" if i % 2 else "counting",
         "hop": 1,
@@ -58,6 +58,8 @@ def judged_row(i: int, answer: str | None = None, think: str = "The printed valu
 
 
 def write_judged(root: DataRoot, rows: list[dict], name: str = "part-a.parquet") -> None:
+    if not root.exists("raw/f1/x.csv"):
+        root.write_text("raw/f1/x.csv", "a,b\n1,2\n")
     write_shard(root, DATASET, DIRS["judged"], rows, name)
 
 
@@ -72,6 +74,8 @@ def test_publish_filters_shards_and_versions(root):
     assert m["filtered_by_reason"] == {"length:answer_too_long": 1, "linguistic:mojibake": 1}
     assert [s["rows"] for s in m["shards"]] == [3, 3, 1]
     assert sorted(os.listdir(root.path("dataset/v1"))) == [
+        "README.md",
+        "files",
         "manifest.json",
         "part-00000.parquet",
         "part-00001.parquet",
@@ -149,7 +153,7 @@ def test_killed_publish_leaves_no_partial_or_duplicated_shard(root):
     m = publish_dataset(root, "run-rerun", shard_rows=size)
     assert m["version"] == 1  # the incomplete version is reused, not a second copy next to it
     names = sorted(x.name for x in vdir.iterdir())
-    assert names == ["manifest.json"] + [f"part-{i:05d}.parquet" for i in range(n // size)]
+    assert names == ["README.md", "files", "manifest.json"] + [f"part-{i:05d}.parquet" for i in range(n // size)]
     assert sorted(Path(root.path("dataset")).iterdir()) == [Path(root.path("dataset", "LATEST")), vdir]
     import pyarrow.parquet as pq
 

@@ -20,10 +20,13 @@ import re
 import time
 from datetime import datetime, timezone
 
+import fsspec
+
 from datamind.assets import DIRS
 from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
-from datamind.schemas import DATASET, REJECTIONS
+from datamind.publish import card
+from datamind.schemas import CATALOG_FILES, DATASET, REJECTIONS
 from datamind.shards import read_rows, table_to_parquet_bytes
 from datamind.storage import DataRoot
 
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 
 STAGE = "filter"
 MANIFEST = "manifest.json"
+CARD = "README.md"
 _VDIR = re.compile(r"^v(\d+)$")
 _PARTITION = re.compile(r"^params=[0-9a-f]+$")
 
@@ -43,8 +47,8 @@ def part_name(i: int) -> str:
     return f"part-{i:05d}.parquet"
 
 
-def content_version(sample_ids: list[str]) -> str:
-    h = hashlib.sha256(f"dataset-schema={DATASET.version}\n".encode())
+def content_version(sample_ids: list[str], test_fraction: float = 0.1) -> str:
+    h = hashlib.sha256(f"dataset-schema={DATASET.version}\ntest_fraction={test_fraction}\n".encode())
     for sid in sorted(sample_ids):
         h.update(sid.encode())
         h.update(b"\n")
@@ -121,6 +125,7 @@ def publish_dataset(
     *,
     judged_partition: str | None = None,
     filter_config: FilterConfig | None = None,
+    test_fraction: float = 0.1,
 ) -> dict:
     """Filter the judged rows and publish them as a new dataset version; returns its manifest.
 
@@ -129,6 +134,8 @@ def publish_dataset(
     """
     if shard_rows < 1:
         raise ValueError("shard_rows must be >= 1")
+    if not 0 <= test_fraction < 1:
+        raise ValueError("test_fraction must be in [0, 1)")
     root = _as_root(root)
     t0 = time.perf_counter()
     now = datetime.now(timezone.utc)
@@ -140,13 +147,19 @@ def publish_dataset(
     for row in judged:
         unique.setdefault(row["sample_id"], row)  # reruns of a judge shard rewrite identical ids
     kept, dropped = apply_filters(unique.values(), filter_config or FilterConfig())
-    rejections = sorted((_filter_rejection(r, f, run_id, now) for r, f in dropped), key=lambda r: r["item_id"])
+    kept, missing = _with_readable_data(root, kept)
+    rejections = sorted(
+        [_filter_rejection(r, f, run_id, now) for r, f in dropped] + [_missing_rejection(r, why, run_id, now) for r, why in missing],
+        key=lambda r: r["item_id"],
+    )
     if rejections:  # a pure function of the judged rows: rewritten whole on every publish
         root.write_bytes(rejections_file, table_to_parquet_bytes(REJECTIONS.to_table(rejections)))
     elif root.exists(rejections_file):
         root.remove(rejections_file)
     kept.sort(key=lambda r: r["sample_id"])
-    digest = content_version([r["sample_id"] for r in kept])
+    for r in kept:  # the release's own view of each row: its split, and its data file inside the folder
+        r["split"] = card.split_of(r["file_id"], test_fraction)
+    digest = content_version([r["sample_id"] for r in kept], test_fraction)
 
     existing = versions(root)
     latest = read_manifest(root)
@@ -157,9 +170,10 @@ def publish_dataset(
     number = incomplete[0] if incomplete else (max((n for n, _ in existing), default=0) + 1)
     vdir = posixpath.join(DIRS["dataset"], f"v{number}")
 
+    sources = _carry_files(root, vdir, kept)
     parts = [kept[i : i + shard_rows] for i in range(0, len(kept), shard_rows)]
     names = [part_name(i) for i in range(len(parts))]
-    _clear_strays(root, vdir, keep=set(names))
+    _clear_strays(root, vdir, keep=set(names) | {card.FILES_DIR, CARD})
     shard_info = []
     for name, rows in zip(names, parts):
         data = table_to_parquet_bytes(DATASET.to_table(rows))
@@ -170,9 +184,10 @@ def publish_dataset(
         by_cat[r["category"]] = by_cat.get(r["category"], 0) + 1
     by_reason: dict[str, int] = {}
     for r in rejections:
-        by_reason[r["reason_code"]] = by_reason.get(r["reason_code"], 0) + 1
+        by_reason[r["reason_code"]] = by_reason.get(r["reason_code"], 0) + 1  # filters and missing data
     manifest = {
         "version": number,
+        "version_id": f"v{number}",  # the one name of this release: folder, exports, Asset events, summaries
         "content_hash": digest,
         "table": DATASET.name,
         "schema_version": DATASET.version,
@@ -182,6 +197,10 @@ def publish_dataset(
         "filtered_by_reason": dict(sorted(by_reason.items())),
         "by_category": dict(sorted(by_cat.items())),
         "by_strategy": _count(kept, "selection_strategy"),
+        "by_split": _count(kept, "split"),
+        "by_answer_check": _count(kept, "answer_check"),
+        "test_fraction": test_fraction,
+        "files": {s["file_id"]: {"path": s["path"], "sha256": s["sha256"], "bytes": s["bytes"]} for s in sources},
         "judged_partition": partition,
         "judge_params": judge_params,
         "shards": shard_info,
@@ -192,10 +211,68 @@ def publish_dataset(
         "run_id": run_id,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
     root.write_text(posixpath.join(DIRS["dataset"], "LATEST"), f"v{number}\n")
     log.info("published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(parts), len(rejections))
     return manifest
+
+
+def _source_uri(root: DataRoot, uri: str) -> str:
+    return uri if ("://" in uri or uri.startswith("/")) else root.uri(uri)
+
+
+def _with_readable_data(root: DataRoot, rows: list[dict]) -> tuple[list[dict], list[tuple[dict, str]]]:
+    """Rows whose data file can be carried into the release, and the others with the reason: a sample
+    whose data is gone cannot be replayed or trained on."""
+    status: dict[str, str | None] = {}
+    kept, missing = [], []
+    for row in rows:
+        uri = row.get("data_uri")
+        if uri and uri not in status:
+            try:
+                with fsspec.open(_source_uri(root, uri), "rb"):
+                    status[uri] = None
+            except OSError as exc:
+                status[uri] = f"data file {uri} cannot be read: {type(exc).__name__}: {exc}"
+        why = status.get(uri) if uri else None
+        (missing.append((row, why)) if why else kept.append(row))
+    return kept, missing
+
+
+def _missing_rejection(row: dict, why: str, run_id: str | None, now: datetime) -> dict:
+    return {"item_id": row["sample_id"], "stage": STAGE, "reason_code": "data_file_missing", "reason": why,
+            "file_id": row.get("file_id"), "query_id": row.get("query_id"), "raw": None, "created_at": now,
+            "run_id": run_id}
+
+
+def _carry_files(root: DataRoot, vdir: str, rows: list[dict]) -> list[dict]:
+    """Copy each data file the rows analyse into the version folder and point ``data_uri`` at the copy."""
+    catalog = {}
+    if root.exists(DIRS["catalog_files"]):
+        for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"]):
+            catalog[r["file_id"]] = r
+    sources: dict[str, dict] = {}
+    for row in rows:
+        fid, uri = row["file_id"], row.get("data_uri")
+        if not uri:
+            continue
+        if fid not in sources:
+            rel = card.carried_path(fid, uri)
+            data = card.read_source_file(_source_uri(root, uri))
+            root.write_bytes(posixpath.join(vdir, rel), data)
+            info = catalog.get(fid, {})
+            try:
+                provenance = json.loads(info.get("provenance") or "{}")
+            except json.JSONDecodeError:
+                provenance = {}
+            sources[fid] = {"file_id": fid, "path": rel, "name": posixpath.basename(rel), "bytes": len(data),
+                            "sha256": hashlib.sha256(data).hexdigest(), "source": info.get("source"),
+                            "license": provenance.get("license") if isinstance(provenance, dict) else None,
+                            "split": row["split"], "samples": 0}
+        sources[fid]["samples"] += 1
+        row["data_uri"] = sources[fid]["path"]
+    return sorted(sources.values(), key=lambda s: s["file_id"])
 
 
 def _count(rows: list[dict], key: str) -> dict[str, int]:

@@ -24,6 +24,7 @@ from typing import Any
 from datamind.rollout import protocol
 from datamind.rollout.policies import narration
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply
+from datamind.synth.offline.phrasing import without_format
 
 OFFLINE_MODEL = "offline-expert"
 
@@ -128,8 +129,12 @@ def blunder_of(program: str, known: list[str]) -> tuple[str, str, str] | None:
     """A plausible slip in a program: one column name written the way people mistype it (lower case,
     or a stray plural).  Returns (faulty program, wrong name, right name), or None when no column
     reference can be altered into a name that does not exist."""
+    # SQLite reads an unknown double-quoted identifier as a string literal: a slip there prints a wrong
+    # value instead of failing, so only programs whose engines reject unknown names get one.
+    if re.search(r"execute_sql|sqlite3", program):
+        return None
     # SQL engines resolve identifiers case-insensitively, so there only a changed spelling fails.
-    sql = re.search(r"duckdb|execute_sql|sqlite3", program) is not None
+    sql = re.search(r"duckdb|polars", program) is not None
     lowered = {k.lower() for k in known}
     for name in known:
         if not name or len(name) < 3:
@@ -171,6 +176,7 @@ class _Step:
     index: int = 0  # hop number (1-based) for hop/blunder steps
     wrong: str = ""
     right: str = ""
+    wrong_output: str | None = None  # what a faulty step printed when it did not fail
 
 
 class OfflineExpertPolicy:
@@ -203,7 +209,8 @@ class OfflineExpertPolicy:
         self._data_format = data_format
         self._file_name = file_name
         self._seed = seed or variant_label
-        self._question = question or hops[-1].question
+        # quoted in thinks without the answer-format sentence the question ends with
+        self._question = without_format(question or hops[-1].question)
         self._hops = hops
         self._fixed_read = fixed_read
         self._cross_check = cross_check
@@ -306,7 +313,7 @@ class OfflineExpertPolicy:
             prev = narration.short(self._outputs[-1], 80)
             parts.append(narration.pick((f"The previous step printed {prev}.", f"So far I have {prev}.",
                                          f"That gives {prev} to build on."), self._seed, f"prev-{step.index}"))
-        q = h.question.strip()
+        q = without_format(h.question.strip())
         if k == 1:
             parts.append(narration.pick((f"Now the question itself: {q}", f"With the data read correctly: {q}",
                                          f"Question: {q}", f"What is asked: {q}"), self._seed, "q"))
@@ -320,6 +327,9 @@ class OfflineExpertPolicy:
         return " ".join(parts)
 
     def _think_after_blunder(self, step: _Step, obs: Any) -> str:
+        if step.wrong_output is not None:
+            return (f"The output {narration.short(step.wrong_output, 60)!r} cannot be right: {step.wrong!r} is not a "
+                    f"column of the data, the name is {step.right!r}. I run the step again with {step.right!r}.")
         error = narration.read_view(getattr(obs, "output", "") or "").error or "an error"
         lead = narration.pick((f"That failed with {error}.", f"The cell raised {error}.",
                                f"Error: {error}."), self._seed, "err-lead")
@@ -350,10 +360,8 @@ class OfflineExpertPolicy:
             done = self._plan[step_no - 1]
             ok = last_observation is not None and getattr(last_observation, "ok", False)
             if done.kind == "blunder":
-                if ok:  # the slip happened to work: keep its result and drop the planned rerun
-                    self._outputs.append(printed_value(last_observation.output))
-                    done.kind = "hop"
-                    del self._plan[step_no]
+                if ok:  # an engine let the unknown name through: that output is not the step's result
+                    done.wrong_output = printed_value(last_observation.output)
             elif not ok:
                 kind = getattr(last_observation, "error_kind", None) or "no_output"
                 raise PolicyGaveUp("replay_failed", f"offline step {step_no} did not run cleanly ({kind})")

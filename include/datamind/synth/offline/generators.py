@@ -38,6 +38,9 @@ class Task:
     # DuckDB formulation (uses ``{src}``) for analyses SQLite's dialect cannot express (median,
     # correlation, regression...): an independent engine for the self-consistency variants.
     duck: str | None = None
+    # Other Python bodies (numpy, scipy, the standard library) computing the same ``answer``: independent
+    # formulations for analyses no SQL engine here expresses.  Each may bring its own imports.
+    alt: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 Generator = Callable[[TableView, random.Random], Iterator[Task]]

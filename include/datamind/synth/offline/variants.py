@@ -74,16 +74,24 @@ def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
                 out.append(_duckdb_over_frame(preamble, duck_sql))
         elif task.duck:
             preamble = source.python_preamble(task.imports)
-            out += [_duckdb_over_frame(preamble, task.duck), _polars_over_frame(preamble, task.duck)]
+            out += [_duckdb_over_frame(preamble, task.duck), *_alternative_bodies(task, source),
+                    _polars_over_frame(preamble, task.duck)]
+        else:
+            out += _alternative_bodies(task, source)
         return out
     preamble = source.python_preamble(task.imports)
     if duck_sql:
         out.append(_duckdb_over_frame(preamble, duck_sql))
     if task.sql:
         out.append(_sqlite_over_frame(preamble, task.sql))
+    out += _alternative_bodies(task, source)
     if duck_sql:
         out.append(_polars_over_frame(preamble, duck_sql))
     return out
+
+
+def _alternative_bodies(task: Task, source: Source) -> list[str]:
+    return [source.python_preamble(imports) + "\n" + body + "\nprint(answer)\n" for body, imports in task.alt]
 
 
 def runnable_variants(task: Task, source: Source, lang: str, scratch_dir: str) -> list[str]:

@@ -167,6 +167,10 @@ def time_best_month(view, rng):
                    f"t = df.assign(_m=pd.to_datetime({c(d)}, errors='coerce', format='mixed').dt.to_period('M'))\n"
                    f"t = t.dropna(subset=['_m', {m!r}])\n"
                    f"answer = str(t.groupby('_m')[{m!r}].sum().idxmax())", params={"d": d, "m": m},
+                   alt=((f"stamps = pd.to_datetime({c(d)}, errors='coerce', format='mixed')\n"
+                         f"keep = stamps.notna() & {c(m)}.notna()\n"
+                         f"totals = {c(m)}[keep].groupby(stamps[keep].dt.strftime('%Y-%m')).sum()\n"
+                         "answer = totals.idxmax()", ()),),
                    duck=f"SELECT strftime(TRY_CAST({qi(d)} AS DATE), '%Y-%m') AS mo FROM {{src}} "
                         f"WHERE mo IS NOT NULL AND {qi(m)} IS NOT NULL GROUP BY mo ORDER BY SUM({qi(m)}) DESC LIMIT 1")
 
@@ -195,7 +199,9 @@ def fe_ratio(view, rng):
                    f"Create a new feature equal to {a} divided by {b}, leaving out rows where {b} is zero or missing. What is the mean of this feature?",
                    f"Derived ratio column {a}/{b}, then its mean.",
                    f"t = df[({c(b)} != 0) & {c(b)}.notna() & {c(a)}.notna()]\n"
-                   f"answer = round(float((t[{a!r}] / t[{b!r}]).mean()), 4)", params={"a": a, "b": b})
+                   f"answer = round(float((t[{a!r}] / t[{b!r}]).mean()), 4)", params={"a": a, "b": b},
+                   duck=(f"SELECT ROUND(AVG({qi(a)} / {qi(b)}), 4) FROM {{src}} "
+                         f"WHERE {qi(b)} <> 0 AND {qi(b)} IS NOT NULL AND {qi(a)} IS NOT NULL"))
 
 
 @template("feature_engineering")
@@ -237,7 +243,10 @@ def fe_month(view, rng):
                    f"Derive a month-number feature (1-12) from {d}. Which month occurs most often?",
                    f"Extract month from {d}; mode of the new feature.",
                    f"months = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dt.month\n"
-                   "answer = int(months.value_counts().idxmax())", params={"d": d})
+                   "answer = int(months.value_counts().idxmax())", params={"d": d},
+                   alt=((f"from collections import Counter\n\n"
+                         f"stamps = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dropna()\n"
+                         "answer = Counter(ts.month for ts in stamps).most_common(1)[0][0]", ()),))
 
 
 # -- comprehensive preprocessing ---------------------------------------------------------------

@@ -139,7 +139,13 @@ def impact_slope(view, rng):
                    f"slope = np.polyfit(t[{x!r}].astype(float), t[{y!r}].astype(float), 1)[0]\n"
                    "answer = round(float(slope), 4)",
                    imports=("import numpy as np",), params={"x": x, "y": y},
-                   duck=f"SELECT ROUND(regr_slope({qi(y)}, {qi(x)}), 4) FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL")
+                   duck=f"SELECT ROUND(regr_slope({qi(y)}, {qi(x)}), 4) FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL",
+                   alt=((f"t = df[[{x!r}, {y!r}]].dropna().astype(float)\n"
+                         f"dx = t[{x!r}] - t[{x!r}].mean()\n"
+                         f"answer = round(float((dx * (t[{y!r}] - t[{y!r}].mean())).sum() / (dx ** 2).sum()), 4)", ()),
+                        (f"from scipy import stats\n\nt = df[[{x!r}, {y!r}]].dropna()\n"
+                         f"answer = round(float(stats.linregress(t[{x!r}].astype(float), t[{y!r}].astype(float)).slope), 4)",
+                         ())))
 
 
 @template("impact_analysis")
@@ -197,7 +203,10 @@ def dist_skew(view, rng):
                    "answer = f'{round(sk, 4)}, {label}'", params={"m": m},
                    duck=(f"WITH k AS (SELECT skewness({qi(m)}) AS sk FROM {{src}}) "
                          "SELECT ROUND(sk, 4), CASE WHEN sk > 0.5 THEN 'right-skewed' WHEN sk < -0.5 THEN 'left-skewed' "
-                         "ELSE 'roughly symmetric' END FROM k"))
+                         "ELSE 'roughly symmetric' END FROM k"),
+                   alt=((f"from scipy import stats\n\nsk = float(stats.skew({c(m)}.dropna().astype(float), bias=False))\n"
+                         "label = 'right-skewed' if sk > 0.5 else ('left-skewed' if sk < -0.5 else 'roughly symmetric')\n"
+                         "answer = f'{round(sk, 4)}, {label}'", ()),))
 
 
 @template("distribution_analysis")

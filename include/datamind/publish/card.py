@@ -1,0 +1,144 @@
+"""The dataset card (``README.md`` of a version) and the files a version carries.
+
+A version folder is self-contained: its Parquet parts, the data files its samples analyse (under
+``files/<file_id>/``, which is what ``data_uri`` points at, relative to the folder), its manifest and this
+card.  The card's YAML header is what dataset hubs parse (configs, features, license, size); the body
+is for people: where every input file came from, what the recipe was, what is known to be missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from collections import Counter
+
+import fsspec
+import pyarrow as pa
+import yaml
+
+from datamind.schemas import DATASET
+
+FILES_DIR = "files"
+SPLITS = ("train", "test")
+
+
+def split_of(file_id: str, test_fraction: float) -> str:
+    """Held-out split by source file: every sample of a file lands on the same side, so no table is
+    seen in training and tested on (deterministic in the file id; ``test_fraction`` in [0, 1))."""
+    bucket = int.from_bytes(hashlib.sha256(f"split|{file_id}".encode()).digest()[:8], "big") / 2**64
+    return "test" if bucket < test_fraction else "train"
+
+
+def carried_path(file_id: str, data_uri: str) -> str:
+    """Where a sample's data file lives inside the version folder (also its ``data_uri``)."""
+    name = posixpath.basename(data_uri.split("://", 1)[-1].rstrip("/")) or "data"
+    return posixpath.join(FILES_DIR, file_id, name)
+
+
+def read_source_file(uri: str) -> bytes:
+    with fsspec.open(uri, "rb") as fh:
+        return fh.read()
+
+
+def hf_feature(name: str, t: pa.DataType) -> dict:
+    """One ``dataset_info.features`` entry in the Hugging Face card format."""
+    if pa.types.is_list(t) and pa.types.is_struct(t.value_type):
+        return {"name": name, "list": [hf_feature(f.name, f.type) for f in t.value_type]}
+    if pa.types.is_list(t):
+        return {"name": name, "sequence": hf_feature("item", t.value_type)["dtype"]}
+    if pa.types.is_timestamp(t):
+        return {"name": name, "dtype": f"timestamp[{t.unit}, tz={t.tz}]" if t.tz else f"timestamp[{t.unit}]"}
+    return {"name": name, "dtype": "string" if pa.types.is_string(t) or pa.types.is_large_string(t) else str(t)}
+
+
+def _size_category(n: int) -> str:
+    for bound, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if n < bound:
+            return label
+    return "n>1M"
+
+
+def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
+    """README.md with a Hugging Face style YAML header, from the release's manifest, rows and file provenance."""
+    vid = manifest["version_id"]
+    by_split = Counter(r.get("split") for r in rows)
+    header = {
+        "pretty_name": f"DataMind agent trajectories {vid}",
+        "license": "other",
+        "task_categories": ["question-answering", "table-question-answering"],
+        "size_categories": [_size_category(len(rows))],
+        "configs": [
+            {"config_name": "default",
+             "data_files": [{"split": s, "path": "part-*.parquet"} for s in SPLITS if by_split.get(s)]},
+        ],
+        "dataset_info": {
+            "features": [hf_feature(f.name, f.type) for f in DATASET.schema],
+            "splits": [{"name": s, "num_examples": by_split.get(s, 0)} for s in SPLITS],
+        },
+    }
+    cats = Counter(r["category"] for r in rows)
+    hops = Counter(int(r["hop"]) for r in rows)
+    checks = Counter(r.get("answer_check") or "unknown" for r in rows)
+    lines = [
+        "---",
+        yaml.safe_dump(header, sort_keys=False, allow_unicode=True).rstrip(),
+        "---",
+        "",
+        f"# DataMind agent trajectories, {vid}",
+        "",
+        "Multi-turn ReAct trajectories (`<think>`, `<code>`, `<interpreter>`, `<answer>`) of a data-analysis agent "
+        "answering questions about CSV/XLSX files (Python) and SQLite databases (SQL), made by the DATAMIND recipe: "
+        "questions synthesised over 18 task categories with easy-to-hard composition, N sampled trajectories per "
+        "question in a sandbox, a self-consistency judge with reflection, a check against the answer computed by "
+        "executing the question's reference program, and rule filters.",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "import datasets",
+        f"ds = datasets.load_dataset('parquet', data_files='{vid}/part-*.parquet')['train']",
+        "train = ds.filter(lambda r: r['split'] == 'train')  # 'test' is held out by source file",
+        "```",
+        "",
+        "`data_uri` is relative to this folder: the data file a sample analyses is shipped in `files/`.",
+        "",
+        "## Contents",
+        "",
+        f"- samples: {len(rows)} ({', '.join(f'{s}: {by_split.get(s, 0)}' for s in SPLITS)}); "
+        f"content hash `{manifest['content_hash']}`; schema `{DATASET.name}` {DATASET.version}",
+        f"- answer check against the executed reference: {dict(sorted(checks.items()))}",
+        "",
+        "| category | samples |",
+        "|---|---:|",
+        *[f"| {c} | {n} |" for c, n in sorted(cats.items())],
+        "",
+        "| hops | samples |",
+        "|---:|---:|",
+        *[f"| {h} | {n} |" for h, n in sorted(hops.items())],
+        "",
+        "## Source files",
+        "",
+        "| file_id | file | source | license | split | samples |",
+        "|---|---|---|---|---|---:|",
+        *[f"| `{s['file_id']}` | {s['name']} | {s.get('source') or ''} | {s.get('license') or 'unknown'} | "
+          f"{s['split']} | {s['samples']} |" for s in sources],
+        "",
+        "## Recipe",
+        "",
+        "```json",
+        json.dumps({"judge_params": manifest.get("judge_params"), "template_versions": manifest.get("template_versions"),
+                    "filters": manifest.get("filters"), "test_fraction": manifest.get("test_fraction")},
+                   indent=2, sort_keys=True, default=str),
+        "```",
+        "",
+        "## Known limitations",
+        "",
+        "- Questions and programs of the offline engine come from templates over the column roles of each table; "
+        "their wording is varied but narrower than an LLM synthesiser's.",
+        "- The offline judge compares answers on their surface (numbers within tolerance, normalised words); "
+        "paraphrased descriptive answers need the LLM judge.",
+        "- Licenses are those recorded by the crawler (Kaggle metadata); files from folders carry `unknown`.",
+        "",
+    ]
+    return "\n".join(lines)
