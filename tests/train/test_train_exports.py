@@ -46,18 +46,20 @@ def test_export_is_byte_reproducible_and_versioned(tmp_path):
     write_dataset(a, rows, shard_size=1)
     write_dataset(b, list(reversed(rows)), shard_size=3)  # other order, other shards, same content
     ra, rb = export(a), export(b)
-    assert ra.version == rb.version and ra.version.startswith("ds-")
+    assert ra.version == rb.version == "v1"  # the release's own name, the same everywhere
     for rel in ra.files:
         assert open(f"{ra.export_dir}/{rel}", "rb").read() == open(f"{rb.export_dir}/{rel}", "rb").read()
     assert open(f"{ra.export_dir}/manifest.json", "rb").read() == open(f"{rb.export_dir}/manifest.json", "rb").read()
     again = export(a)
     assert again.reused and again.files == ra.files
-    # Changed content -> a new version, the old export untouched.
+    # Changed content -> a new release v2 -> its own export; the v1 export stays untouched.
+    before = {rel: open(f"{ra.export_dir}/{rel}", "rb").read() for rel in ra.files}
     changed = [dict(r) for r in rows]
     changed[0]["final_answer"] = "4"
-    c = DataRoot(str(tmp_path / "c"))
-    write_dataset(c, changed)
-    assert export(c).version != ra.version
+    write_dataset(a, changed, version=2)
+    rc = export(a)
+    assert rc.version == "v2" and rc.export_dir != ra.export_dir and not rc.reused
+    assert {rel: open(f"{ra.export_dir}/{rel}", "rb").read() for rel in ra.files} == before
 
 
 def test_bad_rows_are_rejected_with_reasons(data_root):
@@ -75,8 +77,18 @@ def test_bad_rows_are_rejected_with_reasons(data_root):
 
 
 def test_empty_dataset_is_an_error(data_root):
-    with pytest.raises(ValueError, match="no dataset rows"):
+    with pytest.raises(ValueError, match="no complete dataset release"):
         export(data_root)
+
+
+def test_held_out_rows_never_reach_training(data_root):
+    rows = dataset_rows()
+    for r in rows:
+        r["split"] = "test" if r["sample_id"] in ("s00", "s01") else "train"
+    write_dataset(data_root, rows)
+    res = export(data_root)
+    exported = {r["extra_info"]["sample_id"] for r in pq.read_table(res.rl_path).to_pylist()}
+    assert exported == {r["sample_id"] for r in rows} - {"s00", "s01"} and res.n_rows == len(rows) - 2
 
 
 @pytest.mark.parametrize(

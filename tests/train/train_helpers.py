@@ -61,10 +61,12 @@ def dataset_rows(n: int = 4) -> list[dict]:
     return rows
 
 
-def write_dataset(root: DataRoot, rows: list[dict], shard_size: int = 2) -> None:
+def write_dataset(root: DataRoot, rows: list[dict], shard_size: int = 2, version: int = 1) -> None:
+    """A complete release as publishing lays it out: dataset/v<N>/part-*.parquet, manifest written last."""
     for k in range(0, len(rows), shard_size):
         part = rows[k : k + shard_size]
-        write_shard(root, DATASET, "dataset", part, name=f"part-{k:03d}.parquet")
+        write_shard(root, DATASET, f"dataset/v{version}", part, name=f"part-{k:03d}.parquet")
+    root.write_text(f"dataset/v{version}/manifest.json", json.dumps({"version": version, "version_id": f"v{version}"}))
 
 
 def build_tokenizer():

@@ -26,7 +26,6 @@ _WARNING = re.compile(r"\w*Warning: ")
 _ERROR = re.compile(r"^(?:Traceback \(most recent call last\)|\w+(?:Error|Exception): )", re.MULTILINE)
 _REPEATED_WORD = re.compile(r"\b(\w{2,})\s+\1\b", re.IGNORECASE)
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?%?")
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'`])")
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _CODE = re.compile(r"<code>(.*?)</code>", re.DOTALL)
@@ -59,8 +58,8 @@ class SampleFigures:
 
 
 def mask(sentence: str) -> str:
-    """A sentence with its specifics replaced, so templates show up however their slots were filled."""
-    return _NUMBER.sub("<N>", _QUOTED.sub("<Q>", sentence.strip()))
+    """A sentence with its numbers replaced, so a template shows up whatever values filled it."""
+    return _NUMBER.sub("<N>", sentence.strip())
 
 
 def sample_figures(row: dict) -> SampleFigures:

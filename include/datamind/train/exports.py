@@ -145,16 +145,31 @@ def _rl_row(index: int, row: dict, prompt: list[dict], target: list[dict], versi
 def export(
     root: DataRoot,
     *,
-    dataset_dir: str = DIRS["dataset"],
+    dataset_dir: str | None = None,
     exports_dir: str = DIRS["exports"],
     version: str | None = None,
     force: bool = False,
     run_id: str | None = None,
 ) -> ExportResult:
-    """Build (or reuse) both exports of the dataset under ``exports/<version>/``."""
-    rows = read_rows(root, DATASET, dataset_dir)
+    """Build (or reuse) both exports of a dataset release under ``exports/<version>/``.
+
+    By default the newest complete release, named by its version id (``v<N>``, the same name as its
+    folder).  Only its ``train`` split is exported: the held-out ``test`` files are for evaluation."""
+    if dataset_dir is None:
+        from datamind.publish.stage import read_manifest  # a release's layout belongs to publishing
+
+        manifest = read_manifest(root)
+        if manifest is None:
+            raise ValueError(f"no complete dataset release under {root.uri(DIRS['dataset'])}; nothing to export")
+        version = version or manifest.get("version_id") or f"v{manifest['version']}"
+        dataset_dir = posixpath.join(DIRS["dataset"], f"v{manifest['version']}")
+    rows = [r for r in read_rows(root, DATASET, dataset_dir) if r.get("split") != "test"]
     if not rows:
-        raise ValueError(f"no dataset rows under {root.uri(dataset_dir)}; nothing to export")
+        raise ValueError(f"no training rows under {root.uri(dataset_dir)}; nothing to export")
+    for r in rows:  # data files travel with the release: make their location relative to the data root
+        uri = r.get("data_uri")
+        if uri and "://" not in uri and not uri.startswith("/"):
+            r["data_uri"] = posixpath.join(dataset_dir, uri)
     ids = [r["sample_id"] for r in rows]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]

@@ -272,20 +272,26 @@ class OfflineExpertPolicy:
         words = self._question.split()
         return "\"" + " ".join(words[:7]) + (" ..." if len(words) > 7 else "") + "\""
 
+    def _q_short(self, question: str | None = None) -> str:
+        words = without_format(question or self._question).split()
+        return " ".join(words[:9]) + (" ..." if len(words) > 9 else "")
+
+    # Every sentence below names something specific to this trajectory (its question, file, columns or
+    # values): a sentence that reads the same across samples is a template a model would learn by rote.
     def _think_explore(self) -> str:
-        f, q = self._file_name, narration.short(self._question, 90)
+        f, q = self._file_name, narration.short(self._question, 110)
         if self._data_format == "sqlite":
             options = (
-                f"\"{q}\" needs data from {f}; before writing SQL I list its tables, columns and keys.",
-                f"The question is \"{q}\". First I look at the schema of {f} so the queries use real names.",
-                f"{f} is a database I have not seen. To answer \"{q}\" its schema comes first, then the queries.",
+                f"\"{q}\" needs data from {f}, so before writing SQL I list its tables, columns and keys.",
+                f"For \"{q}\" I first look at the schema of {f}, so that the queries use real names.",
+                f"{f} is a database I have not seen, so for \"{q}\" its schema comes first, then the queries.",
                 f"To answer \"{q}\" I have to know which tables of {f} hold the data, so I start with the schema.",
             )
         else:
             options = (
-                f"\"{q}\" is about {f}. I load it with default settings and look at its shape, types and first rows.",
-                f"The question is \"{q}\". A plain read of {f} first, to see what the columns are called and typed.",
-                f"Nothing is known about {f} yet, and \"{q}\" depends on its columns: a default read and its structure first.",
+                f"\"{q}\" is about {f}, so I load it with default settings and look at its shape, types and first rows.",
+                f"A plain read of {f} comes first for \"{q}\", to see what its columns are called and how they are typed.",
+                f"Nothing is known about {f} yet, and \"{q}\" depends on its columns, so a default read and its structure come first.",
                 f"To answer \"{q}\" I first need the layout of {f}: a default read, then shape, dtypes and the head.",
                 f"First step for \"{q}\": open {f}, print the size and the column types, and check a few rows.",
             )
@@ -294,12 +300,12 @@ class OfflineExpertPolicy:
     def _think_fix(self, problem: str | None, error: str | None) -> str:
         how = narration.describe_fix(self._fixed_read or "")
         seen = problem or (f"the read failed ({error})" if error else "the first read does not look like a clean table")
-        lead = narration.pick(("The output shows a problem: {p}.", "Looking at that output, {p}.",
-                               "That read is not usable yet: {p}."), self._seed, "fix-lead").format(p=seen)
-        plan = narration.pick(("I read it again with {h} and print the structure to confirm.",
-                               "Reading it again with {h} should give a proper table; I check shape and types again.",
-                               "Next: a second read with {h}, then the same checks."), self._seed, "fix-plan")
-        return f"{lead} {plan.format(h=how)}"
+        q = self._q_short()
+        return narration.pick((
+            f"The output shows a problem: {seen}; before working on \"{q}\" I read it again with {how} and check the structure.",
+            f"Looking at that output, {seen}, so for \"{q}\" I need a second read with {how}.",
+            f"That read is not usable for \"{q}\" yet, because {seen}; reading it again with {how} should give a proper table.",
+        ), self._seed, "fix")
 
     def _think_hop(self, step: _Step) -> str:
         k = len(self._hops)
@@ -308,47 +314,47 @@ class OfflineExpertPolicy:
         focus = self._focus(h.program)
         form = describe_program(h.program)
         how = narration.pick(narration.FORMULATION.get(form, ("compute it",)), self._seed, f"form-{step.index}")
-        parts = []
-        if step.index > 1 and self._outputs:
-            prev = narration.short(self._outputs[-1], 80)
-            parts.append(narration.pick((f"The previous step printed {prev}.", f"So far I have {prev}.",
-                                         f"That gives {prev} to build on."), self._seed, f"prev-{step.index}"))
-        q = without_format(h.question.strip())
+        q = without_format(h.question.strip()).rstrip()
+        prev = narration.short(self._outputs[-1], 80) if step.index > 1 and self._outputs else None
         if k == 1:
-            parts.append(narration.pick((f"Now the question itself: {q}", f"With the data read correctly: {q}",
-                                         f"Question: {q}", f"What is asked: {q}"), self._seed, "q"))
+            lead = narration.pick((f"Now the question itself: {q}", f"With the data read correctly: {q}",
+                                   f"Question: {q}", f"What is asked: {q}"), self._seed, "q")
+        elif prev is not None:
+            lead = narration.pick((f"With {prev} from the previous step, step {step.index} of {k} asks: {q}",
+                                   f"Building on {prev}, part {step.index} of {k}: {q}",
+                                   f"So far I have {prev}; next ({step.index}/{k}): {q}"), self._seed, f"q-{step.index}")
         else:
-            parts.append(narration.pick((f"Step {step.index} of {k}: {q}", f"Part {step.index} of {k}: {q}",
-                                         f"Next ({step.index}/{k}): {q}"), self._seed, f"q-{step.index}"))
-        parts.append(narration.pick((f"It depends on {focus}, so I {how} and print the result.",
-                                     f"Plan for {focus}: {how}, then print the value.",
-                                     f"Using {focus}, I {how}.",
-                                     f"For {focus} I {how} and print what comes out."), self._seed, f"p-{step.index}"))
-        return " ".join(parts)
+            lead = narration.pick((f"Step {step.index} of {k}: {q}", f"Part {step.index} of {k}: {q}",
+                                   f"First ({step.index}/{k}): {q}"), self._seed, f"q-{step.index}")
+        plan = narration.pick((f"it depends on {focus}, so I {how} and print the result",
+                               f"for {focus} I {how} and print the value",
+                               f"using {focus}, I {how}",
+                               f"I {how} over {focus} and print what comes out"), self._seed, f"p-{step.index}")
+        return f"{lead} - {plan}."
 
     def _think_after_blunder(self, step: _Step, obs: Any) -> str:
+        q = self._q_short(step.hop.question if step.hop else None)
         if step.wrong_output is not None:
-            return (f"The output {narration.short(step.wrong_output, 60)!r} cannot be right: {step.wrong!r} is not a "
-                    f"column of the data, the name is {step.right!r}. I run the step again with {step.right!r}.")
+            return (f"The output {narration.short(step.wrong_output, 60)!r} cannot be right for \"{q}\": {step.wrong!r} "
+                    f"is not a column of the data, the name is {step.right!r}, so I run the step again with it.")
         error = narration.read_view(getattr(obs, "output", "") or "").error or "an error"
-        lead = narration.pick((f"That failed with {error}.", f"The cell raised {error}.",
-                               f"Error: {error}."), self._seed, "err-lead")
-        why = narration.pick((f"There is no column {step.wrong!r}; the data calls it {step.right!r}.",
-                              f"I mistyped the column: it is {step.right!r}, not {step.wrong!r}.",
-                              f"The name is {step.right!r} in the data, not {step.wrong!r}."), self._seed, "err-why")
-        fix = narration.pick((f"I run the same step again with {step.right!r}.", f"Same computation, with {step.right!r}.",
-                              f"Rerunning with {step.right!r}."), self._seed, "err-fix")
-        return f"{lead} {why} {fix}"
+        return narration.pick((
+            f"That failed with {error}: there is no column {step.wrong!r}, the data calls it {step.right!r}, "
+            f"so I rerun the step for \"{q}\" with the right name.",
+            f"The cell raised {error} because I mistyped the column ({step.wrong!r} instead of {step.right!r}); "
+            f"same computation for \"{q}\", fixed name.",
+            f"{error} - the name is {step.right!r} in the data, not {step.wrong!r}, so I repeat the step for \"{q}\" with it.",
+        ), self._seed, "err")
 
     def _think_answer(self, answer: str) -> str:
         a = narration.short(answer, 100)
-        focus = self._focus(self._hops[-1].program)
+        q = self._q_short()
         return narration.pick(
-            (f"The last output, {a}, answers the question about {focus}.",
-             f"The computation over {focus} returned {a}; that is the answer.",
-             f"Result for {focus}: {a}, straight from the last output.",
-             f"{a} is what was asked for, computed from {focus}.",
-             f"So the answer is {a}, taken from the printed result for {focus}."),
+            (f"The last output, {a}, answers \"{q}\".",
+             f"The computation for \"{q}\" returned {a}, which is the answer.",
+             f"For \"{q}\" the printed result is {a}, straight from the last step.",
+             f"{a} is what \"{q}\" asks for, computed above.",
+             f"So the answer to \"{q}\" is {a}, taken from the printed result."),
             self._seed, "answer")
 
     # -- the loop ---------------------------------------------------------------------------------

@@ -1,0 +1,108 @@
+"""The published dataset read as a model would learn from it: the bundled samples through every stage
+(real sandbox, offline engine), then the audit's figures and whole samples checked."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from datamind.ingest.sources import list_source_files
+from datamind.ingest.stage import ingest_shard, plan_ingest
+from datamind.judge.stage import judge_shard, plan_judging
+from datamind.profile.stage import plan_profile, profile_shard
+from datamind.publish.audit import audit_version, sample_figures
+from datamind.publish.stage import publish_dataset, read_manifest
+from datamind.rollout.stage import plan_sampling, sample_shard
+from datamind.schemas import DATASET
+from datamind.shards import read_rows
+from datamind.storage import DataRoot
+from datamind.synth.stage import plan_synthesis, synthesize_shard
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SYNTH = {"queries_per_category": 1, "n_chains": 3, "verify_solutions": False}
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory, sandbox):
+    root = DataRoot(str(tmp_path_factory.mktemp("quality") / "data"))
+    for source, folder in (("samples", "files"), ("bird_samples", "bird")):
+        for spec in plan_ingest(root, list_source_files(str(SAMPLES / folder)), source, 50):
+            ingest_shard(root, spec, None, "run")
+    for spec in plan_profile(root, 50):
+        profile_shard(root, spec, "run")
+    for spec in plan_synthesis(root, 50, SYNTH):
+        synthesize_shard(root, spec, SYNTH, "run")
+    for spec in plan_sampling(root, 50, {}):
+        sample_shard(root, spec, {}, "run", sandbox=sandbox)
+    for spec in plan_judging(root, 50, {}):
+        judge_shard(root, spec, {}, "run", sandbox=sandbox)
+    publish_dataset(root, "run")
+    manifest = read_manifest(root)
+    rows = read_rows(root, DATASET, f"dataset/v{manifest['version']}")
+    return root, manifest, rows
+
+
+def test_the_audit_thresholds_hold_on_the_samples(release):
+    root, _, rows = release
+    figures = audit_version(root)
+    assert figures["n_samples"] == len(rows) >= 100
+    assert figures["internal_import_share"] == 0
+    assert figures["warning_share"] == 0
+    assert figures["unfixed_placeholder_header_share"] == 0
+    assert figures["repeated_word_question_share"] == 0
+    assert figures["top_sentence_share"] <= 0.05, figures["top_sentence"]
+    assert figures["distinct_first_think_ratio"] >= 0.9
+    assert figures["error_recovery_share"] >= 0.05
+    assert figures["verified_share"] >= 0.9  # offline queries all carry an executed reference
+
+
+def test_a_report_style_sheet_is_seen_broken_then_read_right(release):
+    _, _, rows = release
+    # the workbook's "Q1 Sales" sheet has a title and a blank row above its header (its "Targets" sheet is clean)
+    sheet = [r for r in rows if r["data_format"] == "xlsx" and "sheet_name='Q1 Sales'" in r["messages"][2]["content"]]
+    assert len(sheet) >= 5
+    for r in sheet:
+        turns = r["messages"]
+        first_obs = next(m["content"] for m in turns if m["role"] == "tool")
+        assert "Unnamed: 1" in first_obs  # the default read really showed the title row as a header
+        fix = next(m["content"] for m in turns if m["role"] == "assistant" and "header=None" in m["content"])
+        think = re.search(r"<think>(.*?)</think>", fix, re.DOTALL).group(1)
+        assert "title" in think and "Unnamed" in think  # the problem named from what was printed
+        assert "Regional store sales report" in think
+        assert not sample_figures(r).warning
+
+
+def test_error_recovery_turns_come_from_real_failed_cells(release):
+    _, _, rows = release
+    recovered = [r for r in rows if sample_figures(r).error_recovery]
+    assert recovered
+    for r in recovered:
+        msgs = r["messages"]
+        i = next(i for i, m in enumerate(msgs) if m["role"] == "tool" and re.search(r"\w+Error: ", m["content"]))
+        error = re.search(r"(\w+Error): (.*)", msgs[i]["content"])
+        diagnosis = msgs[i + 1]["content"]
+        assert error.group(1) in diagnosis  # the next think quotes the error it saw
+        wrong = re.search(r"'([^']+)'", error.group(2)).group(1)
+        assert wrong in diagnosis and msgs[i + 2]["role"] == "tool" and "Error" not in msgs[i + 2]["content"]
+
+
+def test_no_project_code_and_no_category_hints_in_samples(release):
+    _, _, rows = release
+    for r in rows:
+        text = "\n".join(m["content"] for m in r["messages"])
+        assert "datamind" not in text.lower() and "airflow" not in text.lower()
+
+
+def test_the_release_is_portable(release):
+    root, manifest, rows = release
+    vdir = Path(root.path("dataset", manifest["version_id"]))
+    assert (vdir / "README.md").read_text().startswith("---\n")
+    for r in rows:
+        assert not r["data_uri"].startswith("/") and (vdir / r["data_uri"]).is_file()
+        assert r["split"] in ("train", "test") and r["answer_check"] in ("verified", "consistent_unverified")
+    by_file = {}
+    for r in rows:
+        by_file.setdefault(r["file_id"], set()).add(r["split"])
+    assert all(len(s) == 1 for s in by_file.values())  # a file is never on both sides
