@@ -18,8 +18,11 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
+from datamind.rollout.params import BACKENDS, RolloutParams
 from datamind_airflow import DAG_DEFAULTS, QUERIES, TRAJECTORIES
 from datamind_airflow.stages import sharded_stage
+
+D = RolloutParams()  # the one place the defaults live: form, Python API and fingerprint agree
 
 
 def plan(root, params):
@@ -41,13 +44,14 @@ def process(root, spec, params, run_id, llm_client):
     doc_md=__doc__,
     tags=["datamind", "trajectories"],
     params={
-        "backend": Param("offline", type="string", enum=["offline", "llm"], title="Expert policy"),
-        "n_samples": Param(3, type="integer", minimum=1, maximum=8, title="Trajectories per query (N)"),
-        "max_turns": Param(8, type="integer", minimum=1, maximum=30, title="Maximum turns"),
-        "temperature": Param(0.7, type="number", minimum=0, maximum=2, title="Sampling temperature", section="LLM"),
-        "top_p": Param(1.0, type="number", minimum=0, maximum=1, title="Top-p", section="LLM"),
-        "shard_size": Param(50, type="integer", minimum=1, maximum=1000, title="Queries per task instance"),
-        "concurrency": Param(4, type="integer", minimum=1, maximum=64, title="Concurrent rollouts per task"),
+        "backend": Param(D.backend, type="string", enum=list(BACKENDS), title="Expert policy"),
+        "n_samples": Param(D.n_samples, type="integer", minimum=1, maximum=8, title="Trajectories per query (N)"),
+        "max_turns": Param(D.max_turns, type="integer", minimum=1, maximum=30, title="Maximum turns"),
+        "temperature": Param(D.temperature, type="number", minimum=0, maximum=2, title="Sampling temperature",
+                             section="LLM"),
+        "top_p": Param(D.top_p, type="number", minimum=0, maximum=1, title="Top-p", section="LLM"),
+        "shard_size": Param(D.shard_size, type="integer", minimum=1, maximum=1000, title="Queries per task instance"),
+        "concurrency": Param(D.concurrency, type="integer", minimum=1, maximum=64, title="Concurrent rollouts per task"),
         "llm_conn_id": Param("datamind_llm", type="string", title="LLM Connection", section="LLM"),
     },
     **DAG_DEFAULTS,

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
     tags=["datamind", "training"],
     params={
         "base_model_path": Param(
-            os.environ.get("DATAMIND_BASE_MODEL_PATH", ""), type="string", title="Base model path",
+            os.environ.get("DATAMIND_BASE_MODEL_PATH") or None, type=["null", "string"], title="Base model path",
             description="Local directory of a Hugging Face causal LM (as seen by the trainer); never downloaded.",
         ),
         "phase": Param("sft+rl", type="string", enum=["sft", "sft+rl"], title="Phase",
@@ -55,8 +55,10 @@ log = logging.getLogger(__name__)
                            description="Nested or dotted keys over Table 2 defaults, e.g. {\"rl.group_size\": 8}."),
         "launcher": Param("local", type="string", enum=["local", "kubernetes", "ssh"], title="Launcher",
                           description="Where training runs: this GPU worker, a Kubernetes pod, or a host over SSH."),
-        "launcher_conn_id": Param("", type="string", title="Launcher Connection",
-                                  description="Airflow Connection with the launcher's credentials (kubernetes, ssh)."),
+        # null allowed: the form sends an emptied optional text field as null, which a plain "string" refuses
+        "launcher_conn_id": Param(None, type=["null", "string"], title="Launcher Connection",
+                                  description="Airflow Connection with the launcher's credentials (kubernetes, ssh); "
+                                              "leave empty for the local launcher."),
     },
     **DAG_DEFAULTS,
 )
@@ -79,7 +81,7 @@ def train_agent():
         context = get_current_context()
         params = context["params"]
         cfg = TrainConfig().with_overrides(dict(params["overrides"] or {})).with_overrides({
-            "base_model_path": params["base_model_path"],
+            "base_model_path": params["base_model_path"] or "",
             "phase": params["phase"],
             "export_dir": exported["export_dir"],
             "data_root": runtime.settings().data_root,

@@ -83,3 +83,17 @@ def test_assets_chain_the_pipeline(dagbag):
         scheduled_on = set(_asset_uris(getattr(dag.timetable, "asset_condition", None)))
         assert uri in scheduled_on, f"{dag_id} is not scheduled on {uri}"
         assert produced.get(uri), f"nothing emits {uri}"
+
+
+@pytest.mark.parametrize(("dag_id", "params_cls"), [("sample_trajectories", "datamind.rollout.params:RolloutParams")])
+def test_form_defaults_equal_the_stage_dataclass_defaults(dagbag, dag_id, params_cls):
+    """A run from the form and a run from Python must fingerprint the same, so one reuses the other's work."""
+    import dataclasses
+    import importlib
+
+    module, _, name = params_cls.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    form = {k: p.value for k, p in dagbag.dags[dag_id].params.items() if k in defaults}
+    assert form and all(form[k] == defaults[k] for k in form), {k: (form[k], defaults[k]) for k in form}
+    assert cls.from_dict(form).fingerprint() == cls().fingerprint()

@@ -19,7 +19,8 @@ class RolloutParams:
     n_samples: int = 3  # N trajectories per query (paper: 3)
     max_turns: int = 10  # assistant turns per trajectory
     max_consecutive_void: int = 3  # stop a trajectory that keeps producing void turns
-    # Expert sampling parameters (LLM backend); the paper's inference settings.
+    # Expert sampling parameters (LLM backend): the paper's inference settings (Table 2: temperature 0.7,
+    # top-p 0.95).  Round 0 and reflection resampling both read them from here.
     temperature: float = 0.7
     top_p: float = 0.95
     max_tokens: int = 2048  # per turn

@@ -59,7 +59,8 @@ def plan_sampling(
     p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
     size = shard_size or p.shard_size
     ids = sorted(set(read_table(root, QUERIES, DIRS["queries"], columns=["query_id"]).column("query_id").to_pylist()))
-    todo = [q for q in ids if q not in sampled_query_ids(root)]
+    done = sampled_query_ids(root)  # one pass over the output, never one per query
+    todo = [q for q in ids if q not in done]
     return [{"shard_id": shard_id(part), "query_ids": part} for part in chunk(todo, size)] if todo else []
 
 
