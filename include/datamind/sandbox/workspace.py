@@ -10,7 +10,9 @@ verified and restored before every cell instead.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,15 +59,9 @@ class Workspace:
                 intact = False
             if intact:
                 continue
-            if os.path.lexists(dst):
-                if os.path.isdir(dst) and not os.path.islink(dst):
-                    shutil.rmtree(dst, onerror=_force_remove)
-                else:
-                    os.unlink(dst)
-            tmp = self.path / f".{name}.copying"
-            shutil.copyfile(src, tmp)
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, dst)
+            if os.path.lexists(dst) and stat.S_ISDIR(os.lstat(dst).st_mode):
+                shutil.rmtree(dst, onerror=_force_remove)
+            _copy_in(src, self.path, name)
             self._stamps[name] = _stamp(dst)
             restored.append(name)
         return restored
@@ -87,16 +83,48 @@ class Workspace:
             shutil.rmtree(self.path, onerror=_force_remove)
 
 
-def _stamp(path: Path) -> tuple[int, int, int, int]:
+def _copy_in(src: str, directory: Path, name: str) -> None:
+    """Copy ``src`` to ``directory/name`` without following anything a cell planted there.
+
+    The copy is written to a fresh, randomly named file created with O_EXCL|O_NOFOLLOW relative to a
+    descriptor of the workspace (so neither a symlink at the temporary name nor a swapped path can
+    redirect the write), made read-only through its descriptor, then renamed over ``name``: a rename
+    replaces a planted symlink itself and never writes through it."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        tmp = f".{name}.{secrets.token_hex(8)}.copying"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        try:
+            with open(src, "rb") as fin, os.fdopen(fd, "wb", closefd=False) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+            os.fchmod(fd, 0o444)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _stamp(path: Path) -> tuple[int, int, int, int, int]:
+    # ctime too: a cell can restore size and mtime after rewriting an input in place, but not its ctime
     st = os.lstat(path)
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
+
+
+def _chmod_dir_nofollow(path: str) -> None:
+    """chmod a real directory; a symlink (planted by a cell) is never followed to its target."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def _force_remove(func, path, _exc) -> None:  # noqa: ANN001 - shutil.rmtree onerror signature
     """A cell may leave a mode-000 directory behind; make it removable and try again."""
-    try:
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700)
-    except OSError:
-        pass
+    for p in (os.path.dirname(path), path):
+        try:
+            _chmod_dir_nofollow(p)
+        except OSError:  # not a directory, or a link: nothing to open up
+            pass
     func(path)
