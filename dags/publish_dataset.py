@@ -48,12 +48,23 @@ def publish_dataset():
         from datamind.pipeline import finalize_stage
         from datamind.publish.stage import publish_dataset as publish_version
 
-        params = get_current_context()["params"]
+        context = get_current_context()
+        params = context["params"]
         root, run_id = runtime.data_root(), runtime.run_id()
         manifest = publish_version(
             root, run_id, shard_rows=int(params["shard_rows"]), judged_partition=params.get("judged_partition") or None
         )
         runtime.log_summary("Published dataset", {k: v for k, v in manifest.items() if not isinstance(v, (list, dict))})
+        audit = manifest.get("audit") or {}
+        runtime.log_summary("Dataset audit (python -m datamind.publish.audit)",
+                            {k: v for k, v in audit.items() if not isinstance(v, dict)})
+        # The release's one name travels with the Asset event, so train_agent and a person see the same id.
+        context["outlet_events"][DATASET].extra = {
+            "version": manifest.get("version_id") or f"v{manifest['version']}",
+            "content_hash": manifest.get("content_hash"),
+            "rows_out": manifest.get("n_samples"),
+            "rejected": manifest.get("filtered_by_reason"),
+        }
         if manifest.get("unchanged"):
             return manifest
         version_dir = f"{DIRS['dataset']}/v{manifest['version']}"

@@ -56,6 +56,8 @@ def test_the_audit_thresholds_hold_on_the_samples(release):
     assert figures["distinct_first_think_ratio"] >= 0.9
     assert figures["error_recovery_share"] >= 0.05
     assert figures["verified_share"] >= 0.9  # offline queries all carry an executed reference
+    assert figures["yield"] >= 0.85 and figures["misses"] == []
+    assert read_manifest(root)["audit"]["n_samples"] == len(rows)  # publishing ran the same audit
 
 
 def test_a_report_style_sheet_is_seen_broken_then_read_right(release):

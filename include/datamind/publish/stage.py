@@ -18,6 +18,7 @@ import logging
 import posixpath
 import re
 import time
+from collections import Counter
 from datetime import datetime, timezone
 
 import fsspec
@@ -26,7 +27,8 @@ from datamind.assets import DIRS
 from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.publish import card
-from datamind.schemas import CATALOG_FILES, DATASET, REJECTIONS
+from datamind.publish.audit import audit_rows
+from datamind.schemas import CATALOG_FILES, DATASET, QUERIES, REJECTIONS
 from datamind.shards import read_rows, table_to_parquet_bytes
 from datamind.storage import DataRoot
 
@@ -211,6 +213,8 @@ def publish_dataset(
         "run_id": run_id,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    queries = read_rows(root, QUERIES, DIRS["queries"], columns=["category"]) if root.exists(DIRS["queries"]) else []
+    manifest["audit"] = audit_rows(kept, dict(Counter(q["category"] for q in queries)))
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
     root.write_text(posixpath.join(DIRS["dataset"], "LATEST"), f"v{number}\n")
