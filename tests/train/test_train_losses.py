@@ -65,11 +65,15 @@ def test_group_advantages_rejects_single_sample_groups():
         group_advantages(torch.tensor([[1.0], [0.0]]))
 
 
-def test_dynamic_sampling_mask():
-    rewards = torch.tensor(
-        [[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.7, 0.7, 0.7, 0.7], [-0.1, 0.0, 0.0, 0.0]]
-    )
-    assert dynamic_sampling_mask(rewards).tolist() == [False, False, True, False, True]
+def test_dynamic_sampling_mask_counts_correct_rollouts_eq5():
+    correct = torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 1, 1]])
+    assert dynamic_sampling_mask(correct).tolist() == [False, False, True, True]
+    # Rewards can differ inside an all-correct group (length factor) or an all-wrong one (format
+    # penalty): eq. 5 still drops both, because no rollout is better *at answering* than another.
+    rewards_all_correct = [1.0, 0.8, 0.5, 1.0]
+    rewards_all_wrong = [0.0, -0.1, 0.0, -0.1]
+    assert len(set(rewards_all_correct)) > 1 and len(set(rewards_all_wrong)) > 1
+    assert dynamic_sampling_mask(torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]])).tolist() == [False, False]
 
 
 def _ratios(values):
@@ -125,11 +129,11 @@ def test_combined_loss():
 
 
 def test_rl_eligible_masks_filtered_groups_void_and_empty_rollouts():
-    rewards = torch.tensor([[1.0, 0.0, 0.0, -0.1], [1.0, 1.0, 1.0, 1.0], [0.5, 0.0, 0.0, 0.0]])
+    rewards = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])  # correctness
     void = torch.tensor([[False, False, False, True], [False] * 4, [True, False, False, False]])
     has_tokens = torch.tensor([[True] * 4, [True] * 4, [True, True, False, True]])
     assert rl_eligible(rewards, void, has_tokens).tolist() == [
         [True, True, True, False],  # the void rollout gives no loss
-        [False, False, False, False],  # all rewards equal: SFT term only
+        [False, False, False, False],  # all correct: SFT term only
         [False, True, False, True],  # void, and nothing left after truncation
     ]

@@ -64,6 +64,9 @@ def test_score_response_length_basis():
         ("6.0", "6", True),
         ("North", "north", True),
         ("0.33333", "0.333333", True),
+        ("102.9", "100", True),  # the paper's 3 % rule
+        ("103.5", "100", False),
+        ("25%", "0.25", True),
         ("1,234", "1234", True),
         ("12%", "12", True),
         ("1, 2, 6", "6", False),

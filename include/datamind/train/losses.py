@@ -60,17 +60,18 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return (rewards - mean) / (std + eps)
 
 
-def dynamic_sampling_mask(rewards: torch.Tensor, atol: float = 1e-6) -> torch.Tensor:
-    """Eq. 5's constraint: True for groups whose rewards are not all equal (they carry an RL signal).
+def dynamic_sampling_mask(correct: torch.Tensor) -> torch.Tensor:
+    """Eq. 5's constraint on ``[n_groups, G]`` answer correctness (0/1): True where ``0 < #correct < G``.
 
-    With binary correctness this is exactly ``0 < #correct < G``; groups that fail it train on the SFT
-    term only.
+    It counts *correct* rollouts, not distinct rewards: with the length factor and the format penalty in
+    the reward, an all-correct or all-wrong group can still hold unequal rewards, and the paper drops it
+    from the RL term all the same.  Groups that fail it train on the SFT term only.
     """
-    rewards = rewards.float()
-    return (rewards.max(dim=1).values - rewards.min(dim=1).values) > atol
+    n_correct = (correct > 0).sum(dim=1)
+    return (n_correct > 0) & (n_correct < correct.shape[1])
 
 
-def rl_eligible(rewards: torch.Tensor, void: torch.Tensor, has_tokens: torch.Tensor) -> torch.Tensor:
+def rl_eligible(correct: torch.Tensor, void: torch.Tensor, has_tokens: torch.Tensor) -> torch.Tensor:
     """``[n_groups, G]`` bool: which rollouts enter the DAPO term.
 
     A rollout counts when its group passes the dynamic-sampling filter, it has no void turn (the
@@ -78,7 +79,7 @@ def rl_eligible(rewards: torch.Tensor, void: torch.Tensor, has_tokens: torch.Ten
     truncation. Advantages are still normalised over the whole group, void rollouts included: their
     reward is a real outcome of the policy.
     """
-    return dynamic_sampling_mask(rewards).unsqueeze(1) & ~void.bool() & has_tokens.bool()
+    return dynamic_sampling_mask(correct).unsqueeze(1) & ~void.bool() & has_tokens.bool()
 
 
 def dapo_loss(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import math
-import re
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
+from datamind.judge.consistency import REL_TOL
+from datamind.llm.errors import LLMError
 from datamind.train.config import RewardConfig
 from datamind.train.react import final_answer, format_ok, parse_turn
 
@@ -21,42 +23,32 @@ class Judge(Protocol):
     def __call__(self, question: str, prediction: str, ground_truth: str) -> bool: ...
 
 
-_NUM = re.compile(r"[-+]?(?:\d+(?:,\d{3})*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?%?")
-_FILLER = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s+is\s*[:\-]?\s*", re.IGNORECASE)
-
-
-def _normalise(text: str) -> str:
-    text = _FILLER.sub("", text.strip())
-    return re.sub(r"[\s`'\".,;:!?]+", " ", text.lower()).strip()
-
-
-def _numbers(text: str) -> list[float]:
-    out = []
-    for tok in _NUM.findall(text):
-        try:
-            v = float(tok.rstrip("%").replace(",", ""))
-        except ValueError:
-            continue
-        out.append(v)
-    return out
-
-
 class MatchJudge:
-    """Offline judge: equal after normalisation, or the same numbers in the same order (rel. tol 1e-4).
+    """Offline reward judge: the pipeline's shared rule-based answer judge (numbers within 3 % relative,
+    the paper's judging rule; several values element-wise; text normalised).  The model-as-judge of the
+    paper plugs in through :class:`LLMRewardJudge`."""
 
-    Deliberately strict: a prediction listing many candidate values does not match a single number.
-    """
-
-    def __init__(self, rel_tol: float = 1e-4) -> None:
-        self.rel_tol = rel_tol
+    def __init__(self, rel_tol: float = REL_TOL) -> None:
+        self._judge = RuleAnswerJudge(rel_tol)
 
     def __call__(self, question: str, prediction: str, ground_truth: str) -> bool:
-        if _normalise(prediction) == _normalise(ground_truth):
-            return True
-        p, g = _numbers(prediction), _numbers(ground_truth)
-        return bool(g) and len(p) == len(g) and all(
-            math.isclose(a, b, rel_tol=self.rel_tol, abs_tol=1e-9) for a, b in zip(p, g)
-        )
+        return self._judge.judge_sync(question, prediction, ground_truth).correct
+
+
+class LLMRewardJudge:
+    """The paper's reward judge (appendix G.4, binary score) over an OpenAI-compatible endpoint, cached
+    like every LLM call; a failed call falls back to the rule judge rather than rewarding or punishing."""
+
+    def __init__(self, client, rel_tol: float = REL_TOL) -> None:
+        self._llm = LLMAnswerJudge(client, rel_tol=rel_tol)
+        self._fallback = MatchJudge(rel_tol)
+
+    def __call__(self, question: str, prediction: str, ground_truth: str) -> bool:
+        try:
+            verdict = asyncio.run(self._llm.judge(question, prediction, ground_truth))
+        except (LLMError, ValueError):
+            return self._fallback(question, prediction, ground_truth)
+        return verdict.correct
 
 
 def length_factor(length: int, l_min: int = 256, l_max: int = 1024) -> float:

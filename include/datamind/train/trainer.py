@@ -427,10 +427,11 @@ class Trainer:
         pad = self.tokenizer.pad_token_id
         lr = sched.get_last_lr()[0]
         rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)
-        has_signal = dynamic_sampling_mask(rewards)
+        correct = torch.tensor([g.answers for g in groups], dtype=torch.int64)
+        has_signal = dynamic_sampling_mask(correct)
         adv = group_advantages(rewards)
         has_tokens = torch.tensor([[sum(e.agent_mask[1:]) > 0 for e in g.encoded] for g in groups])
-        chosen = rl_eligible(rewards, torch.tensor([g.void for g in groups]), has_tokens)
+        chosen = rl_eligible(correct, torch.tensor([g.void for g in groups]), has_tokens)
         eligible = [(gi, j) for gi in range(len(groups)) for j in range(c.group_size) if chosen[gi, j]]
         # pi_old: log-probs under the policy that produced the rollouts, before this step's updates.
         # The same pass measures the policy's entropy over every rollout's agent tokens.
