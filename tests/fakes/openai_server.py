@@ -253,7 +253,13 @@ class FakeOpenAIServer:
 
 
 def completion_body(request: dict, text: str) -> dict[str, Any]:
+    """A chat completion as a server returns it; like a real one it cuts the reply at ``max_tokens`` (words
+    here) and then says so with ``finish_reason: length``."""
     prompt_tokens = sum(count_words(m.get("content")) for m in request.get("messages", []))
+    finish = "stop"
+    limit = request.get("max_tokens")
+    if isinstance(limit, int) and count_words(text) > limit:
+        text, finish = " ".join((text or "").split()[:limit]), "length"
     completion_tokens = count_words(text)
     return {
         "id": f"chatcmpl-{time.monotonic_ns()}",
@@ -261,7 +267,7 @@ def completion_body(request: dict, text: str) -> dict[str, Any]:
         "created": int(time.time()),
         "model": request.get("model", "fake-model"),
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop", "logprobs": None}
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": None}
         ],
         "usage": {
             "prompt_tokens": prompt_tokens,

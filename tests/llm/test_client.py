@@ -401,3 +401,12 @@ def test_run_all_limit_bounds_surrounding_work():
     results = run_all([work(i) for i in range(12)], limit=3, capture=(ValueError,))
     assert peak == 3
     assert results[:3] == [0, 1, 2] and isinstance(results[3], ValueError) and results[4:] == list(range(4, 12))
+
+
+def test_a_reply_cut_at_max_tokens_is_reported_and_never_cached(server, make_client):
+    server.responder = lambda body: "<think>long</think><answer>The result is 1080 units in total</answer>"
+    client = make_client()
+    res = one(client, lambda: client.chat("expert", ask("q"), template_version=TV, params={"max_tokens": 3}))
+    assert res.finish_reason == "length" and "1080" not in res.text
+    again = one(client, lambda: client.chat("expert", ask("q"), template_version=TV, params={"max_tokens": 3}))
+    assert not again.cached and server.request_count == 2  # asked again: a cut reply is no cached success

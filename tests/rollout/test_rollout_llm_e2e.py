@@ -114,3 +114,25 @@ def test_unparseable_judge_replies_become_a_recorded_rejection(root, tmp_path, s
     assert [(r["item_id"], r["reason_code"]) for r in rej] == [("q1", "judge_parse_failed")]
     assert rej[0]["raw"] == "They all look the same to me."
     assert plan_judging(root, 10, params) == []
+
+
+def test_a_cut_reply_never_becomes_the_final_answer(server, llm_client):
+    import asyncio
+
+    import pytest
+
+    from datamind.rollout.agent import PolicyGaveUp
+    from datamind.rollout.policies.llm_expert import LLMExpertPolicy
+
+    server.responder = lambda body: "<think>done</think>\n<answer>The result is 1080</answer>"
+    policy = LLMExpertPolicy(llm_client, params={"max_tokens": 3}, sample_index=0, template_version="t")
+
+    async def turn():
+        try:
+            return await policy.next_turn([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], None)
+        finally:
+            await llm_client.aclose()
+
+    with pytest.raises(PolicyGaveUp) as err:
+        asyncio.run(turn())
+    assert err.value.code == "reply_truncated"

@@ -291,7 +291,9 @@ class LLMClient:
         log.debug("LLM call %s model=%s prompt_tokens=%d completion_tokens=%d latency=%.3fs",
                   key[:12], model, res.prompt_tokens, res.completion_tokens, res.latency_s)  # fmt: skip
         self.usage.record_call(model, res.prompt_tokens, res.completion_tokens, cached=False, cost_usd=res.cost_usd)
-        if store and self.cache is not None:
+        # A reply cut at max_tokens is not a result: never cached, so a rerun (maybe with a larger budget,
+        # or a model that finishes this time) asks again instead of replaying the cut text forever.
+        if store and self.cache is not None and res.finish_reason != "length":
             record = {
                 "model": model,
                 "text": res.text,
