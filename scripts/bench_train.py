@@ -36,9 +36,7 @@ def main() -> None:
 def run_bench(args, tmp: str) -> None:
     import pyarrow.parquet as pq
 
-    from conftest import QUESTIONS, build_tokenizer, conversation  # the test suite's local tokenizer + data
-    from datamind.schemas import DATASET
-    from datamind.shards import write_shard
+    from train_helpers import QUESTIONS, build_tokenizer, conversation, write_dataset  # the tests' tokenizer + data
     from datamind.storage import DataRoot
     from datamind.train.config import TrainConfig
     from datamind.train.exports import export
@@ -66,7 +64,7 @@ def run_bench(args, tmp: str) -> None:
         rows.append({"sample_id": f"s{i:03d}", "query_id": f"q{i}", "trajectory_id": f"t{i}", "file_id": "f",
                      "category": "c", "hop": 1, "question": q, "messages": conversation(q, code, out, ans),
                      "final_answer": ans, "created_at": datetime.now(timezone.utc)})
-    write_shard(root, DATASET, "dataset", rows, "part-0.parquet")
+    write_dataset(root, rows, shard_size=len(rows))
     res = export(root)
 
     class Scripted:
