@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast airflow lock bench clean
+.PHONY: install demo test test-fast lint airflow lock bench clean
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test-fast: install
 	$(PY) -m pytest -p no:cacheprovider -m "not scheduler and not corpus" $(PYTEST_ARGS)

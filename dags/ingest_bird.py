@@ -18,7 +18,7 @@ import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind.settings import REPO_ROOT
-from datamind_airflow import DAG_DEFAULTS
+from datamind_airflow import DAG_DEFAULTS, runtime
 from datamind_airflow.ingest_tasks import ingest_shard, limit_params, plan_source_files, publish_catalog
 
 
@@ -55,7 +55,8 @@ def ingest_bird():
         from datamind.ingest.bird import discover_bird
 
         params = get_current_context()["params"]
-        files = discover_bird(params["source_uri"], sample_size=params.get("sample_size"), seed=params["seed"])
+        with runtime.fail_fast_on_permanent_errors(f"cannot read BIRD source {params['source_uri']!r}"):
+            files = discover_bird(params["source_uri"], sample_size=params.get("sample_size"), seed=params["seed"])
         return plan_source_files(files, params["source_name"], params)
 
     summaries = ingest_shard.expand(spec=plan())

@@ -18,8 +18,14 @@ import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind.settings import REPO_ROOT
-from datamind_airflow import DAG_DEFAULTS
-from datamind_airflow.ingest_tasks import ingest_shard, limit_params, limits_from_params, plan_source_files, publish_catalog
+from datamind_airflow import DAG_DEFAULTS, runtime
+from datamind_airflow.ingest_tasks import (
+    ingest_shard,
+    limit_params,
+    limits_from_params,
+    plan_source_files,
+    publish_catalog,
+)
 
 
 @dag(
@@ -53,7 +59,8 @@ def ingest_files():
         from datamind.ingest.sources import list_source_files
 
         params = get_current_context()["params"]
-        files = list_source_files(params["source_uri"], limits_from_params(params))
+        with runtime.fail_fast_on_permanent_errors(f"cannot list source {params['source_uri']!r}"):
+            files = list_source_files(params["source_uri"], limits_from_params(params))
         return plan_source_files(files, params["source_name"], params)
 
     summaries = ingest_shard.expand(spec=plan())

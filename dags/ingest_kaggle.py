@@ -22,7 +22,13 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind_airflow import DAG_DEFAULTS
 from datamind_airflow import runtime
-from datamind_airflow.ingest_tasks import ingest_shard, limit_params, limits_from_params, plan_source_files, publish_catalog
+from datamind_airflow.ingest_tasks import (
+    ingest_shard,
+    limit_params,
+    limits_from_params,
+    plan_source_files,
+    publish_catalog,
+)
 
 
 @dag(
@@ -45,11 +51,17 @@ from datamind_airflow.ingest_tasks import ingest_shard, limit_params, limits_fro
             items={"type": "string"},
             title="Allowed licenses",
         ),
-        "file_types": Param(["csv", "xlsx"], type="array", items={"type": "string", "enum": ["csv", "xlsx"]}, title="File types"),
+        "file_types": Param(
+            ["csv", "xlsx"], type="array", items={"type": "string", "enum": ["csv", "xlsx"]}, title="File types"
+        ),
         "max_datasets_per_query": Param(20, type="integer", minimum=1, maximum=500, title="Datasets per query"),
         "max_pages": Param(5, type="integer", minimum=1, maximum=100, title="Result pages per query"),
-        "max_dataset_bytes": Param(200 * 1024 * 1024, type="integer", minimum=1, title="Max dataset size (bytes)", section="Limits"),
-        "max_file_bytes": Param(64 * 1024 * 1024, type="integer", minimum=1, title="Max file size (bytes)", section="Limits"),
+        "max_dataset_bytes": Param(
+            200 * 1024 * 1024, type="integer", minimum=1, title="Max dataset size (bytes)", section="Limits"
+        ),
+        "max_file_bytes": Param(
+            64 * 1024 * 1024, type="integer", minimum=1, title="Max file size (bytes)", section="Limits"
+        ),
         "kaggle_conn_id": Param("kaggle_default", type="string", title="Kaggle Connection"),
     },
     **DAG_DEFAULTS,
@@ -62,11 +74,21 @@ def ingest_kaggle():
         from datamind.ingest.kaggle_stage import crawl_to_landing
 
         params = dict(get_current_context()["params"])
-        config_keys = ("queries", "licenses", "file_types", "max_datasets_per_query", "max_pages", "max_dataset_bytes", "max_file_bytes")
+        config_keys = (
+            "queries",
+            "licenses",
+            "file_types",
+            "max_datasets_per_query",
+            "max_pages",
+            "max_dataset_bytes",
+            "max_file_bytes",
+        )
         config = KaggleCrawlConfig.from_dict({k: params[k] for k in config_keys})
         conn = runtime.connection_dict(params["kaggle_conn_id"])
         credentials = (
-            KaggleCredentials.from_connection(conn.get("login"), conn.get("password"), conn.get("extra")) if conn else None
+            KaggleCredentials.from_connection(conn.get("login"), conn.get("password"), conn.get("extra"))
+            if conn
+            else None
         )
         limits = limits_from_params(params)
         files, summary = crawl_to_landing(runtime.data_root(), config, credentials, limits, runtime.run_id())

@@ -65,7 +65,9 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def judge_trajectories():
-    sharded_stage(plan=plan, process=process, table="dataset", rel_dir="judged", stage="judge_trajectories", outlet=JUDGED)
+    sharded_stage(
+        plan=plan, process=process, table="dataset", rel_dir="judged", stage="judge_trajectories", outlet=JUDGED
+    )
 
 
 judge_trajectories()

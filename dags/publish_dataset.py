@@ -56,8 +56,10 @@ def publish_dataset():
         )
         runtime.log_summary("Published dataset", {k: v for k, v in manifest.items() if not isinstance(v, (list, dict))})
         audit = manifest.get("audit") or {}
-        runtime.log_summary("Dataset audit (python -m datamind.publish.audit)",
-                            {k: v for k, v in audit.items() if not isinstance(v, dict)})
+        runtime.log_summary(
+            "Dataset audit (python -m datamind.publish.audit)",
+            {k: v for k, v in audit.items() if not isinstance(v, dict)},
+        )
         # The release's one name travels with the Asset event, so train_agent and a person see the same id.
         context["outlet_events"][DATASET].extra = {
             "version": manifest.get("version_id") or f"v{manifest['version']}",

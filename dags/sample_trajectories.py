@@ -47,11 +47,14 @@ def process(root, spec, params, run_id, llm_client):
         "backend": Param(D.backend, type="string", enum=list(BACKENDS), title="Expert policy"),
         "n_samples": Param(D.n_samples, type="integer", minimum=1, maximum=8, title="Trajectories per query (N)"),
         "max_turns": Param(D.max_turns, type="integer", minimum=1, maximum=30, title="Maximum turns"),
-        "temperature": Param(D.temperature, type="number", minimum=0, maximum=2, title="Sampling temperature",
-                             section="LLM"),
+        "temperature": Param(
+            D.temperature, type="number", minimum=0, maximum=2, title="Sampling temperature", section="LLM"
+        ),
         "top_p": Param(D.top_p, type="number", minimum=0, maximum=1, title="Top-p", section="LLM"),
         "shard_size": Param(D.shard_size, type="integer", minimum=1, maximum=1000, title="Queries per task instance"),
-        "concurrency": Param(D.concurrency, type="integer", minimum=1, maximum=64, title="Concurrent rollouts per task"),
+        "concurrency": Param(
+            D.concurrency, type="integer", minimum=1, maximum=64, title="Concurrent rollouts per task"
+        ),
         "llm_conn_id": Param("datamind_llm", type="string", title="LLM Connection", section="LLM"),
     },
     **DAG_DEFAULTS,

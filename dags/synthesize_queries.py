@@ -51,7 +51,9 @@ def process(root, spec, params, run_id, llm_client):
             items={"type": "string", "enum": list(CATEGORY_IDS)},
             title="Task categories",
         ),
-        "queries_per_category": Param(2, type="integer", minimum=1, maximum=20, title="Questions per category per table"),
+        "queries_per_category": Param(
+            2, type="integer", minimum=1, maximum=20, title="Questions per category per table"
+        ),
         "n_chains": Param(3, type="integer", minimum=0, maximum=20, title="Composed chains per table"),
         "min_hops": Param(2, type="integer", minimum=2, maximum=5, title="Minimum hops", section="Composition"),
         "max_hops": Param(5, type="integer", minimum=2, maximum=5, title="Maximum hops", section="Composition"),

@@ -46,19 +46,39 @@ log = logging.getLogger(__name__)
     tags=["datamind", "training"],
     params={
         "base_model_path": Param(
-            os.environ.get("DATAMIND_BASE_MODEL_PATH") or None, type=["null", "string"], title="Base model path",
+            os.environ.get("DATAMIND_BASE_MODEL_PATH") or None,
+            type=["null", "string"],
+            title="Base model path",
             description="Local directory of a Hugging Face causal LM (as seen by the trainer); never downloaded.",
         ),
-        "phase": Param("sft+rl", type="string", enum=["sft", "sft+rl"], title="Phase",
-                       description="sft: supervised only. sft+rl: cold-start SFT, then SFT + DAPO."),
-        "overrides": Param({}, type="object", title="Config overrides",
-                           description="Nested or dotted keys over Table 2 defaults, e.g. {\"rl.group_size\": 8}."),
-        "launcher": Param("local", type="string", enum=["local", "kubernetes", "ssh"], title="Launcher",
-                          description="Where training runs: this GPU worker, a Kubernetes pod, or a host over SSH."),
+        "phase": Param(
+            "sft+rl",
+            type="string",
+            enum=["sft", "sft+rl"],
+            title="Phase",
+            description="sft: supervised only. sft+rl: cold-start SFT, then SFT + DAPO.",
+        ),
+        "overrides": Param(
+            {},
+            type="object",
+            title="Config overrides",
+            description='Nested or dotted keys over Table 2 defaults, e.g. {"rl.group_size": 8}.',
+        ),
+        "launcher": Param(
+            "local",
+            type="string",
+            enum=["local", "kubernetes", "ssh"],
+            title="Launcher",
+            description="Where training runs: this GPU worker, a Kubernetes pod, or a host over SSH.",
+        ),
         # null allowed: the form sends an emptied optional text field as null, which a plain "string" refuses
-        "launcher_conn_id": Param(None, type=["null", "string"], title="Launcher Connection",
-                                  description="Airflow Connection with the launcher's credentials (kubernetes, ssh); "
-                                              "leave empty for the local launcher."),
+        "launcher_conn_id": Param(
+            None,
+            type=["null", "string"],
+            title="Launcher Connection",
+            description="Airflow Connection with the launcher's credentials (kubernetes, ssh); "
+            "leave empty for the local launcher.",
+        ),
     },
     **DAG_DEFAULTS,
 )
@@ -69,7 +89,9 @@ def train_agent():
         from datamind.train.exports import export as build
 
         result = build(runtime.data_root(), run_id=runtime.run_id()).to_dict()
-        runtime.log_summary("Export", {k: result[k] for k in ("version", "export_dir", "n_rows", "n_rejected", "reused")})
+        runtime.log_summary(
+            "Export", {k: result[k] for k in ("version", "export_dir", "n_rows", "n_rejected", "reused")}
+        )
         return result
 
     @task(pool="gpu", queue="gpu", outlets=[CHECKPOINTS], retries=1, execution_timeout=timedelta(days=3))
@@ -80,12 +102,18 @@ def train_agent():
 
         context = get_current_context()
         params = context["params"]
-        cfg = TrainConfig().with_overrides(dict(params["overrides"] or {})).with_overrides({
-            "base_model_path": params["base_model_path"] or "",
-            "phase": params["phase"],
-            "export_dir": exported["export_dir"],
-            "data_root": runtime.settings().data_root,
-        })
+        cfg = (
+            TrainConfig()
+            .with_overrides(dict(params["overrides"] or {}))
+            .with_overrides(
+                {
+                    "base_model_path": params["base_model_path"] or "",
+                    "phase": params["phase"],
+                    "export_dir": exported["export_dir"],
+                    "data_root": runtime.settings().data_root,
+                }
+            )
+        )
         kind, conn_id = params["launcher"], params["launcher_conn_id"]
         conn = runtime.connection_dict(conn_id) if conn_id else None
         if conn_id and conn is None:

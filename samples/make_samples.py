@@ -37,15 +37,58 @@ FIXED_ZIP_TIME = (2024, 1, 1, 0, 0, 0)
 
 REGIONS = ["North", "South", "East", "West"]
 PRODUCTS = [
-    ("Espresso Machine", "Kitchen", 249.0), ("Blender", "Kitchen", 59.9), ("Toaster", "Kitchen", 34.5),
-    ("Desk Lamp", "Office", 27.0), ("Office Chair", "Office", 189.0), ("Monitor Arm", "Office", 79.0),
-    ("Running Shoes", "Sports", 99.0), ("Yoga Mat", "Sports", 25.0), ("Water Bottle", "Sports", 12.5),
-    ("Headphones", "Electronics", 149.0), ("Power Bank", "Electronics", 39.0), ("Webcam", "Electronics", 64.0),
+    ("Espresso Machine", "Kitchen", 249.0),
+    ("Blender", "Kitchen", 59.9),
+    ("Toaster", "Kitchen", 34.5),
+    ("Desk Lamp", "Office", 27.0),
+    ("Office Chair", "Office", 189.0),
+    ("Monitor Arm", "Office", 79.0),
+    ("Running Shoes", "Sports", 99.0),
+    ("Yoga Mat", "Sports", 25.0),
+    ("Water Bottle", "Sports", 12.5),
+    ("Headphones", "Electronics", 149.0),
+    ("Power Bank", "Electronics", 39.0),
+    ("Webcam", "Electronics", 64.0),
 ]
-FIRST = ["José", "Zoë", "François", "Jürgen", "Ana", "Łukasz", "Søren", "Chloé", "Mateo", "Inés", "Björn", "Amélie",
-         "Noah", "Emma", "Lucas", "Mia", "Élodie", "Renée", "Çelik", "Agnès"]
-LAST = ["Müller", "García", "Lefèvre", "Núñez", "Schröder", "Dubois", "Håkansson", "Peña", "Weiß", "Moreau",
-        "Smith", "Rossi", "Jensen", "Fernández", "Gómez"]
+FIRST = [
+    "José",
+    "Zoë",
+    "François",
+    "Jürgen",
+    "Ana",
+    "Łukasz",
+    "Søren",
+    "Chloé",
+    "Mateo",
+    "Inés",
+    "Björn",
+    "Amélie",
+    "Noah",
+    "Emma",
+    "Lucas",
+    "Mia",
+    "Élodie",
+    "Renée",
+    "Çelik",
+    "Agnès",
+]
+LAST = [
+    "Müller",
+    "García",
+    "Lefèvre",
+    "Núñez",
+    "Schröder",
+    "Dubois",
+    "Håkansson",
+    "Peña",
+    "Weiß",
+    "Moreau",
+    "Smith",
+    "Rossi",
+    "Jensen",
+    "Fernández",
+    "Gómez",
+]
 FIRST_LATIN1 = [n for n in FIRST if n.encode("latin-1", errors="ignore").decode("latin-1") == n]
 
 
@@ -72,10 +115,32 @@ def sales_orders(rng: random.Random) -> bytes:
         day = start + dt.timedelta(days=int(i * 1.5) + rng.randint(0, 1))
         channel = rng.choice(["Online", "Store", "Online", "Phone"])
         revenue = round(units * price * (1 - discount), 2)
-        rows.append([f"SO-{10001 + i}", day.isoformat(), rng.choice(REGIONS), channel, name, category, units,
-                     price, discount, revenue])
-    header = ["order_id", "order_date", "region", "channel", "product", "category", "units", "unit_price",
-              "discount", "revenue"]
+        rows.append(
+            [
+                f"SO-{10001 + i}",
+                day.isoformat(),
+                rng.choice(REGIONS),
+                channel,
+                name,
+                category,
+                units,
+                price,
+                discount,
+                revenue,
+            ]
+        )
+    header = [
+        "order_id",
+        "order_date",
+        "region",
+        "channel",
+        "product",
+        "category",
+        "units",
+        "unit_price",
+        "discount",
+        "revenue",
+    ]
     return _csv_text(header, rows).encode("utf-8")
 
 
@@ -103,9 +168,18 @@ def employees(rng: random.Random) -> bytes:
         base = {"Sales": 52000, "Engineering": 71000, "Finance": 64000, "Support": 43000, "Marketing": 56000}[dept]
         hired = dt.date(2012, 1, 1) + dt.timedelta(days=rng.randint(0, 4000))
         age = rng.randint(22, 63)
-        rows.append([1000 + i, f"{rng.choice(FIRST_LATIN1)} {rng.choice(LAST)}", dept,
-                     rng.choice(["Zürich", "Genève", "Köln", "Málaga", "Besançon"]), hired.isoformat(), age,
-                     round(base + (age - 22) * 650 + rng.gauss(0, 4000), 0), rng.choice(["yes", "no"])])
+        rows.append(
+            [
+                1000 + i,
+                f"{rng.choice(FIRST_LATIN1)} {rng.choice(LAST)}",
+                dept,
+                rng.choice(["Zürich", "Genève", "Köln", "Málaga", "Besançon"]),
+                hired.isoformat(),
+                age,
+                round(base + (age - 22) * 650 + rng.gauss(0, 4000), 0),
+                rng.choice(["yes", "no"]),
+            ]
+        )
     header = ["employee_id", "full_name", "department", "city", "hire_date", "age", "salary_eur", "remote"]
     return _csv_text(header, rows).encode("latin-1")
 
@@ -137,9 +211,17 @@ def store_report(rng: random.Random) -> bytes:
         d = day + dt.timedelta(days=i % 90)
         region = rng.choice(REGIONS)
         tx = rng.randint(40, 400)
-        ws.append([dt.datetime(d.year, d.month, d.day), f"Store {rng.randint(1, 12):02d}", region,
-                   rng.choice(["Kitchen", "Office", "Sports", "Electronics"]), tx, round(tx * rng.uniform(18, 45), 2),
-                   rng.randint(0, 9)])
+        ws.append(
+            [
+                dt.datetime(d.year, d.month, d.day),
+                f"Store {rng.randint(1, 12):02d}",
+                region,
+                rng.choice(["Kitchen", "Office", "Sports", "Electronics"]),
+                tx,
+                round(tx * rng.uniform(18, 45), 2),
+                rng.randint(0, 9),
+            ]
+        )
     ws.append([])
     ws.append(["Source: store POS exports, refreshed weekly."])
     targets = wb.create_sheet("Targets")
@@ -160,10 +242,14 @@ def store_report(rng: random.Random) -> bytes:
 
 
 def rejects(rng: random.Random, report: bytes) -> dict[str, bytes]:
-    pilot = _csv_text(["respondent", "score", "comment"],
-                      [[i, rng.randint(1, 5), rng.choice(["ok", "good", "slow"])] for i in range(1, 7)])
-    sensor_rows = [[f"2024-02-01 {h:02d}:{m:02d}", "", "", "", round(rng.uniform(19, 23), 2) if i % 10 == 0 else ""]
-                   for i, (h, m) in enumerate((h, m) for h in range(5) for m in range(0, 60, 5))]
+    pilot = _csv_text(
+        ["respondent", "score", "comment"],
+        [[i, rng.randint(1, 5), rng.choice(["ok", "good", "slow"])] for i in range(1, 7)],
+    )
+    sensor_rows = [
+        [f"2024-02-01 {h:02d}:{m:02d}", "", "", "", round(rng.uniform(19, 23), 2) if i % 10 == 0 else ""]
+        for i, (h, m) in enumerate((h, m) for h in range(5) for m in range(0, 60, 5))
+    ]
     sensor = _csv_text(["timestamp", "co2_ppm", "pm25", "noise_db", "temp_c"], sensor_rows)
     return {
         "survey_pilot.csv": pilot.encode("utf-8"),
@@ -194,9 +280,16 @@ def bird_db(rng: random.Random, path: Path) -> None:
     cities = ["Lyon", "Porto", "Graz", "Turin", "Ghent", "Bergen"]
     for i in range(1, 61):
         signup = dt.date(2021, 1, 1) + dt.timedelta(days=rng.randint(0, 900))
-        con.execute("INSERT INTO customers VALUES (?,?,?,?,?)",
-                    (i, f"{rng.choice(FIRST)} {rng.choice(LAST)}", rng.choice(cities),
-                     rng.choice(["consumer", "business"]), signup.isoformat()))
+        con.execute(
+            "INSERT INTO customers VALUES (?,?,?,?,?)",
+            (
+                i,
+                f"{rng.choice(FIRST)} {rng.choice(LAST)}",
+                rng.choice(cities),
+                rng.choice(["consumer", "business"]),
+                signup.isoformat(),
+            ),
+        )
     catalog = PRODUCTS + [(f"{n} Pro", c, round(p * 1.6, 2)) for n, c, p in PRODUCTS]
     catalog += [(f"{n} Mini", c, round(p * 0.7, 2)) for n, c, p in PRODUCTS]
     catalog += [(f"{n} Refurbished", c, round(p * 0.8, 2)) for n, c, p in PRODUCTS[:4]]
@@ -207,9 +300,18 @@ def bird_db(rng: random.Random, path: Path) -> None:
         price = con.execute("SELECT list_price FROM products WHERE product_id = ?", (pid,)).fetchone()[0]
         qty = rng.randint(1, 5)
         day = dt.date(2023, 1, 1) + dt.timedelta(days=rng.randint(0, 364))
-        con.execute("INSERT INTO orders VALUES (?,?,?,?,?,?,?)",
-                    (i, rng.randint(1, 60), pid, day.isoformat(), qty, round(qty * price, 2),
-                     rng.choice(["shipped", "shipped", "delivered", "returned", "cancelled"])))
+        con.execute(
+            "INSERT INTO orders VALUES (?,?,?,?,?,?,?)",
+            (
+                i,
+                rng.randint(1, 60),
+                pid,
+                day.isoformat(),
+                qty,
+                round(qty * price, 2),
+                rng.choice(["shipped", "shipped", "delivered", "returned", "cancelled"]),
+            ),
+        )
     con.commit()
     con.execute("VACUUM")
     con.close()
@@ -251,10 +353,16 @@ def bird(rng: random.Random) -> None:
         data = text.encode("cp1252") if table == "products" else text.encode("utf-8-sig")
         _write(db_dir / "database_description" / f"{table}.csv", data)
     questions = [
-        {"db_id": "retail_shop", "question": "Which city's customers spent the most in 2023?",
-         "evidence": "spent refers to SUM(total)"},
-        {"db_id": "retail_shop", "question": "What share of orders in each category was returned?",
-         "evidence": "returned refers to status = 'returned'"},
+        {
+            "db_id": "retail_shop",
+            "question": "Which city's customers spent the most in 2023?",
+            "evidence": "spent refers to SUM(total)",
+        },
+        {
+            "db_id": "retail_shop",
+            "question": "What share of orders in each category was returned?",
+            "evidence": "returned refers to status = 'returned'",
+        },
         {"db_id": "retail_shop", "question": "How many business customers ordered Office products?", "evidence": ""},
     ]
     _write(BIRD / "questions.json", (json.dumps(questions, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))

@@ -58,7 +58,10 @@ def prompts(n: int, salt: str) -> list[list[dict]]:
     table = "\n".join(f"| {i} | item-{i} | {i * 3.5:.1f} |" for i in range(40))  # ~1 KB like a table preview
     return [
         [
-            {"role": "system", "content": "You write one data-analysis question about the table. Reply in <answer> tags."},
+            {
+                "role": "system",
+                "content": "You write one data-analysis question about the table. Reply in <answer> tags.",
+            },
             {"role": "user", "content": f"[{salt}:{i}]\n| id | name | value |\n{table}"},
         ]
         for i in range(n)
@@ -87,7 +90,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--requests", type=int, default=800)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--backend", choices=["auto", "httpx", "aiohttp"], default="auto", help="HTTP transport under openai")
+    ap.add_argument(
+        "--backend", choices=["auto", "httpx", "aiohttp"], default="auto", help="HTTP transport under openai"
+    )
     args = ap.parse_args()
 
     ideal = args.concurrency / args.latency
@@ -123,8 +128,11 @@ def main() -> None:
         fresh_calls = 2 * args.requests * args.repeats
         print(f"CPU per fresh call (all phases): client {1000 * (time.process_time() - cpu0) / fresh_calls:.2f} ms, "
               f"fake server {1000 * process_cpu_s(proc.pid) / fresh_calls:.2f} ms (both on these cores)")  # fmt: skip
-        backend = "aiohttp" if args.backend == "aiohttp" or (args.backend == "auto" and aiohttp_available()) else "httpx2"
-        print(f"backend={backend} cpus={os.cpu_count()} loadavg start={load0:.2f} end={os.getloadavg()[0]:.2f} requests={args.requests} "
+        backend = (
+            "aiohttp" if args.backend == "aiohttp" or (args.backend == "auto" and aiohttp_available()) else "httpx2"
+        )
+        print(f"backend={backend} cpus={os.cpu_count()} loadavg start={load0:.2f} end={os.getloadavg()[0]:.2f} "
+              f"requests={args.requests} "
               f"concurrency={args.concurrency} latency={args.latency * 1000:.0f}ms repeats={args.repeats}")  # fmt: skip
         print(f"ideal = concurrency/latency = {ideal:.1f} req/s (floor {args.requests / ideal:.2f} s per batch)")
         for name in ("cache on", "cache off"):

@@ -62,8 +62,9 @@ def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
             for p in paths:
                 pd.read_csv(p)
 
-        recorded = [[json.loads(v["read_options"]) for v in r["table_verdicts"] if v["status"] == "accepted"]
-                    for r in rows]
+        recorded = [
+            [json.loads(v["read_options"]) for v in r["table_verdicts"] if v["status"] == "accepted"] for r in rows
+        ]
 
         def load() -> None:
             for p, opts in zip(paths, recorded):
@@ -86,11 +87,14 @@ def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
         rounds = [(_timed(baseline), _timed(load), _timed(core), _timed(stage)) for _ in range(repeats)]
         load_after = os.getloadavg()
         n = len(paths)
-        print(f"{label}: {n} files, {sum(r['n_rows'] for r in rows):,} rows, medians of {repeats} interleaved rounds; "
-              f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
+        print(
+            f"{label}: {n} files, {sum(r['n_rows'] for r in rows):,} rows, medians of {repeats} interleaved rounds; "
+            f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
+        )
         print(f"  {'':26s} {'wall ms':>9s} {'files/s':>9s} {'CPU ms':>9s} {'CPU ratio':>10s}")
-        for i, name in enumerate(("baseline pd.read_csv", "load (recorded options)", "profile (core)",
-                                  "profile (stage, parquet)")):
+        for i, name in enumerate(
+            ("baseline pd.read_csv", "load (recorded options)", "profile (core)", "profile (stage, parquet)")
+        ):
             wall = statistics.median(r[i][0] for r in rounds)
             cpu = statistics.median(r[i][1] for r in rounds)
             ratio = statistics.median(r[i][1] / r[0][1] for r in rounds)

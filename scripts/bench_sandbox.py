@@ -86,9 +86,13 @@ def trajectories(mode: str, data: Path, turns: int, count: int) -> dict:
         wall = time.perf_counter() - started
         for s in sessions:
             s.close()
-    return {"peak_rss_mb": max(peak_rss) / 1024, "held_between_turns_mb": max(held) / 1024,
-            "cell_median_s": statistics.median(durations), "last_turn_median_s": statistics.median(durations[-count:]),
-            "wall_s": wall}
+    return {
+        "peak_rss_mb": max(peak_rss) / 1024,
+        "held_between_turns_mb": max(held) / 1024,
+        "cell_median_s": statistics.median(durations),
+        "last_turn_median_s": statistics.median(durations[-count:]),
+        "wall_s": wall,
+    }
 
 
 def main() -> None:
@@ -104,11 +108,15 @@ def main() -> None:
         rng = np.random.default_rng(0)
         n = args.rows
         data = Path(tmp) / "events.csv"
-        pd.DataFrame({"ts": rng.integers(1_600_000_000, 1_700_000_000, n),
-                      "category": rng.choice([f"c{i}" for i in range(30)], n),
-                      "region": rng.choice(["north", "south", "east", "west"], n),
-                      "price": rng.uniform(1, 100, n).round(2),
-                      "qty": rng.integers(1, 10, n)}).to_csv(data, index=False)
+        pd.DataFrame(
+            {
+                "ts": rng.integers(1_600_000_000, 1_700_000_000, n),
+                "category": rng.choice([f"c{i}" for i in range(30)], n),
+                "region": rng.choice(["north", "south", "east", "west"], n),
+                "price": rng.uniform(1, 100, n).round(2),
+                "qty": rng.integers(1, 10, n),
+            }
+        ).to_csv(data, index=False)
         print(f"data file: {n} rows, {data.stat().st_size / 1e6:.1f} MB")
 
         cold = cold_start_s(args.cold)
@@ -119,16 +127,20 @@ def main() -> None:
         print(f"cold `python -c 'import pandas'`: {cold * 1000:8.1f} ms  (median of {args.cold})")
         print(f"sandbox chunked (fork per cell) : {chunked * 1000:8.1f} ms  -> {cold / chunked:5.1f}x below cold start")
         print(f"sandbox live (persistent kernel): {live * 1000:8.1f} ms  -> {cold / live:5.1f}x below cold start")
-        print(f"chunked, user-namespace mode    : {userns * 1000:8.1f} ms  -> {cold / userns:5.1f}x below cold start"
-              "  (non-root path: + per-cell pid namespace)")
+        print(
+            f"chunked, user-namespace mode    : {userns * 1000:8.1f} ms  -> {cold / userns:5.1f}x below cold start"
+            "  (non-root path: + per-cell pid namespace)"
+        )
 
         print(f"\n== {args.trajectories} trajectories x {args.turns} turns, round-robin ==")
         for mode in ("chunked", "live"):
             r = trajectories(mode, data, args.turns, args.trajectories)
-            print(f"{mode:8s} peak RSS per cell {r['peak_rss_mb']:7.1f} MB | private memory held between turns "
-                  f"(all trajectories) {r['held_between_turns_mb']:7.1f} MB | "
-                  f"cell median {r['cell_median_s'] * 1000:7.1f} ms | "
-                  f"last-turn median {r['last_turn_median_s'] * 1000:7.1f} ms | wall {r['wall_s']:6.2f} s")
+            print(
+                f"{mode:8s} peak RSS per cell {r['peak_rss_mb']:7.1f} MB | private memory held between turns "
+                f"(all trajectories) {r['held_between_turns_mb']:7.1f} MB | "
+                f"cell median {r['cell_median_s'] * 1000:7.1f} ms | "
+                f"last-turn median {r['last_turn_median_s'] * 1000:7.1f} ms | wall {r['wall_s']:6.2f} s"
+            )
 
 
 if __name__ == "__main__":

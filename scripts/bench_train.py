@@ -51,9 +51,18 @@ def run_bench(args, tmp: str) -> None:
         from transformers import LlamaConfig, LlamaForCausalLM
 
         model = f"{tmp}/model"
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                          pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+        cfg = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            bos_token_id=None,
+        )
         torch.manual_seed(0)
         LlamaForCausalLM(cfg).save_pretrained(model)
         tok.save_pretrained(model)
@@ -61,39 +70,67 @@ def run_bench(args, tmp: str) -> None:
     rows = []
     for i in range(args.samples):
         q, code, out, ans = QUESTIONS[i % len(QUESTIONS)]
-        rows.append({"sample_id": f"s{i:03d}", "query_id": f"q{i}", "trajectory_id": f"t{i}", "file_id": "f",
-                     "category": "c", "hop": 1, "question": q, "messages": conversation(q, code, out, ans),
-                     "final_answer": ans, "created_at": datetime.now(timezone.utc)})
+        rows.append(
+            {
+                "sample_id": f"s{i:03d}",
+                "query_id": f"q{i}",
+                "trajectory_id": f"t{i}",
+                "file_id": "f",
+                "category": "c",
+                "hop": 1,
+                "question": q,
+                "messages": conversation(q, code, out, ans),
+                "final_answer": ans,
+                "created_at": datetime.now(timezone.utc),
+            }
+        )
     write_dataset(root, rows, shard_size=len(rows))
     res = export(root)
 
     class Scripted:
         def __call__(self, prompt, *, group_size, generate, execute):
-            return [Trajectory(conversation("", "print(0)", "0", a)[2:], "answered", 2)
-                    for a in ["alpha"] + ["omega"] * (group_size - 1)]
+            return [
+                Trajectory(conversation("", "print(0)", "0", a)[2:], "answered", 2)
+                for a in ["alpha"] + ["omega"] * (group_size - 1)
+            ]
 
     n = args.samples
-    cfg = TrainConfig.from_dict({
-        "base_model_path": model, "export_dir": res.export_dir, "data_root": root.url, "device": args.device,
-        "sft": {"batch_size": n, "micro_batch_size": 4, "epochs": 1000, "max_steps": args.steps},
-        "rl": {"batch_size": n, "mini_batch_size": n // 2, "micro_batch_size": 4, "epochs": 1000,
-               "max_steps": args.steps, "warmup_steps": 0},
-    })
+    cfg = TrainConfig.from_dict(
+        {
+            "base_model_path": model,
+            "export_dir": res.export_dir,
+            "data_root": root.url,
+            "device": args.device,
+            "sft": {"batch_size": n, "micro_batch_size": 4, "epochs": 1000, "max_steps": args.steps},
+            "rl": {
+                "batch_size": n,
+                "mini_batch_size": n // 2,
+                "micro_batch_size": 4,
+                "epochs": 1000,
+                "max_steps": args.steps,
+                "warmup_steps": 0,
+            },
+        }
+    )
     result = train(cfg, rollout=Scripted(), judge=lambda q, p, g: p == "alpha", emit=lambda _: None)
     metrics = pq.read_table(result.metrics_uri).to_pylist()
     for phase in ("sft", "sft+rl"):
         rows_ = [m for m in metrics if m["phase"] == phase][1:]
         t = statistics.median(m["step_time_s"] for m in rows_)
         tokens = statistics.median(m["n_tokens"] for m in rows_)
-        print(f"{phase:7s} median step {t * 1000:8.1f} ms  trained tokens/step {tokens:6.0f}  "
-              f"tokens/s {tokens / t:8.0f}  ({len(rows_)} steps, {n} prompts/step)")
+        print(
+            f"{phase:7s} median step {t * 1000:8.1f} ms  trained tokens/step {tokens:6.0f}  "
+            f"tokens/s {tokens / t:8.0f}  ({len(rows_)} steps, {n} prompts/step)"
+        )
 
     # Mask building: rendering prefixes costs O(turns^2) template renders; measure how it grows.
     for turns in (2, 8, 16):
         msgs = conversation(*QUESTIONS[0])[:2]
         for k in range(turns):
-            msgs += [{"role": "assistant", "content": f"<think>step {k}</think><code>print({k})</code>"},
-                     {"role": "tool", "content": f"<interpreter>\n{k}\n</interpreter>"}]
+            msgs += [
+                {"role": "assistant", "content": f"<think>step {k}</think><code>print({k})</code>"},
+                {"role": "tool", "content": f"<interpreter>\n{k}\n</interpreter>"},
+            ]
         msgs.append({"role": "assistant", "content": "<think>done</think><answer>1</answer>"})
         times = []
         for _ in range(20):

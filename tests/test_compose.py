@@ -21,8 +21,17 @@ def _env(service: dict) -> dict:
 
 def test_services_of_a_celery_deployment():
     services = _compose()["services"]
-    for name in ("postgres", "redis", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                 "airflow-triggerer", "airflow-worker", "airflow-worker-gpu", "airflow-init"):
+    for name in (
+        "postgres",
+        "redis",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+        "airflow-worker",
+        "airflow-worker-gpu",
+        "airflow-init",
+    ):
         assert name in services, f"missing service {name}"
     airflow = {n: s for n, s in services.items() if n.startswith("airflow-")}
     for name, svc in airflow.items():
@@ -58,17 +67,24 @@ def test_gpu_worker_serves_the_queue_train_agent_uses():
     assert "gpu" not in cpu["command"].split("--queues", 1)[1].split()[0]
     dag_file = REPO / "dags" / "train_agent.py"
     if dag_file.exists():
-        keywords = {kw.arg: kw.value for node in ast.walk(ast.parse(dag_file.read_text()))
-                    if isinstance(node, ast.Call) for kw in node.keywords if kw.arg in ("queue", "pool")}
+        keywords = {
+            kw.arg: kw.value
+            for node in ast.walk(ast.parse(dag_file.read_text()))
+            if isinstance(node, ast.Call)
+            for kw in node.keywords
+            if kw.arg in ("queue", "pool")
+        }
         assert ast.literal_eval(keywords["queue"]) == "gpu"
         assert ast.literal_eval(keywords["pool"]) == "gpu"
-    assert 'pools set gpu' in " ".join(_compose()["services"]["airflow-init"]["command"])
+    assert "pools set gpu" in " ".join(_compose()["services"]["airflow-init"]["command"])
 
 
 def test_image_installs_the_pinned_requirements():
     dockerfile = (REPO / "Dockerfile").read_text()
     assert "requirements.txt" in dockerfile
-    airflow_pin = next(l for l in (REPO / "requirements.txt").read_text().splitlines() if l.startswith("apache-airflow=="))
+    airflow_pin = next(
+        line for line in (REPO / "requirements.txt").read_text().splitlines() if line.startswith("apache-airflow==")
+    )
     version = airflow_pin.split("==")[1]
     assert f"apache/airflow:{version}" in dockerfile, "base image must match the pinned Airflow"
     assert "celery==" in (REPO / "requirements.txt").read_text()

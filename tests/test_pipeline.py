@@ -12,7 +12,12 @@ from datamind.storage import DataRoot
 
 def test_counts_sum_through_nested_dicts_and_descriptive_fields_are_not_summed():
     a = {"files": 3, "reasons": {"too_few_rows": 1}, "by_hop": {"1": {"csv": 2}}, "params": {"seed": 7}, "ok": True}
-    b = {"files": 2, "reasons": {"too_few_rows": 2, "unloadable": 1}, "by_hop": {"1": {"csv": 1, "xlsx": 4}}, "params": {"seed": 7}}
+    b = {
+        "files": 2,
+        "reasons": {"too_few_rows": 2, "unloadable": 1},
+        "by_hop": {"1": {"csv": 1, "xlsx": 4}},
+        "params": {"seed": 7},
+    }
     assert merge_summaries([a, b, {}]) == {
         "files": 5,
         "reasons": {"too_few_rows": 3, "unloadable": 1},

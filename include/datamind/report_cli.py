@@ -26,7 +26,9 @@ def describe(root: DataRoot) -> str:
     index = root.uri(assets.DIRS["reports"], "index.html")
     if root.exists(assets.DIRS["reports"], "index.html"):
         lines.append(f"Quality reports (open in a browser): {index}")
-    lines.append(f"Query them with duckdb, e.g.: duckdb -c \"SELECT * FROM '{root.uri('catalog/files')}/**/*.parquet'\"")
+    lines.append(
+        f"Query them with duckdb, e.g.: duckdb -c \"SELECT * FROM '{root.uri('catalog/files')}/**/*.parquet'\""
+    )
     return "\n".join(lines)
 
 

@@ -27,9 +27,7 @@ class TableSchema:
         return int(self.version.split(".")[0])
 
     def arrow_schema(self) -> pa.Schema:
-        return self.schema.with_metadata(
-            {"datamind.table": self.name, "datamind.schema_version": self.version}
-        )
+        return self.schema.with_metadata({"datamind.table": self.name, "datamind.schema_version": self.version})
 
     def to_table(self, rows: list[dict]) -> pa.Table:
         """Rows -> Arrow table; missing nullable keys become null, missing required keys raise."""
@@ -116,9 +114,7 @@ COLUMN_PROFILE = pa.struct(
     ]
 )
 
-FOREIGN_KEY = pa.struct(
-    [_f("from_table", _STR), _f("from_column", _STR), _f("to_table", _STR), _f("to_column", _STR)]
-)
+FOREIGN_KEY = pa.struct([_f("from_table", _STR), _f("from_column", _STR), _f("to_table", _STR), _f("to_column", _STR)])
 
 CATALOG_TABLES = TableSchema(
     "catalog_tables",
@@ -250,7 +246,9 @@ DATASET = TableSchema(
             _f("final_answer", _STR, False),
             _f("reference_answer", _STR),
             _f("judge_verdict", _STR),
-            _f("answer_check", _STR),  # verified | consistent_unverified | refuted (kept only by non-consistency ablations)
+            _f(
+                "answer_check", _STR
+            ),  # verified | consistent_unverified | refuted (kept only by non-consistency ablations)
             _f("judge_reasoning", _STR),
             _f("selection_strategy", _STR),
             _f("reflection_round", pa.int16()),

@@ -36,9 +36,7 @@ def table_to_parquet_bytes(table: pa.Table, row_group_size: int | None = None) -
     return buf.getvalue()
 
 
-def write_shard(
-    root: DataRoot, schema: TableSchema, rel_dir: str, rows: list[dict], name: str
-) -> str | None:
+def write_shard(root: DataRoot, schema: TableSchema, rel_dir: str, rows: list[dict], name: str) -> str | None:
     """Atomically write ``rows`` as ``rel_dir/name``; returns the path, or None for no rows."""
     if not rows:
         return None
@@ -50,9 +48,7 @@ def shard_paths(root: DataRoot, rel_dir: str) -> list[str]:
     return root.glob(rel_dir, "**", "*.parquet") if root.exists(rel_dir) else []
 
 
-def read_table(
-    root: DataRoot, schema: TableSchema, rel_dir: str, columns: list[str] | None = None
-) -> pa.Table:
+def read_table(root: DataRoot, schema: TableSchema, rel_dir: str, columns: list[str] | None = None) -> pa.Table:
     """All shards under ``rel_dir`` as one table (empty table with the schema when none)."""
     tables = []
     for path in shard_paths(root, rel_dir):
@@ -60,7 +56,11 @@ def read_table(
             t = pq.read_table(fh, columns=columns)
         schema.check(t, where=path)
         if columns is None:
-            t = t.select(schema.schema.names).cast(schema.schema) if set(schema.schema.names) <= set(t.column_names) else t
+            t = (
+                t.select(schema.schema.names).cast(schema.schema)
+                if set(schema.schema.names) <= set(t.column_names)
+                else t
+            )
         tables.append(t)
     if not tables:
         empty = schema.schema.empty_table()

@@ -15,14 +15,14 @@ def limit_params(shard_size: int, unit: str = "Files") -> dict[str, Param]:
     return {
         "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
         "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
-        "shard_size": Param(shard_size, type="integer", minimum=1, maximum=1000, title=f"{unit} per task instance", section="Limits"),
+        "shard_size": Param(
+            shard_size, type="integer", minimum=1, maximum=1000, title=f"{unit} per task instance", section="Limits"
+        ),
     }
 
 
 def limits_from_params(params: dict[str, Any]):
-    return runtime.settings().limits.with_overrides(
-        min_rows=params.get("min_rows"), max_rows=params.get("max_rows")
-    )
+    return runtime.settings().limits.with_overrides(min_rows=params.get("min_rows"), max_rows=params.get("max_rows"))
 
 
 def plan_source_files(files, source_name: str, params: dict[str, Any]) -> list[dict]:

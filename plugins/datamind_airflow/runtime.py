@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from typing import Any
@@ -55,3 +56,19 @@ def connection_dict(conn_id: str) -> dict[str, Any] | None:
 def log_summary(title: str, summary: dict[str, Any]) -> None:
     lines = [title] + [f"  {k}: {v}" for k, v in summary.items()]
     log.info("\n".join(lines))
+
+
+# What a retry cannot fix: a path that is not there, a URL scheme nobody serves, a value that does not
+# validate.  Timeouts, 429s, 5xx and lost workers raise other types and keep Airflow's retries.
+PERMANENT_ERRORS = (FileNotFoundError, NotADirectoryError, PermissionError, ValueError)
+
+
+@contextlib.contextmanager
+def fail_fast_on_permanent_errors(what: str):
+    """Turn a permanent error into AirflowFailException: the task fails at once, with the cause, no retries."""
+    try:
+        yield
+    except PERMANENT_ERRORS as exc:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"{what}: {type(exc).__name__}: {exc} (permanent: not retried)") from exc

@@ -10,14 +10,29 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DAG_FILES = sorted(p for p in (REPO / "dags").glob("*.py") if not p.name.startswith("_"))
 # Parse-time imports that would slow every scheduler loop or need credentials.
-HEAVY = {"pandas", "numpy", "great_expectations", "torch", "transformers", "kaggle", "openai", "duckdb", "pyarrow", "datasets"}
+HEAVY = {
+    "pandas",
+    "numpy",
+    "great_expectations",
+    "torch",
+    "transformers",
+    "kaggle",
+    "openai",
+    "duckdb",
+    "pyarrow",
+    "datasets",
+}
 
 
 @pytest.fixture(scope="module")
 def dagbag():
     from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(REPO / "dags"), include_examples=False) if "include_examples" in DagBag.__init__.__code__.co_varnames else DagBag(dag_folder=str(REPO / "dags"))
+    return (
+        DagBag(dag_folder=str(REPO / "dags"), include_examples=False)
+        if "include_examples" in DagBag.__init__.__code__.co_varnames
+        else DagBag(dag_folder=str(REPO / "dags"))
+    )
 
 
 def test_no_import_errors(dagbag):

@@ -4,7 +4,6 @@ on loopback -> landing -> catalog/files with provenance; a rerun downloads and c
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -27,7 +26,9 @@ def kaggle(tmp_path, monkeypatch):
         from kagglesdk import kaggle_env as sdk_env
 
         monkeypatch.setitem(sdk_env._env_to_endpoint, sdk_env.KaggleEnv.LOCAL, server.url)
-        monkeypatch.setenv("AIRFLOW_CONN_KAGGLE_DEFAULT", json.dumps({"conn_type": "generic", "login": USER, "password": KEY}))
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_KAGGLE_DEFAULT", json.dumps({"conn_type": "generic", "login": USER, "password": KEY})
+        )
         monkeypatch.setenv("DATAMIND_DATA_ROOT", str(tmp_path / "data"))
         yield server
 
@@ -47,16 +48,24 @@ def test_crawl_lands_catalogs_and_reruns_as_a_no_op(airflow_db, kaggle, tmp_path
     run = _run(conf)
     assert run.state == "success"
     data = tmp_path / "data"
-    landed = sorted(p.relative_to(data / "landing" / "kaggle").as_posix() for p in (data / "landing" / "kaggle").rglob("*") if p.is_file())
+    landed = sorted(
+        p.relative_to(data / "landing" / "kaggle").as_posix()
+        for p in (data / "landing" / "kaggle").rglob("*")
+        if p.is_file()
+    )
     # The fake's "sales" catalog (see tests/ingest/test_kaggle.py): frank's 10 GB dataset and heidi's
     # 50 MB file exceed the caps, the rest is downloaded.
-    assert landed == sorted([
-        "alice/retail-sales/3/sales.csv",
-        "alice/retail-sales/3/stores.xlsx",
-        "bob/sales-forecast/2/data/train.csv",
-        "heidi/sales-bigfile/4/small.csv",
-    ])
-    rows = duckdb.sql(f"SELECT rel_path, source, status, provenance FROM '{data}/catalog/files/*.parquet' ORDER BY rel_path").fetchall()
+    assert landed == sorted(
+        [
+            "alice/retail-sales/3/sales.csv",
+            "alice/retail-sales/3/stores.xlsx",
+            "bob/sales-forecast/2/data/train.csv",
+            "heidi/sales-bigfile/4/small.csv",
+        ]
+    )
+    rows = duckdb.sql(
+        f"SELECT rel_path, source, status, provenance FROM '{data}/catalog/files/*.parquet' ORDER BY rel_path"
+    ).fetchall()
     assert [r[0] for r in rows] == landed
     assert {r[1] for r in rows} == {"kaggle"}
     for rel_path, _, _, prov in rows:

@@ -28,7 +28,9 @@ def _run_pipeline(root: DataRoot) -> dict[str, list]:
         synthesize_shard(root, spec, PARAMS, "run")
     return {
         "files": sorted(read_table(root, CATALOG_FILES, "catalog/files", ["file_id", "status"]).to_pylist(), key=str),
-        "tables": sorted(read_table(root, CATALOG_TABLES, "catalog/tables", ["table_id", "n_rows"]).to_pylist(), key=str),
+        "tables": sorted(
+            read_table(root, CATALOG_TABLES, "catalog/tables", ["table_id", "n_rows"]).to_pylist(), key=str
+        ),
         "queries": sorted(read_table(root, QUERIES, "queries", ["query_id", "reference_answer"]).to_pylist(), key=str),
     }
 

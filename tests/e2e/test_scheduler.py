@@ -30,7 +30,9 @@ def _free_port() -> int:
 def _write_csv(path: Path, rows: int) -> None:
     lines = ["day,region,units,price"]
     for i in range(rows):
-        lines.append(f"2024-01-{i % 28 + 1:02d},{['north', 'south', 'east'][i % 3]},{(i * 7) % 50 + 1},{10 + (i % 9) * 1.5}")
+        lines.append(
+            f"2024-01-{i % 28 + 1:02d},{['north', 'south', 'east'][i % 3]},{(i * 7) % 50 + 1},{10 + (i % 9) * 1.5}"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -59,7 +61,10 @@ def standalone(tmp_path):
     log = open(tmp_path / "standalone.log", "wb")
     subprocess.run([str(REPO / ".venv/bin/airflow"), "db", "migrate"], env=env, check=True, capture_output=True)
     proc = subprocess.Popen(
-        [str(REPO / ".venv/bin/airflow"), "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
+        [str(REPO / ".venv/bin/airflow"), "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -77,7 +82,9 @@ def standalone(tmp_path):
             pytest.fail("api-server never became healthy:\n" + (tmp_path / "standalone.log").read_text()[-3000:])
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
         user, password = next(iter(passwords.items()))
-        token = requests.post(f"{base}/auth/token", json={"username": user, "password": password}, timeout=10).json()["access_token"]
+        token = requests.post(f"{base}/auth/token", json={"username": user, "password": password}, timeout=10).json()[
+            "access_token"
+        ]
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token}"
         yield base, session, tmp_path
@@ -150,7 +157,9 @@ def test_ingest_triggers_profiling_through_the_asset(standalone):
     import duckdb
 
     data = tmp_path / "data"
-    files = duckdb.sql(f"SELECT rel_path, status, reason_code FROM '{data}/catalog/files/**/*.parquet' ORDER BY rel_path").fetchall()
+    files = duckdb.sql(
+        f"SELECT rel_path, status, reason_code FROM '{data}/catalog/files/**/*.parquet' ORDER BY rel_path"
+    ).fetchall()
     assert [(f[0], f[1]) for f in files] == [("sales.csv", "accepted"), ("tiny.csv", "rejected")]
     assert files[1][2] == "too_few_rows"
     tables = duckdb.sql(f"SELECT n_rows, n_cols FROM '{data}/catalog/tables/**/*.parquet'").fetchall()

@@ -26,7 +26,10 @@ def reply(body: dict) -> str:
     prompt = body["messages"][-1]["content"]
     found = re.search(r"# Target question type\n(.+)\n", prompt)
     kind = found.group(1).strip() if found else "Ranking"
-    return f"<question>Which region has the largest total by {kind.lower()}?</question>\n<description>Group and sum, then take the max.</description>\n<type>{kind}</type>"
+    return (
+        f"<question>Which region has the largest total by {kind.lower()}?</question>\n"
+        f"<description>Group and sum, then take the max.</description>\n<type>{kind}</type>"
+    )
 
 
 @pytest.fixture
@@ -51,8 +54,12 @@ def _run(conf):
 
 def test_llm_backend_through_the_dag_and_cached_rerun(airflow_db, seeded_root, monkeypatch, caplog):
     with FakeOpenAIServer(responder=reply, api_key=API_KEY) as server:
-        conn = {"conn_type": "http", "host": server.base_url, "password": API_KEY,
-                "extra": {"models": {"synthesizer": "synth-e2e"}, "max_retries": 1}}
+        conn = {
+            "conn_type": "http",
+            "host": server.base_url,
+            "password": API_KEY,
+            "extra": {"models": {"synthesizer": "synth-e2e"}, "max_retries": 1},
+        }
         monkeypatch.setenv("AIRFLOW_CONN_DATAMIND_LLM", json.dumps(conn))
         conf = {"backend": "llm", "categories": ["ranking", "counting"], "queries_per_category": 1, "n_chains": 0}
         assert _run(conf).state == "success"
@@ -60,12 +67,15 @@ def test_llm_backend_through_the_dag_and_cached_rerun(airflow_db, seeded_root, m
         assert first_calls >= 2
 
         rows = duckdb.sql(
-            f"SELECT category, backend, model, prompt_tokens, completion_tokens, question FROM '{seeded_root}/queries/**/*.parquet'"
+            f"SELECT category, backend, model, prompt_tokens, completion_tokens, question FROM "
+            f"'{seeded_root}/queries/**/*.parquet'"
         ).fetchall()
         assert {r[0] for r in rows} == {"ranking", "counting"}
         assert {r[1] for r in rows} == {"llm"} and {r[2] for r in rows} == {"synth-e2e"}
         # The fake counts whitespace-separated words: every stored completion has the reply's word count.
-        assert all(r[4] == len(reply({"messages": [{"content": f"# Target question type\n{r[0]}\n"}]}).split()) for r in rows)
+        assert all(
+            r[4] == len(reply({"messages": [{"content": f"# Target question type\n{r[0]}\n"}]}).split()) for r in rows
+        )
         assert all(re.match(r"Which region has the largest total", r[5]) for r in rows)
 
         # Rerun: the stage plans nothing new, and even a fresh run over the same prompts hits the cache.

@@ -117,36 +117,120 @@ def zip_bytes(members: dict[str, bytes]) -> bytes:
 
 def default_catalog() -> list[FakeDataset]:
     """Eight datasets match "sales" (votes 500..30, so the order is fixed) and two match "weather"."""
-    sales = csv_bytes(["month", "store", "revenue"], [[f"2023-{m:02d}", s, 1000 + 37 * m + s] for m in range(1, 13)
-                                                       for s in (1, 2)])
-    stores = xlsx_bytes({"stores": [["store", "city"], [1, "Lyon"], [2, "Porto"]],
-                         "managers": [["store", "manager"], [1, "Ana"], [2, "Ben"]]})
+    sales = csv_bytes(
+        ["month", "store", "revenue"], [[f"2023-{m:02d}", s, 1000 + 37 * m + s] for m in range(1, 13) for s in (1, 2)]
+    )
+    stores = xlsx_bytes(
+        {
+            "stores": [["store", "city"], [1, "Lyon"], [2, "Porto"]],
+            "managers": [["store", "manager"], [1, "Ana"], [2, "Ben"]],
+        }
+    )
     train = csv_bytes(["day", "units"], [[d, 10 + d % 7] for d in range(1, 31)])
     stations = csv_bytes(["station", "lat", "lon"], [["A", 45.1, 4.8], ["B", 41.1, -8.6]])
     return [
-        FakeDataset("alice", "retail-sales", "Retail Sales 2023", "CC0: Public Domain", "CC", 3,
-                    [FakeFile("sales.csv", sales), FakeFile("stores.xlsx", stores),
-                     FakeFile("README.md", b"# notes\n")], votes=500),
-        FakeDataset("bob", "sales-forecast", "Sales Forecast", "Attribution 4.0 International (CC BY 4.0)", "CC",
-                    2, [FakeFile("data/train.csv", train, served="zip"), FakeFile("notes.txt", b"n\n")], votes=400),
-        FakeDataset("carol", "sales-proprietary", "Sales Secrets", "Other (specified in description)", "OTHER",
-                    1, [FakeFile("sales.csv", sales)], votes=300),
-        FakeDataset("dave", "sales-images", "Sales Receipt Images", "CC0: Public Domain", "CC", 1,
-                    [FakeFile("receipt1.png", b"\x89PNG\r\n\x1a\n" + b"0" * 64), FakeFile("meta.json", b"{}")],
-                    votes=200),
-        FakeDataset("erin", "sales-broken", "Broken Sales Mirror", "CC BY-SA 4.0", "CC", 5,
-                    [FakeFile("data.csv", sales)], votes=150, download_status=500),
-        FakeDataset("frank", "sales-huge", "Huge Sales Dump", "CC0: Public Domain", "CC", 1,
-                    [FakeFile("big.csv", sales)], votes=100, total_bytes=10 * 1024**3),
-        FakeDataset("grace", "sales-evil", "Sales Zip Trick", "CC0: Public Domain", "CC", 1,
-                    [FakeFile("report.csv", sales, served="evil_zip")], votes=50),
-        FakeDataset("heidi", "sales-bigfile", "Sales With A Big File", "Open Database License (ODbL)", "ODB", 4,
-                    [FakeFile("small.csv", stations), FakeFile("huge.csv", sales, listed_size=50 * 1024**2)],
-                    votes=30),
-        FakeDataset("ivan", "weather-daily", "Daily Weather", "CC BY-NC-SA 4.0", "CC", 1,
-                    [FakeFile("daily.csv", train)], votes=90),
-        FakeDataset("judy", "weather-stations", "Weather Stations", "CC0: Public Domain", "CC", 7,
-                    [FakeFile("stations.csv", stations)], votes=80),
+        FakeDataset(
+            "alice",
+            "retail-sales",
+            "Retail Sales 2023",
+            "CC0: Public Domain",
+            "CC",
+            3,
+            [FakeFile("sales.csv", sales), FakeFile("stores.xlsx", stores), FakeFile("README.md", b"# notes\n")],
+            votes=500,
+        ),
+        FakeDataset(
+            "bob",
+            "sales-forecast",
+            "Sales Forecast",
+            "Attribution 4.0 International (CC BY 4.0)",
+            "CC",
+            2,
+            [FakeFile("data/train.csv", train, served="zip"), FakeFile("notes.txt", b"n\n")],
+            votes=400,
+        ),
+        FakeDataset(
+            "carol",
+            "sales-proprietary",
+            "Sales Secrets",
+            "Other (specified in description)",
+            "OTHER",
+            1,
+            [FakeFile("sales.csv", sales)],
+            votes=300,
+        ),
+        FakeDataset(
+            "dave",
+            "sales-images",
+            "Sales Receipt Images",
+            "CC0: Public Domain",
+            "CC",
+            1,
+            [FakeFile("receipt1.png", b"\x89PNG\r\n\x1a\n" + b"0" * 64), FakeFile("meta.json", b"{}")],
+            votes=200,
+        ),
+        FakeDataset(
+            "erin",
+            "sales-broken",
+            "Broken Sales Mirror",
+            "CC BY-SA 4.0",
+            "CC",
+            5,
+            [FakeFile("data.csv", sales)],
+            votes=150,
+            download_status=500,
+        ),
+        FakeDataset(
+            "frank",
+            "sales-huge",
+            "Huge Sales Dump",
+            "CC0: Public Domain",
+            "CC",
+            1,
+            [FakeFile("big.csv", sales)],
+            votes=100,
+            total_bytes=10 * 1024**3,
+        ),
+        FakeDataset(
+            "grace",
+            "sales-evil",
+            "Sales Zip Trick",
+            "CC0: Public Domain",
+            "CC",
+            1,
+            [FakeFile("report.csv", sales, served="evil_zip")],
+            votes=50,
+        ),
+        FakeDataset(
+            "heidi",
+            "sales-bigfile",
+            "Sales With A Big File",
+            "Open Database License (ODbL)",
+            "ODB",
+            4,
+            [FakeFile("small.csv", stations), FakeFile("huge.csv", sales, listed_size=50 * 1024**2)],
+            votes=30,
+        ),
+        FakeDataset(
+            "ivan",
+            "weather-daily",
+            "Daily Weather",
+            "CC BY-NC-SA 4.0",
+            "CC",
+            1,
+            [FakeFile("daily.csv", train)],
+            votes=90,
+        ),
+        FakeDataset(
+            "judy",
+            "weather-stations",
+            "Weather Stations",
+            "CC0: Public Domain",
+            "CC",
+            7,
+            [FakeFile("stations.csv", stations)],
+            votes=80,
+        ),
     ]
 
 
@@ -185,8 +269,13 @@ def _json_file(ds: FakeDataset, f: FakeFile) -> dict:
 
 
 class FakeKaggleServer:
-    def __init__(self, username: str = "tester", key: str = "k-secret", api_token: str | None = None,
-                 catalog: list[FakeDataset] | None = None):
+    def __init__(
+        self,
+        username: str = "tester",
+        key: str = "k-secret",
+        api_token: str | None = None,
+        catalog: list[FakeDataset] | None = None,
+    ):
         self.username, self.key, self.api_token = username, key, api_token
         self.catalog = catalog if catalog is not None else default_catalog()
         self.faults: list[Fault] = []
@@ -234,8 +323,18 @@ class FakeKaggleServer:
             self.honor_max_size = True
             self.list_versions = True
 
-    def fail(self, method: str, status: int = 500, *, times: int = 1, retry_after: str | None = None,
-             ref: str | None = None, file: str | None = None, kind: str = "status", seconds: float = 0.0) -> None:
+    def fail(
+        self,
+        method: str,
+        status: int = 500,
+        *,
+        times: int = 1,
+        retry_after: str | None = None,
+        ref: str | None = None,
+        file: str | None = None,
+        kind: str = "status",
+        seconds: float = 0.0,
+    ) -> None:
         with self._lock:
             self.faults.append(Fault(method, kind, status, retry_after, times, ref, file, seconds))
 
@@ -250,8 +349,12 @@ class FakeKaggleServer:
     def _take_fault(self, method: str, ref: str | None, file: str | None = None) -> Fault | None:
         with self._lock:
             for fault in self.faults:
-                if (fault.method == method and fault.times > 0 and fault.ref in (None, ref)
-                        and fault.file in (None, file)):
+                if (
+                    fault.method == method
+                    and fault.times > 0
+                    and fault.ref in (None, ref)
+                    and fault.file in (None, file)
+                ):
                     fault.times -= 1
                     return fault
         return None
@@ -354,7 +457,7 @@ def _handler(server: FakeKaggleServer):
             prefix = f"/api/v1/{SERVICE}/"
             if not self.path.startswith(prefix):
                 return self._error(404, f"unknown endpoint {self.path}")
-            method = self.path[len(prefix):]
+            method = self.path[len(prefix) :]
             try:
                 body = json.loads(raw or b"{}")
             except json.JSONDecodeError:
@@ -394,14 +497,16 @@ def _handler(server: FakeKaggleServer):
                 start = _offset(body["pageToken"]) if body.get("pageToken") else (int(body.get("page") or 1) - 1) * size
             except (ValueError, UnicodeDecodeError):
                 return self._error(400, "invalid page token")
-            page = hits[start:start + size]
+            page = hits[start : start + size]
             more = start + size < len(hits)
             listed = [_json_dataset(d) for d in page]
             if not server.list_versions:
                 for d in listed:
                     del d["currentVersionNumber"]
-            self._json(200, {"datasets": listed,
-                             "nextPageToken": _token(start + size) if more and server.emit_page_tokens else ""})
+            self._json(
+                200,
+                {"datasets": listed, "nextPageToken": _token(start + size) if more and server.emit_page_tokens else ""},
+            )
 
         def _api_GetDataset(self, body: dict, ref) -> None:
             ds = self._dataset_for(body, ref)
@@ -414,10 +519,15 @@ def _handler(server: FakeKaggleServer):
                 return
             size = int(body.get("pageSize") or 20)
             start = _offset(body["pageToken"]) if body.get("pageToken") else 0
-            files = ds.files[start:start + size]
+            files = ds.files[start : start + size]
             more = start + size < len(ds.files)
-            self._json(200, {"datasetFiles": [_json_file(ds, f) for f in files],
-                             "nextPageToken": _token(start + size) if more else ""})
+            self._json(
+                200,
+                {
+                    "datasetFiles": [_json_file(ds, f) for f in files],
+                    "nextPageToken": _token(start + size) if more else "",
+                },
+            )
 
         def _api_DownloadDataset(self, body: dict, ref) -> None:
             ds = self._dataset_for(body, ref)
@@ -457,8 +567,9 @@ def _handler(server: FakeKaggleServer):
             if served == f"{slug}.zip":
                 body, ctype = zip_bytes({f.name: f.data for f in ds.files}), "application/zip"
             else:
-                f = next((f for f in ds.files
-                          if f.name == served or (f.served != "raw" and f.name + ".zip" == served)), None)
+                f = next(
+                    (f for f in ds.files if f.name == served or (f.served != "raw" and f.name + ".zip" == served)), None
+                )
                 if f is None:
                     return self._error(404, "no such blob")
                 if f.served == "zip":

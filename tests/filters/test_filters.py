@@ -151,7 +151,8 @@ def test_linguistic_rule_accepts_a_whole_trajectory_in_another_language_and_flag
         ("the " * 12, "19.65", "repetition"),
         ("Private \ue000 glyph.", "19.65", "private_use"),
         (
-            "The mean is the sum of the prices divided by the count. Luego comparamos el promedio de los precios con la "
+            "The mean is the sum of the prices divided by the count. Luego comparamos el promedio de los precios con "
+            "la "
             "mediana para ver si hay una diferencia.",
             "19.65",
             "mixed_languages",

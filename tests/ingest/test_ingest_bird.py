@@ -22,12 +22,15 @@ def test_sample_bird_layout_carries_descriptions_and_questions():
     # products.csv is cp1252: the euro sign must survive decoding.
     assert "€" in prov["column_descriptions"]["products"]["list_price"]
     assert prov["column_descriptions"]["customers"]["segment"].endswith(
-        "Values: consumer: private person; business: company account")
+        "Values: consumer: private person; business: company account"
+    )
 
 
 def test_description_csv_in_any_encoding():
-    text = "original_column_name,column_name,column_description,data_format,value_description\n" \
-           "prix,prix unitaire,montant en €,real,\nqté,,quantité commandée,integer,entier positif\n"
+    text = (
+        "original_column_name,column_name,column_description,data_format,value_description\n"
+        "prix,prix unitaire,montant en €,real,\nqté,,quantité commandée,integer,entier positif\n"
+    )
     for enc in ("utf-8", "utf-8-sig", "cp1252"):
         d = parse_description_csv(text.encode(enc))
         assert d == {"prix": "prix unitaire | montant en €", "qté": "quantité commandée | Values: entier positif"}

@@ -121,14 +121,19 @@ def test_spider_databases_accepted_with_oversized_tables_marked(corpus):
 def test_workbooks(corpus):
     _, files, tables = corpus
     rows = by_source(files, "xlsx")
-    verdicts = {n: {v["table_name"]: (v["status"], v["reason_code"], v["n_rows"]) for v in r["table_verdicts"]}
-                for n, r in rows.items()}
+    verdicts = {
+        n: {v["table_name"]: (v["status"], v["reason_code"], v["n_rows"]) for v in r["table_verdicts"]}
+        for n, r in rows.items()
+    }
     fin = verdicts["Financial Sample.xlsx"]
     assert fin["Sheet1"] == ("accepted", None, 700)
     assert all(v[0] == "rejected" for k, v in fin.items() if k != "Sheet1") and len(fin) == 9
     store = verdicts["Sample - Superstore.xlsx"]
-    assert store == {"Orders": ("rejected", "too_many_rows", 9994), "Returns": ("accepted", None, 296),
-                     "People": ("rejected", "too_few_rows", 4)}
+    assert store == {
+        "Orders": ("rejected", "too_many_rows", 9994),
+        "Returns": ("accepted", None, 296),
+        "People": ("rejected", "too_few_rows", 4),
+    }
     nst = next(t for t in tables if t["file_id"] == rows["nst-est2019-01.xlsx"]["file_id"])
     assert nst["n_rows"] == 57 and nst["n_cols"] == 13  # 51 states + 5 regions/US + Puerto Rico; no footnotes
     assert nst["columns"][0] == "Geographic Area" and "Census" in nst["columns"][1]
@@ -157,8 +162,9 @@ def test_messy_csvs(corpus):
     spam = rows["spam_sms_latin1.csv"]
     assert (spam["status"], spam["reason_code"]) == ("rejected", "too_many_rows")
     assert spam["encoding"] in ("cp1252", "latin-1", "iso8859-15")
-    assert spam["table_verdicts"][0]["n_rows"] == len(pd.read_csv(DATA / "messy_csv" / "spam_sms_latin1.csv",
-                                                                   encoding="latin-1"))
+    assert spam["table_verdicts"][0]["n_rows"] == len(
+        pd.read_csv(DATA / "messy_csv" / "spam_sms_latin1.csv", encoding="latin-1")
+    )
     mis = rows["mislabeled/Sample - Superstore.csv"]
     assert (mis["format"], mis["declared_format"], mis["status"]) == ("xlsx", "csv", "accepted")
     assert mis["staged_uri"].endswith("Sample - Superstore.xlsx")

@@ -92,8 +92,9 @@ def test_xlsx_title_rows_merged_group_header_footnotes_and_several_sheets(tmp_pa
     )
     lookup = [["code", "label"]] + [[f"C{i}", f"Label {i}"] for i in range(20)]
     p = tmp_path / "report.xlsx"
-    p.write_bytes(xlsx_bytes({"Report": report, "Lookup": lookup, "Empty": []},
-                             merges={"Report": ["A1:D1", "C3:D3", "A3:A4"]}))
+    p.write_bytes(
+        xlsx_bytes({"Report": report, "Lookup": lookup, "Empty": []}, merges={"Report": ["A1:D1", "C3:D3", "A3:A4"]})
+    )
     r = load_tables(str(p), limits)
     by_name = {t.name: t for t in r.tables}
     assert list(by_name) == ["Report", "Lookup", "Empty"]
@@ -124,11 +125,16 @@ def test_huge_sheet_is_counted_not_materialized(tmp_path):
 
 
 def test_sqlite_is_read_only_counts_first_and_skips_huge_tables(tmp_path):
-    db = make_sqlite(tmp_path / "shop.sqlite", {
-        "customers": ("id INTEGER PRIMARY KEY, name TEXT", [(i, f"c{i}") for i in range(30)]),
-        "events": ("id INTEGER, customer_id INTEGER REFERENCES customers(id), kind TEXT",
-                   [(i, i % 30, "view") for i in range(500)]),
-    })
+    db = make_sqlite(
+        tmp_path / "shop.sqlite",
+        {
+            "customers": ("id INTEGER PRIMARY KEY, name TEXT", [(i, f"c{i}") for i in range(30)]),
+            "events": (
+                "id INTEGER, customer_id INTEGER REFERENCES customers(id), kind TEXT",
+                [(i, i % 30, "view") for i in range(500)],
+            ),
+        },
+    )
     before = (db.read_bytes(), os.path.getmtime(db))
     r = load_tables(str(db), Limits(max_rows=100))
     by_name = {t.name: t for t in r.tables}

@@ -83,9 +83,12 @@ def test_constant_dominated(tmp_path):
 
 
 def test_binary_blob_column_in_sqlite(tmp_path):
-    db = make_sqlite(tmp_path / "b.sqlite", {
-        "photos": ("id INTEGER, img BLOB", [(i, bytes(range(256)) * 4) for i in range(25)]),
-    })
+    db = make_sqlite(
+        tmp_path / "b.sqlite",
+        {
+            "photos": ("id INTEGER, img BLOB", [(i, bytes(range(256)) * 4) for i in range(25)]),
+        },
+    )
     verdict, verdicts = judge(db)
     assert verdicts[0].reason_code == "binary_blob"
     assert verdict.reason_code == "binary_blob"
@@ -144,12 +147,15 @@ def test_no_valid_tables_with_mixed_reasons(tmp_path):
 
 
 def test_database_keeps_small_lookup_tables_but_needs_enough_rows_overall(tmp_path):
-    db = make_sqlite(tmp_path / "shop.sqlite", {
-        "status": ("code TEXT PRIMARY KEY, label TEXT", [("A", "active"), ("C", "closed")]),
-        "orders": ("id INTEGER, status TEXT REFERENCES status(code)", [(i, "A") for i in range(30)]),
-        "big": ("id INTEGER", [(i,) for i in range(1500)]),
-        "nothing": ("id INTEGER", []),
-    })
+    db = make_sqlite(
+        tmp_path / "shop.sqlite",
+        {
+            "status": ("code TEXT PRIMARY KEY, label TEXT", [("A", "active"), ("C", "closed")]),
+            "orders": ("id INTEGER, status TEXT REFERENCES status(code)", [(i, "A") for i in range(30)]),
+            "big": ("id INTEGER", [(i,) for i in range(1500)]),
+            "nothing": ("id INTEGER", []),
+        },
+    )
     verdict, verdicts = judge(db)
     assert verdict.accepted
     assert [v.reason_code for v in verdicts] == [None, None, "too_many_rows", "empty_table"]

@@ -60,7 +60,10 @@ def test_samples_each_land_once_with_the_right_verdict(root):
             assert r["staged_uri"] is None and r["reason"]
     report = next(r for r in rows if r["rel_path"] == "store_report.xlsx")
     assert [(v["table_name"], v["status"]) for v in report["table_verdicts"]] == [
-        ("Q1 Sales", "accepted"), ("Targets", "accepted"), ("Notes", "rejected")]
+        ("Q1 Sales", "accepted"),
+        ("Targets", "accepted"),
+        ("Notes", "rejected"),
+    ]
     assert report["n_rows"] == 150 + 48 and report["n_tables"] == 2  # accepted tables
     assert sum(s["files"] for s in summaries) == 7 and sum(s["accepted"] for s in summaries) == 4
     assert len(specs) == 3  # 7 files in shards of 3
@@ -116,7 +119,7 @@ def test_lying_extension_is_staged_under_its_real_type(root, tmp_path):
 
 
 def test_archive_members_including_a_bomb_are_all_cataloged(root, tmp_path):
-    good = (tmp_path / "g.csv")
+    good = tmp_path / "g.csv"
     write_csv(good, 40)
     z = zip_with(tmp_path / "batch.zip", {"good.csv": good.read_bytes(), "zeros.csv": b"0" * 3_000_000})
     limits = Limits(max_uncompressed_bytes=1_000_000)

@@ -51,8 +51,16 @@ EXPECTED_COMPLETED = {"alice/retail-sales@3", "bob/sales-forecast@2", "heidi/sal
 
 
 def config(**overrides) -> KaggleCrawlConfig:
-    base = dict(queries=["sales"], page_size=3, max_dataset_bytes=100 * MB, max_file_bytes=MB, retries=3,
-                backoff_base_s=0.001, backoff_max_s=2.0, request_timeout_s=10)
+    base = dict(
+        queries=["sales"],
+        page_size=3,
+        max_dataset_bytes=100 * MB,
+        max_file_bytes=MB,
+        retries=3,
+        backoff_base_s=0.001,
+        backoff_max_s=2.0,
+        request_timeout_s=10,
+    )
     base.update(overrides)
     return KaggleCrawlConfig.from_dict(base)
 
@@ -138,7 +146,9 @@ def test_search_pages_through_results_and_applies_policy(kaggle_env, server, des
     assert by_code(result.skipped, "no_tabular_files") == {("dave/sales-images", None)}
     assert by_code(result.skipped, "file_too_large") == {("heidi/sales-bigfile", "huge.csv")}
     assert {(f["ref"], f["stage"]) for f in result.failures} == {
-        ("erin/sales-broken", "download"), ("grace/sales-evil", "extract")}
+        ("erin/sales-broken", "download"),
+        ("grace/sales-evil", "extract"),
+    }
     assert files_on_disk(dest) == EXPECTED_FILES  # nothing else: no temp files, no failed leftovers
     # Skipped datasets were never downloaded.
     downloaded_refs = {c["ref"] for c in server.calls_to("DownloadDataset")}
@@ -146,16 +156,20 @@ def test_search_pages_through_results_and_applies_policy(kaggle_env, server, des
 
 
 def test_license_and_file_type_filters_narrow_search_and_are_rechecked(kaggle_env, server, dest):
-    result = crawl_kaggle(config(queries=["sales", "weather"], licenses=["cc0"], file_types=["csv"]),
-                          CREDS, str(dest))
+    result = crawl_kaggle(config(queries=["sales", "weather"], licenses=["cc0"], file_types=["csv"]), CREDS, str(dest))
     bodies = [c["body"] for c in server.calls_to("ListDatasets")]
     assert {b["license"] for b in bodies} == {"DATASET_LICENSE_GROUP_CC"}
     assert {b["fileType"] for b in bodies} == {"DATASET_FILE_TYPE_GROUP_CSV"}
     # The CC family also holds CC BY / CC BY-SA / CC BY-NC-SA, which the allow-list ["cc0"] rejects.
     assert by_code(result.skipped, "license_not_allowed") == {
-        ("bob/sales-forecast", None), ("erin/sales-broken", None), ("ivan/weather-daily", None)}
-    assert {f.rel_path for f in result.files} == {"alice/retail-sales/3/sales.csv",
-                                                  "judy/weather-stations/7/stations.csv"}
+        ("bob/sales-forecast", None),
+        ("erin/sales-broken", None),
+        ("ivan/weather-daily", None),
+    }
+    assert {f.rel_path for f in result.files} == {
+        "alice/retail-sales/3/sales.csv",
+        "judy/weather-stations/7/stations.csv",
+    }
     assert server.calls_to("DownloadDataset", "erin/sales-broken") == []
 
 
@@ -216,11 +230,15 @@ def test_size_caps_hold_when_the_listing_understates(kaggle_env, server, dest):
     # judy lists 100 bytes but serves 100 kB; bob's zipped file lists 100 bytes but unpacks to 200 kB.
     server.dataset("judy/weather-stations").files = [FakeFile("stations.csv", b"x" * 100_000, listed_size=100)]
     server.dataset("bob/sales-forecast").files = [
-        FakeFile("data/train.csv", b"0" * 200_000, served="zip", listed_size=100)]
-    result = crawl_kaggle(config(queries=["weather", "sales"], max_file_bytes=64 * 1024,
-                                 max_datasets_per_query=2), CREDS, str(dest))
-    assert by_code(result.skipped, "file_too_large") >= {("judy/weather-stations", "stations.csv"),
-                                                         ("bob/sales-forecast", "data/train.csv")}
+        FakeFile("data/train.csv", b"0" * 200_000, served="zip", listed_size=100)
+    ]
+    result = crawl_kaggle(
+        config(queries=["weather", "sales"], max_file_bytes=64 * 1024, max_datasets_per_query=2), CREDS, str(dest)
+    )
+    assert by_code(result.skipped, "file_too_large") >= {
+        ("judy/weather-stations", "stations.csv"),
+        ("bob/sales-forecast", "data/train.csv"),
+    }
     assert not any(p.startswith(("judy/", "bob/")) for p in files_on_disk(dest))
     assert seen_key("judy/weather-stations", 7) not in result.completed
 
@@ -344,8 +362,9 @@ def test_secrets_stay_out_of_logs_output_and_files(kaggle_env, server, dest, tmp
     caplog.set_level("DEBUG")
     server.fail("ListDatasets", 429, retry_after="0")
     result = crawl_kaggle(config(), CREDS, str(dest))
-    token_result = crawl_kaggle(config(queries=["weather"]), KaggleCredentials(api_token=TOKEN),
-                                str(tmp_path / "dest2"))
+    token_result = crawl_kaggle(
+        config(queries=["weather"]), KaggleCredentials(api_token=TOKEN), str(tmp_path / "dest2")
+    )
     out, err = capsys.readouterr()
 
     assert result.failures and token_result.files  # warnings were logged; the token authenticated
@@ -377,8 +396,14 @@ def test_fresh_process_import_is_silent_and_leaves_no_secret(server, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE_")}
     env.update(HOME=str(home), KAGGLE_API_ENVIRONMENT="LOCALHOST", TEST_CONN_PASSWORD=KEY, PYTHONPATH=str(REPO))
     env.pop("XDG_CONFIG_HOME", None)
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "dest")], env=env, capture_output=True,
-                          text=True, timeout=60, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "dest")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("RESULT "), proc.stdout  # kaggle's import chatter swallowed
@@ -408,8 +433,9 @@ def test_credentials_from_environment_and_connection(tmp_path):
     assert (c.username, c.key) == ("u2", "k2")
     token_file = tmp_path / "tok"
     token_file.write_text("tok-from-file\n")
-    c = KaggleCredentials.from_env({"KAGGLE_API_TOKEN": str(token_file), "KAGGLE_USERNAME": "u2",
-                                    "KAGGLE_KEY": "k2"}, home=str(home))
+    c = KaggleCredentials.from_env(
+        {"KAGGLE_API_TOKEN": str(token_file), "KAGGLE_USERNAME": "u2", "KAGGLE_KEY": "k2"}, home=str(home)
+    )
     assert c.api_token == "tok-from-file"  # a token wins, as in the kaggle client
     assert KaggleCredentials.from_connection("bob", "pw").key == "pw"
     assert KaggleCredentials.from_connection(None, None, '{"api_token": "t9"}').api_token == "t9"
@@ -422,25 +448,28 @@ def test_credentials_from_environment_and_connection(tmp_path):
 # -- pure helpers ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("CC0: Public Domain", "cc0"),
-    ("Attribution 4.0 International (CC BY 4.0)", "cc-by"),
-    ("CC BY-SA 4.0", "cc-by-sa"),
-    ("CC BY-NC-SA 4.0", "cc-by-nc-sa"),
-    ("Attribution-NonCommercial 4.0 International (CC BY-NC 4.0)", "cc-by-nc"),
-    ("Open Database License (ODbL)", "odbl"),
-    ("ODC Public Domain Dedication and Licensing (PDDL)", "pddl"),
-    ("Open Data Commons Attribution License (ODC-By)", "odc-by"),
-    ("Database: Open Database, Contents: Database Contents", "odbl"),
-    ("GPL 2", "gpl"),
-    ("MIT", "mit"),
-    ("Apache 2.0", "apache-2.0"),
-    ("World Bank Dataset Terms of Use", "world-bank"),
-    ("Other (specified in description)", "other"),
-    ("Unknown", "unknown"),
-    ("", "unknown"),
-    (None, "unknown"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("CC0: Public Domain", "cc0"),
+        ("Attribution 4.0 International (CC BY 4.0)", "cc-by"),
+        ("CC BY-SA 4.0", "cc-by-sa"),
+        ("CC BY-NC-SA 4.0", "cc-by-nc-sa"),
+        ("Attribution-NonCommercial 4.0 International (CC BY-NC 4.0)", "cc-by-nc"),
+        ("Open Database License (ODbL)", "odbl"),
+        ("ODC Public Domain Dedication and Licensing (PDDL)", "pddl"),
+        ("Open Data Commons Attribution License (ODC-By)", "odc-by"),
+        ("Database: Open Database, Contents: Database Contents", "odbl"),
+        ("GPL 2", "gpl"),
+        ("MIT", "mit"),
+        ("Apache 2.0", "apache-2.0"),
+        ("World Bank Dataset Terms of Use", "world-bank"),
+        ("Other (specified in description)", "other"),
+        ("Unknown", "unknown"),
+        ("", "unknown"),
+        (None, "unknown"),
+    ],
+)
 def test_license_names_map_to_canonical_ids(name, expected):
     assert license_id(name) == expected
 
@@ -451,8 +480,14 @@ def test_config_from_dict_validates():
     assert cfg.allows_license("CC0: Public Domain") and not cfg.allows_license("CC BY 4.0")
     assert KaggleCrawlConfig.from_dict({"licenses": ["Some Custom License"]}).allows_license("some custom license")
     assert KaggleCrawlConfig.from_dict(cfg.to_dict()) == cfg
-    for bad in ({"quereis": ["x"]}, {"file_types": ["json"]}, {"sort_by": "best"}, {"max_pages": 0},
-                {"queries": []}, {"retries": "many"}):
+    for bad in (
+        {"quereis": ["x"]},
+        {"file_types": ["json"]},
+        {"sort_by": "best"},
+        {"max_pages": 0},
+        {"queries": []},
+        {"retries": "many"},
+    ):
         with pytest.raises(ValueError):
             KaggleCrawlConfig.from_dict(bad)
 
@@ -462,10 +497,17 @@ class _Resp:
         self.headers = {} if value is None else {"Retry-After": value}
 
 
-@pytest.mark.parametrize("value, low, high", [
-    ("7", 7, 7), ("0.5", 0.5, 0.5), ("-3", 0, 0), (None, None, None), ("soon", None, None),
-    ("Wed, 21 Oct 2015 07:28:00 GMT", 0, 0),  # a date in the past: retry now
-])
+@pytest.mark.parametrize(
+    "value, low, high",
+    [
+        ("7", 7, 7),
+        ("0.5", 0.5, 0.5),
+        ("-3", 0, 0),
+        (None, None, None),
+        ("soon", None, None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0, 0),  # a date in the past: retry now
+    ],
+)
 def test_retry_after_parsing(value, low, high):
     got = retry_after_seconds(_Resp(value))
     assert got == low if low is None else low <= got <= high
@@ -478,9 +520,19 @@ def test_backoff_is_jittered_exponential_and_capped():
     assert [round(hi.backoff(n), 3) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("a.csv", "a.csv"), ("dir/a.csv", "dir/a.csv"), ("./dir//a.csv", "dir/a.csv"), ("dir\\a.csv", "dir/a.csv"),
-    ("../a.csv", None), ("dir/../../a.csv", None), ("/etc/passwd", None), ("C:/x.csv", None), ("", None),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("a.csv", "a.csv"),
+        ("dir/a.csv", "dir/a.csv"),
+        ("./dir//a.csv", "dir/a.csv"),
+        ("dir\\a.csv", "dir/a.csv"),
+        ("../a.csv", None),
+        ("dir/../../a.csv", None),
+        ("/etc/passwd", None),
+        ("C:/x.csv", None),
+        ("", None),
+    ],
+)
 def test_safe_member_path(name, expected):
     assert safe_member_path(name) == expected

@@ -33,7 +33,11 @@ def _is_loopback_host(host: object) -> bool:
 def network_guard(monkeypatch):
     """Fail any test that tries to reach a host other than loopback (a hosted LLM must never be called)."""
     violations: list[str] = []
-    real_connect, real_connect_ex, real_getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+    real_connect, real_connect_ex, real_getaddrinfo = (
+        socket.socket.connect,
+        socket.socket.connect_ex,
+        socket.getaddrinfo,
+    )
 
     def check(sock: socket.socket, address: object) -> None:
         if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback_host(address[0]):

@@ -101,7 +101,9 @@ def test_rerun_makes_zero_new_calls(server, make_client, root):
     assert server.request_count == 20, "a rerun must not pay for any call twice"
     assert all(r.cached for r in again)
     assert [r.text for r in again] == [r.text for r in first]
-    assert [(r.prompt_tokens, r.completion_tokens) for r in again] == [(r.prompt_tokens, r.completion_tokens) for r in first]
+    assert [(r.prompt_tokens, r.completion_tokens) for r in again] == [
+        (r.prompt_tokens, r.completion_tokens) for r in first
+    ]
     assert (again_client.usage.calls, again_client.usage.cached_calls) == (0, 20)
 
 
@@ -251,7 +253,9 @@ def test_auth_and_missing_model_fail_the_task(server, make_client, api_key, stat
 
 
 def test_bad_request_is_an_item_error_and_the_batch_continues(server, make_client):
-    server.responder = lambda body: Fault.http_status(400) if "too long" in body["messages"][-1]["content"] else echo(body)
+    server.responder = lambda body: (
+        Fault.http_status(400) if "too long" in body["messages"][-1]["content"] else echo(body)
+    )
     client = make_client()
     results = run_all([client.chat("expert", ask(t), template_version=TV) for t in ("ok 1", "too long", "ok 2")],
                       client=client)  # fmt: skip

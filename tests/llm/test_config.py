@@ -40,7 +40,13 @@ def test_from_connection_dict_full_url_and_models_per_role():
 
 def test_bare_host_is_completed_and_one_model_serves_all_roles():
     cfg = LLMConfig.from_connection_dict(
-        {"host": "vllm", "schema": "http", "port": 8000, "password": None, "extra": {"model": "qwen", "models": {"judge": "j"}}}
+        {
+            "host": "vllm",
+            "schema": "http",
+            "port": 8000,
+            "password": None,
+            "extra": {"model": "qwen", "models": {"judge": "j"}},
+        }
     )
     assert cfg.base_url == "http://vllm:8000/v1"
     assert (cfg.model_for("synthesizer"), cfg.model_for("expert"), cfg.model_for("judge")) == ("qwen", "qwen", "j")
@@ -124,7 +130,15 @@ def test_from_env_without_anything_says_what_to_set():
 
 
 def test_http_backend_is_validated_and_read_from_extra_and_env():
-    assert LLMConfig.from_connection_dict({"host": "http://h/v1", "extra": {"http_backend": "httpx"}}).http_backend == "httpx"
-    assert LLMConfig.from_env(environ={"DATAMIND_LLM_BASE_URL": "http://h/v1", "DATAMIND_LLM_HTTP_BACKEND": "aiohttp"}).http_backend == "aiohttp"
+    assert (
+        LLMConfig.from_connection_dict({"host": "http://h/v1", "extra": {"http_backend": "httpx"}}).http_backend
+        == "httpx"
+    )
+    assert (
+        LLMConfig.from_env(
+            environ={"DATAMIND_LLM_BASE_URL": "http://h/v1", "DATAMIND_LLM_HTTP_BACKEND": "aiohttp"}
+        ).http_backend
+        == "aiohttp"
+    )
     with pytest.raises(ValueError, match="http_backend must be one of"):
         LLMConfig.from_connection_dict({"host": "http://h/v1", "extra": {"http_backend": "curl"}})

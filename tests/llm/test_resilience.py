@@ -65,7 +65,9 @@ def test_breaker_opens_after_threshold_then_half_opens_after_cooldown():
         br.record_failure("timeout")
     br.check()
     br.record_failure("connection refused")
-    with pytest.raises(EndpointUnavailable, match=r"http://127.0.0.1:9/v1 \(Airflow connection 'c'\).*connection refused"):
+    with pytest.raises(
+        EndpointUnavailable, match=r"http://127.0.0.1:9/v1 \(Airflow connection 'c'\).*connection refused"
+    ):
         br.check()
     now[0] = 10.5
     br.check()  # half-open: one probe may go

@@ -97,7 +97,10 @@ def test_extract_optional_still_rejects_broken_tags():
 
 CODE = [
     ("<code>print(1)</code>", "print(1)"),
-    ("<code>\n```python\nimport pandas as pd\nprint(pd.__version__)\n```\n</code>", "import pandas as pd\nprint(pd.__version__)"),
+    (
+        "<code>\n```python\nimport pandas as pd\nprint(pd.__version__)\n```\n</code>",
+        "import pandas as pd\nprint(pd.__version__)",
+    ),
     ("<code>```\nx = 1\n```</code>", "x = 1"),
     ("<code>```py\nfor i in range(3):\n    print(i)\n```</code>", "for i in range(3):\n    print(i)"),
     # indentation inside the block is kept; trailing spaces are not

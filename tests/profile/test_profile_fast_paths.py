@@ -44,7 +44,7 @@ def _columns() -> list[tuple[str, np.ndarray]]:
             (f"signed_zero_{n}", rng.choice([0.0, -0.0, 1.0], n)),
             (f"inf_{n}", np.where(rng.random(n) < 0.1, np.inf, rng.normal(size=n))),
             (f"small_int_{n}", rng.integers(-3, 3, n)),
-            (f"big_int_{n}", rng.integers(-2**62, 2**62, n)),
+            (f"big_int_{n}", rng.integers(-(2**62), 2**62, n)),
             (f"near_2_53_{n}", 2**53 + rng.integers(0, 5, n)),
             (f"row_id_{n}", np.arange(n)),
             (f"counter_{n}", np.arange(5, n + 5)),
@@ -103,8 +103,19 @@ OPTIONS = {
 def test_byte_route_loads_the_frame_the_text_route_loads(tmp_path, name):
     path = tmp_path / name
     path.write_bytes(FILES[name].encode("utf-8"))
-    opts = {"format": "csv", "table": "t", "encoding": "utf-8", "sep": ",", "quotechar": '"', "decimal": ".",
-            "thousands": None, "header_start": 0, "header_rows": 1, "repair_rows": False, **OPTIONS.get(name, {})}
+    opts = {
+        "format": "csv",
+        "table": "t",
+        "encoding": "utf-8",
+        "sep": ",",
+        "quotechar": '"',
+        "decimal": ".",
+        "thousands": None,
+        "header_start": 0,
+        "header_rows": 1,
+        "repair_rows": False,
+        **OPTIONS.get(name, {}),
+    }
     text_df, _ = read_csv_text(decode_text(path.read_bytes(), opts["encoding"]), opts)
     byte_df = load_table(str(path), opts)
     pd.testing.assert_frame_equal(byte_df, text_df, check_exact=True)
@@ -154,8 +165,9 @@ def test_edge_check_never_misses_a_cell_that_trimming_changes():
     rng = random.Random(5)
     alphabet = ["a", "é", "z", " ", "\t", "\xa0", "\u3000", "\u2029", "x y"]
     for _ in range(3000):
-        cells = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) or None
-                 for _ in range(rng.randint(0, 6))]
+        cells = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) or None for _ in range(rng.randint(0, 6))
+        ]
         arr = pa.array(cells, pa.large_string())
         if not _edges_may_be_blank(arr):
             assert pc.utf8_trim_whitespace(arr).equals(arr), cells

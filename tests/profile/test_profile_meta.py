@@ -17,16 +17,18 @@ META_KEYS = {"description", "head", "columns", "type", "range", "unique", "row_c
 @pytest.fixture
 def frame() -> pd.DataFrame:
     n = 40
-    return pd.DataFrame({
-        "order_id": np.arange(1, n + 1),
-        "day": [f"2024-02-{i % 28 + 1:02d}" for i in range(n)],
-        "region": ["North"] * 20 + ["South"] * 12 + ["East"] * 8,
-        "units": [i % 7 for i in range(n)],
-        "price": [None if i % 10 == 0 else i * 1.25 for i in range(n)],
-        "note": [f"free text number {i} with words" for i in range(n)],
-        "paid": ["yes" if i % 3 else "no" for i in range(n)],
-        "weight_txt": [f"{i * 0.5:.1f}" for i in range(n)],
-    })
+    return pd.DataFrame(
+        {
+            "order_id": np.arange(1, n + 1),
+            "day": [f"2024-02-{i % 28 + 1:02d}" for i in range(n)],
+            "region": ["North"] * 20 + ["South"] * 12 + ["East"] * 8,
+            "units": [i % 7 for i in range(n)],
+            "price": [None if i % 10 == 0 else i * 1.25 for i in range(n)],
+            "note": [f"free text number {i} with words" for i in range(n)],
+            "paid": ["yes" if i % 3 else "no" for i in range(n)],
+            "weight_txt": [f"{i * 0.5:.1f}" for i in range(n)],
+        }
+    )
 
 
 def test_meta_info_has_exactly_the_prompt_keys(frame):
@@ -40,8 +42,14 @@ def test_meta_info_has_exactly_the_prompt_keys(frame):
 def test_kinds(frame):
     meta = json.loads(profile_table(frame)["meta_info"])
     assert meta["type"] == {
-        "order_id": "id", "day": "datetime", "region": "categorical", "units": "integer",
-        "price": "numeric", "note": "text", "paid": "boolean", "weight_txt": "numeric",
+        "order_id": "id",
+        "day": "datetime",
+        "region": "categorical",
+        "units": "integer",
+        "price": "numeric",
+        "note": "text",
+        "paid": "boolean",
+        "weight_txt": "numeric",
     }
 
 
@@ -79,8 +87,12 @@ def test_head_is_a_markdown_table_of_the_first_rows(frame):
 
 
 def test_descriptions_flow_into_profiles_and_the_table_description(frame):
-    prof = profile_table(frame, table_name="orders", description="Foreign keys: orders.x -> y.x.",
-                         column_descriptions={"REGION": "sales region of the store"})
+    prof = profile_table(
+        frame,
+        table_name="orders",
+        description="Foreign keys: orders.x -> y.x.",
+        column_descriptions={"REGION": "sales region of the store"},
+    )
     cols = {p["name"]: p for p in prof["column_profiles"]}
     assert cols["region"]["description"] == "sales region of the store"
     assert cols["units"]["description"] is None
@@ -90,11 +102,13 @@ def test_descriptions_flow_into_profiles_and_the_table_description(frame):
 
 
 def test_edge_columns_empty_mixed_and_bytes():
-    df = pd.DataFrame({
-        "empty": [None] * 5,
-        "mixed": pd.Series([1, "two", 3.5, None, "five"], dtype=object),
-        "blob": pd.Series([b"\x00\x01", b"\x02", None, b"\x00\x01", b"\x03"], dtype=object),
-    })
+    df = pd.DataFrame(
+        {
+            "empty": [None] * 5,
+            "mixed": pd.Series([1, "two", 3.5, None, "five"], dtype=object),
+            "blob": pd.Series([b"\x00\x01", b"\x02", None, b"\x00\x01", b"\x03"], dtype=object),
+        }
+    )
     cols = {p["name"]: p for p in profile_table(df)["column_profiles"]}
     assert cols["empty"]["n_null"] == 5 and cols["empty"]["n_unique"] == 0
     assert cols["mixed"]["n_unique"] == 4 and cols["mixed"]["n_null"] == 1

@@ -26,14 +26,16 @@ def _mean_std(values: list[str]) -> tuple[float, float]:
 
 @pytest.fixture
 def crafted() -> pd.DataFrame:
-    return pd.DataFrame({
-        "score": [3.5, 1.0, None, 3.5, 2.0, 1.0, 3.5],
-        "qty": [2, 2, 5, 7, 5, 2, 9],
-        "city": ["Oslo", "Rome", "Oslo", None, "Rome", "Oslo", "Lima"],
-        "row_id": [1, 2, 3, 4, 5, 6, 7],
-        "level": [0.5, 0.25, 0.75, 0.25, 0.5, 0.75, 0.125],
-        "temp": [20.5, -3.25, 7.0, 11.75, 0.5, 15.0, 9.125],
-    })
+    return pd.DataFrame(
+        {
+            "score": [3.5, 1.0, None, 3.5, 2.0, 1.0, 3.5],
+            "qty": [2, 2, 5, 7, 5, 2, 9],
+            "city": ["Oslo", "Rome", "Oslo", None, "Rome", "Oslo", "Lima"],
+            "row_id": [1, 2, 3, 4, 5, 6, 7],
+            "level": [0.5, 0.25, 0.75, 0.25, 0.5, 0.75, 0.125],
+            "temp": [20.5, -3.25, 7.0, 11.75, 0.5, 15.0, 9.125],
+        }
+    )
 
 
 EXPECTED = {
@@ -82,18 +84,30 @@ def test_meta_info_and_head_match_hand_written_text(crafted):
     prof = profile_table(crafted, table_name="crafted", unique_cap=3, head_rows=3)
     meta = json.loads(prof["meta_info"])
     assert meta["type"] == {name: spec[0] for name, spec in EXPECTED.items()}
-    assert meta["range"] == {"score": [1, 3.5], "qty": [2, 9], "row_id": [1, 7], "level": [0.125, 0.75],
-                             "temp": [-3.25, 20.5]}
-    assert meta["unique"] == {"score": ["3.5", "1", "2"], "qty": ["2", "5", "7"], "city": ["Oslo", "Rome", "Lima"],
-                              "level": ["0.5", "0.25", "0.75"], "temp": ["20.5", "-3.25", "7"]}
+    assert meta["range"] == {
+        "score": [1, 3.5],
+        "qty": [2, 9],
+        "row_id": [1, 7],
+        "level": [0.125, 0.75],
+        "temp": [-3.25, 20.5],
+    }
+    assert meta["unique"] == {
+        "score": ["3.5", "1", "2"],
+        "qty": ["2", "5", "7"],
+        "city": ["Oslo", "Rome", "Lima"],
+        "level": ["0.5", "0.25", "0.75"],
+        "temp": ["20.5", "-3.25", "7"],
+    }
     assert (meta["row_count"], meta["column_count"]) == (7, 6)
-    assert meta["head"] == "\n".join([
-        "| score | qty | city | row_id | level | temp |",
-        "|---|---|---|---|---|---|",
-        "| 3.5 | 2 | Oslo | 1 | 0.5 | 20.5 |",
-        "| 1 | 2 | Rome | 2 | 0.25 | -3.25 |",
-        "|  | 5 | Oslo | 3 | 0.75 | 7 |",
-    ])
+    assert meta["head"] == "\n".join(
+        [
+            "| score | qty | city | row_id | level | temp |",
+            "|---|---|---|---|---|---|",
+            "| 3.5 | 2 | Oslo | 1 | 0.5 | 20.5 |",
+            "| 1 | 2 | Rome | 2 | 0.25 | -3.25 |",
+            "|  | 5 | Oslo | 3 | 0.75 | 7 |",
+        ]
+    )
     assert meta["description"] == (
         "Table 'crafted': 7 rows x 6 columns. Numeric columns: score, level, temp. Integer columns: qty. "
         "Categorical columns: city. Id columns: row_id."

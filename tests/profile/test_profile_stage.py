@@ -44,8 +44,16 @@ def tables(root):
 def test_one_row_per_accepted_table(profiled):
     root, specs, summaries = profiled
     assert sum(len(s["files"]) for s in specs) == 5  # 4 accepted sample files + 1 database
-    assert set(tables(root)) == {"sales_orders", "wetter_muenchen", "employees_latin1", "Q1 Sales", "Targets",
-                                 "customers", "products", "orders"}
+    assert set(tables(root)) == {
+        "sales_orders",
+        "wetter_muenchen",
+        "employees_latin1",
+        "Q1 Sales",
+        "Targets",
+        "customers",
+        "products",
+        "orders",
+    }
     assert sum(s["failed_files"] for s in summaries) == 0
 
 

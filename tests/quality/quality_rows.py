@@ -17,25 +17,56 @@ SHA = "ab" * 32
 
 def file_row(i: int, **over) -> dict:
     row = dict(
-        file_id=f"f{i}", source="local", source_uri=f"/in/f{i}.csv", rel_path=f"f{i}.csv", format="csv",
-        declared_format="csv", status="accepted", content_sha256=SHA, size_bytes=2048, encoding="utf-8",
-        n_tables=1, n_rows=50, n_cols=4, staged_uri=f"raw/local/f{i}/f{i}.csv",
+        file_id=f"f{i}",
+        source="local",
+        source_uri=f"/in/f{i}.csv",
+        rel_path=f"f{i}.csv",
+        format="csv",
+        declared_format="csv",
+        status="accepted",
+        content_sha256=SHA,
+        size_bytes=2048,
+        encoding="utf-8",
+        n_tables=1,
+        n_rows=50,
+        n_cols=4,
+        staged_uri=f"raw/local/f{i}/f{i}.csv",
         table_verdicts=[dict(table_name="t", status="accepted", n_rows=50, n_cols=4)],
-        ingested_at=NOW, run_id="r1",
+        ingested_at=NOW,
+        run_id="r1",
     )
     row.update(over)
     return row
 
 
 def rejected_file_row(i: int, reason_code: str, **over) -> dict:
-    return file_row(i, status="rejected", reason_code=reason_code, reason="why", n_tables=0, n_rows=None,
-                    n_cols=None, staged_uri=None, table_verdicts=[], **over)
+    return file_row(
+        i,
+        status="rejected",
+        reason_code=reason_code,
+        reason="why",
+        n_tables=0,
+        n_rows=None,
+        n_cols=None,
+        staged_uri=None,
+        table_verdicts=[],
+        **over,
+    )
 
 
 def table_row(i: int, **over) -> dict:
     row = dict(
-        table_id=f"t{i}", file_id=f"f{i}", source="local", format="csv", table_name=f"table{i}", n_rows=50, n_cols=3,
-        columns=["a", "b", "c"], staged_uri=f"raw/local/f{i}/f{i}.csv", profiled_at=NOW, run_id="r1",
+        table_id=f"t{i}",
+        file_id=f"f{i}",
+        source="local",
+        format="csv",
+        table_name=f"table{i}",
+        n_rows=50,
+        n_cols=3,
+        columns=["a", "b", "c"],
+        staged_uri=f"raw/local/f{i}/f{i}.csv",
+        profiled_at=NOW,
+        run_id="r1",
     )
     row.update(over)
     return row
@@ -43,9 +74,20 @@ def table_row(i: int, **over) -> dict:
 
 def query_row(i: int, **over) -> dict:
     row = dict(
-        query_id=f"q{i}", file_id="f1", table_id="t1", data_format="csv", category="aggregation", hop=1,
-        parent_query_ids=[], question=f"What is the total of column a in slice {i}?", solution_lang="python",
-        backend="offline", prompt_tokens=10, completion_tokens=5, created_at=NOW, run_id="r1",
+        query_id=f"q{i}",
+        file_id="f1",
+        table_id="t1",
+        data_format="csv",
+        category="aggregation",
+        hop=1,
+        parent_query_ids=[],
+        question=f"What is the total of column a in slice {i}?",
+        solution_lang="python",
+        backend="offline",
+        prompt_tokens=10,
+        completion_tokens=5,
+        created_at=NOW,
+        run_id="r1",
     )
     row.update(over)
     return row
@@ -63,9 +105,18 @@ def messages(final: str = "42") -> list[dict]:
 
 def trajectory_row(i: int, query_id: str = "q1", sample_index: int = 0, reflection_round: int = 0, **over) -> dict:
     row = dict(
-        trajectory_id=f"tr{i}", query_id=query_id, sample_index=sample_index, reflection_round=reflection_round,
-        messages=messages(), final_answer="42", n_turns=2, n_void_turns=0, status="answered", model="m",
-        created_at=NOW, run_id="r1",
+        trajectory_id=f"tr{i}",
+        query_id=query_id,
+        sample_index=sample_index,
+        reflection_round=reflection_round,
+        messages=messages(),
+        final_answer="42",
+        n_turns=2,
+        n_void_turns=0,
+        status="answered",
+        model="m",
+        created_at=NOW,
+        run_id="r1",
     )
     row.update(over)
     return row
@@ -73,9 +124,19 @@ def trajectory_row(i: int, query_id: str = "q1", sample_index: int = 0, reflecti
 
 def sample_row(i: int, query_id: str | None = None, reflection_round: int = 0, **over) -> dict:
     row = dict(
-        sample_id=f"s{i}", query_id=query_id or f"q{i}", trajectory_id=f"tr{i}", file_id="f1", data_format="csv",
-        category="ranking", hop=2, question="Which region ranks first by total sales?", messages=messages("north"),
-        final_answer="north", judge_verdict="consistent", reflection_round=reflection_round, created_at=NOW,
+        sample_id=f"s{i}",
+        query_id=query_id or f"q{i}",
+        trajectory_id=f"tr{i}",
+        file_id="f1",
+        data_format="csv",
+        category="ranking",
+        hop=2,
+        question="Which region ranks first by total sales?",
+        messages=messages("north"),
+        final_answer="north",
+        judge_verdict="consistent",
+        reflection_round=reflection_round,
+        created_at=NOW,
     )
     row.update(over)
     return row
@@ -98,8 +159,15 @@ VALID_ROWS = {
     "queries": lambda: [
         query_row(1),
         query_row(2, category="comparison"),
-        query_row(3, hop=3, parent_query_ids=["q1", "q2"], root_query_id="q1", category="multi_hop_numerical_reasoning",
-                  solution_lang="sql", data_format="sqlite"),
+        query_row(
+            3,
+            hop=3,
+            parent_query_ids=["q1", "q2"],
+            root_query_id="q1",
+            category="multi_hop_numerical_reasoning",
+            solution_lang="sql",
+            data_format="sqlite",
+        ),
     ],
     "trajectories": lambda: [
         trajectory_row(1, sample_index=0),
@@ -109,4 +177,3 @@ VALID_ROWS = {
     "dataset": lambda: [sample_row(1), sample_row(2, category="counting", hop=1)],
     "rejections": lambda: [rejection_row(1), rejection_row(2, stage="judge", reason_code="inconsistent")],
 }
-

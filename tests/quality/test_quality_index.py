@@ -12,16 +12,24 @@ from datamind.storage import DataRoot
 
 
 def _summary(stage: str, run: str, success: bool, created: str, table: str = "queries") -> dict:
-    return {"table": table, "stage": stage, "run_id": run, "success": success, "created_at": created,
-            "statistics": {"evaluated_expectations": 10, "successful_expectations": 10 if success else 7},
-            "summary": {"n_rows": 12}}
+    return {
+        "table": table,
+        "stage": stage,
+        "run_id": run,
+        "success": success,
+        "created_at": created,
+        "statistics": {"evaluated_expectations": 10, "successful_expectations": 10 if success else 7},
+        "summary": {"n_rows": 12},
+    }
 
 
 def test_index_lists_reports_newest_first_and_flags_unreadable(tmp_path):
     root = DataRoot(str(tmp_path))
     root.write_text("reports/synth/r1/summary.json", json.dumps(_summary("synth", "r1", True, "2026-01-01T00:00:00")))
-    root.write_text("reports/judge/r2/summary.json", json.dumps(_summary("judge", "r2", False, "2026-01-02T00:00:00",
-                                                                         table="dataset")))
+    root.write_text(
+        "reports/judge/r2/summary.json",
+        json.dumps(_summary("judge", "r2", False, "2026-01-02T00:00:00", table="dataset")),
+    )
     root.write_text("reports/publish/r3/summary.json", "{not json")
     html = Path(rebuild_index(root)).read_text()
     judge, synth, broken = html.index(">judge<"), html.index(">synth<"), html.index(">publish<")
@@ -35,7 +43,7 @@ def test_index_lists_reports_newest_first_and_flags_unreadable(tmp_path):
 def test_index_escapes_run_ids(tmp_path):
     root = DataRoot(str(tmp_path))
     root.write_text("reports/synth/x/summary.json", json.dumps(_summary("synth", "<script>", True, "t")))
-    html = (tmp_path / "reports" / "index.html")
+    html = tmp_path / "reports" / "index.html"
     rebuild_index(root)
     assert "<script>" not in html.read_text() and "&lt;script&gt;" in html.read_text()
 
@@ -43,7 +51,12 @@ def test_index_escapes_run_ids(tmp_path):
 def test_index_cli_rebuilds(tmp_path):
     root = DataRoot(str(tmp_path))
     root.write_text("reports/synth/r1/summary.json", json.dumps(_summary("synth", "r1", True, "t")))
-    out = subprocess.run([sys.executable, "-m", "datamind.quality.report_index", str(tmp_path)],
-                         capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "datamind.quality.report_index", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == str(tmp_path / "reports" / "index.html")
     assert "synth" in (tmp_path / "reports" / "index.html").read_text()

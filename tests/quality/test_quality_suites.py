@@ -102,8 +102,11 @@ def test_verdicts_must_agree_with_status_and_n_tables():
         file_row(3, status="rejected", reason_code="bad", n_tables=0, table_verdicts=two),
     ]
     got = semantic.accepted_file_consistent(frame("catalog_files", rows), "file_id")
-    assert got == ["f1: n_tables=2 but 1 accepted table verdict(s)", None,
-                   "f3: rejected file has 1 accepted table verdict(s)"]
+    assert got == [
+        "f1: n_tables=2 but 1 accepted table verdict(s)",
+        None,
+        "f3: rejected file has 1 accepted table verdict(s)",
+    ]
 
 
 def test_columns_match_n_cols():
@@ -115,16 +118,28 @@ def test_columns_match_n_cols():
 def test_messages_well_formed_and_answered_has_answer():
     user_last = messages()[:-1]
     no_role = messages()[:-1] + [dict(role="", content="x")]
-    rows = [trajectory_row(1, messages=[]), trajectory_row(2, messages=no_role),
-            trajectory_row(3, messages=user_last), trajectory_row(4, final_answer="  ")]
+    rows = [
+        trajectory_row(1, messages=[]),
+        trajectory_row(2, messages=no_role),
+        trajectory_row(3, messages=user_last),
+        trajectory_row(4, final_answer="  "),
+    ]
     df = frame("trajectories", rows)
     strict = semantic.messages_well_formed(final_from_assistant=True)(df, "trajectory_id")
-    assert strict == ["tr1: no messages", "tr2: message without a role",
-                      "tr3: last message is from 'user', not the assistant", None]
+    assert strict == [
+        "tr1: no messages",
+        "tr2: message without a role",
+        "tr3: last message is from 'user', not the assistant",
+        None,
+    ]
     lenient = semantic.messages_well_formed(final_from_assistant=False)(df, "trajectory_id")
     assert lenient[2] is None
     assert semantic.answered_has_answer(df, "trajectory_id") == [
-        None, None, None, "tr4: status answered but final_answer is empty"]
+        None,
+        None,
+        None,
+        "tr4: status answered but final_answer is empty",
+    ]
 
 
 def test_a_check_on_a_missing_column_reports_every_row():

@@ -44,8 +44,14 @@ def test_category_distribution_lists_all_18_in_paper_order_then_unknown():
 
 
 def test_hop_distribution_from_arrow_int8_column():
-    df = frame("queries", [query_row(1), query_row(2, hop=3, parent_query_ids=["q1"], root_query_id="q1"),
-                           query_row(3, hop=3, parent_query_ids=["q1"], root_query_id="q1")])
+    df = frame(
+        "queries",
+        [
+            query_row(1),
+            query_row(2, hop=3, parent_query_ids=["q1"], root_query_id="q1"),
+            query_row(3, hop=3, parent_query_ids=["q1"], root_query_id="q1"),
+        ],
+    )
     assert hop_distribution(df) == {"1": 1, "2": 0, "3": 2, "4": 0, "5": 0}
 
 
@@ -53,10 +59,12 @@ def test_consistency_and_rescue_hand_computed():
     # q1, q2, q4 consistent at round 0 (q4 also kept a round-1 trajectory), q3 and q5 rescued by
     # reflection, q6 judged but never kept.
     judged = ["q1", "q1", "q1", "q2", "q3", "q4", "q5", "q6"]
-    kept = pd.DataFrame({
-        "query_id": ["q1", "q1", "q2", "q3", "q4", "q4", "q5"],
-        "reflection_round": [0, 0, 0, 1, 1, 0, 2],
-    })
+    kept = pd.DataFrame(
+        {
+            "query_id": ["q1", "q1", "q2", "q3", "q4", "q4", "q5"],
+            "reflection_round": [0, 0, 0, 1, 1, 0, 2],
+        }
+    )
     s = consistency_stats(judged, kept)
     assert (s.n_judged, s.n_first_pass, s.n_rescued, s.n_failed) == (6, 3, 2, 1)
     assert s.consistency_rate == pytest.approx(3 / 6)
@@ -74,11 +82,17 @@ def test_consistency_counts_kept_queries_missing_from_judged_and_handles_empty()
 
 
 def test_drop_reasons_sorted_by_count_then_name():
-    rej = frame("rejections", [
-        rejection_row(1, "synth", "parse_error"), rejection_row(2, "synth", "parse_error"),
-        rejection_row(3, "judge", "inconsistent"), rejection_row(4, "judge", "inconsistent"),
-        rejection_row(5, "judge", "inconsistent"), rejection_row(6, "synth", "duplicate"),
-    ])
+    rej = frame(
+        "rejections",
+        [
+            rejection_row(1, "synth", "parse_error"),
+            rejection_row(2, "synth", "parse_error"),
+            rejection_row(3, "judge", "inconsistent"),
+            rejection_row(4, "judge", "inconsistent"),
+            rejection_row(5, "judge", "inconsistent"),
+            rejection_row(6, "synth", "duplicate"),
+        ],
+    )
     assert drop_reasons(rej) == [
         {"stage": "judge", "reason_code": "inconsistent", "count": 3},
         {"stage": "synth", "reason_code": "parse_error", "count": 2},
@@ -92,8 +106,15 @@ def test_drop_reasons_sorted_by_count_then_name():
 
 
 def test_file_rejection_reasons_come_from_the_catalog_itself():
-    df = frame("catalog_files", [file_row(1), rejected_file_row(2, "too_small"), rejected_file_row(3, "too_small"),
-                                 rejected_file_row(4, "unreadable")])
+    df = frame(
+        "catalog_files",
+        [
+            file_row(1),
+            rejected_file_row(2, "too_small"),
+            rejected_file_row(3, "too_small"),
+            rejected_file_row(4, "unreadable"),
+        ],
+    )
     assert file_rejection_reasons(df) == [
         {"stage": "ingest", "reason_code": "too_small", "count": 2},
         {"stage": "ingest", "reason_code": "unreadable", "count": 1},
@@ -104,10 +125,13 @@ def test_file_rejection_reasons_come_from_the_catalog_itself():
 
 
 def test_dataset_summary_with_trajectories_gives_consistency_and_log_lines():
-    traj = frame("trajectories", [trajectory_row(i, query_id=q, sample_index=i)
-                                  for i, q in enumerate(["q1", "q2", "q3", "q4"])])
-    ds = frame("dataset", [sample_row(1, query_id="q1"), sample_row(2, query_id="q2", reflection_round=1,
-                                                                   category="counting", hop=1)])
+    traj = frame(
+        "trajectories", [trajectory_row(i, query_id=q, sample_index=i) for i, q in enumerate(["q1", "q2", "q3", "q4"])]
+    )
+    ds = frame(
+        "dataset",
+        [sample_row(1, query_id="q1"), sample_row(2, query_id="q2", reflection_round=1, category="counting", hop=1)],
+    )
     rej = frame("rejections", [rejection_row(1, "judge", "inconsistent")])
     s = summarize("dataset", ds, {"trajectories": traj, "rejections": rej})
     # 4 judged: q1 first pass, q2 rescued, q3 and q4 failed -> 1/4 consistent, 1 of 3 rescued.
@@ -138,7 +162,10 @@ def test_queries_summary_counts():
     assert s["n_rows"] == 3
     assert s["by_hop"] == {"1": 2, "2": 0, "3": 1, "4": 0, "5": 0}
     assert {k: v for k, v in s["by_category"].items() if v} == {
-        "aggregation": 1, "comparison": 1, "multi_hop_numerical_reasoning": 1}
+        "aggregation": 1,
+        "comparison": 1,
+        "multi_hop_numerical_reasoning": 1,
+    }
 
 
 @pytest.mark.parametrize("table", sorted(VALID_ROWS))

@@ -58,14 +58,17 @@ def valid_reports(root):
 
 @pytest.fixture(scope="module")
 def bad_queries(root):
-    df = frame("queries", [
-        query_row(1),
-        query_row(2, category="bogus_category"),
-        query_row(3, hop=7, parent_query_ids=["q1"], root_query_id="q1"),
-        query_row(1, question="dup id"),  # second q1
-        query_row(5, hop=2),  # composed but no parents
-        query_row(6),
-    ])
+    df = frame(
+        "queries",
+        [
+            query_row(1),
+            query_row(2, category="bogus_category"),
+            query_row(3, hop=7, parent_query_ids=["q1"], root_query_id="q1"),
+            query_row(1, question="dup id"),  # second q1
+            query_row(5, hop=2),  # composed but no parents
+            query_row(6),
+        ],
+    )
     df.loc[5, "question"] = None  # required column null
     return _validate(root, "queries", df, "bad_queries")
 
@@ -108,23 +111,31 @@ def test_bad_queries_report_each_defect(bad_queries):
 
 def test_summary_text_is_log_ready(bad_queries):
     lines = bad_queries.summary_text.splitlines()
-    assert lines[0].startswith("data quality queries (stage bad_queries, run manual__2026-01-02T03:04:05+00:00): "
-                               f"FAILED 5 of {bad_queries.statistics['evaluated_expectations']} expectations, 6 rows")
-    assert any(line.strip().startswith("FAILED expect_column_values_to_be_in_set on category: 1 of 6 unexpected")
-               for line in lines)
+    assert lines[0].startswith(
+        "data quality queries (stage bad_queries, run manual__2026-01-02T03:04:05+00:00): "
+        f"FAILED 5 of {bad_queries.statistics['evaluated_expectations']} expectations, 6 rows"
+    )
+    assert any(
+        line.strip().startswith("FAILED expect_column_values_to_be_in_set on category: 1 of 6 unexpected")
+        for line in lines
+    )
     assert any(line.strip() == "hop: 1=4, 2=1, 7=1; no rows for 3: 3, 4, 5" for line in lines)
     assert lines[-1].strip().endswith(f"reports/bad_queries/{RUN_DIR}/data_docs/index.html")
 
 
 def test_bad_catalog_files(root):
-    df = frame("catalog_files", [
-        file_row(1, n_rows=5),  # accepted below min_rows
-        file_row(2, status="maybe"),
-        file_row(3, n_tables=2, n_rows=2500,
-                 table_verdicts=[dict(status="accepted"), dict(status="accepted")]),  # > 1000 rows per table
-        file_row(4, content_sha256="not-a-hash"),
-        rejected_file_row(5, "x"),
-    ])
+    df = frame(
+        "catalog_files",
+        [
+            file_row(1, n_rows=5),  # accepted below min_rows
+            file_row(2, status="maybe"),
+            file_row(
+                3, n_tables=2, n_rows=2500, table_verdicts=[dict(status="accepted"), dict(status="accepted")]
+            ),  # > 1000 rows per table
+            file_row(4, content_sha256="not-a-hash"),
+            rejected_file_row(5, "x"),
+        ],
+    )
     df.loc[4, "reason_code"] = None  # rejected without a reason
     r = _validate(root, "catalog_files", df, "bad_files")
     assert not r.success
@@ -140,16 +151,21 @@ def test_bad_catalog_files(root):
 
 
 def test_bad_trajectories(root):
-    df = frame("trajectories", [
-        trajectory_row(1, n_turns=1, n_void_turns=2),
-        trajectory_row(2, sample_index=1, final_answer=""),
-        trajectory_row(3, sample_index=1),  # same (query, sample, round) as tr2
-        trajectory_row(4, sample_index=3, status="exploded"),
-    ])
+    df = frame(
+        "trajectories",
+        [
+            trajectory_row(1, n_turns=1, n_void_turns=2),
+            trajectory_row(2, sample_index=1, final_answer=""),
+            trajectory_row(3, sample_index=1),  # same (query, sample, round) as tr2
+            trajectory_row(4, sample_index=3, status="exploded"),
+        ],
+    )
     r = _validate(root, "trajectories", df, "bad_trajectories")
     assert _only(r, "expect_column_pair_values_a_to_be_greater_than_b", "n_turns,n_void_turns")["unexpected_count"] == 1
-    assert _only(r, "expect_compound_columns_to_be_unique",
-                 "query_id,sample_index,reflection_round")["unexpected_count"] == 2
+    assert (
+        _only(r, "expect_compound_columns_to_be_unique", "query_id,sample_index,reflection_round")["unexpected_count"]
+        == 2
+    )
     assert _only(r, "expect_column_values_to_be_in_set", "status")["unexpected_count"] == 1
     answered = _only(r, "expect_column_values_to_be_in_set", "dq__answered_has_answer")
     assert answered["examples"] == ["tr2: status answered but final_answer is empty (x1)"]
@@ -157,12 +173,15 @@ def test_bad_trajectories(root):
 
 
 def test_bad_dataset(root):
-    df = frame("dataset", [
-        sample_row(1),
-        sample_row(1, trajectory_id="tr9"),  # duplicate sample id
-        sample_row(3, hop=0, messages=messages()[:-1]),  # hop out of range, ends on a user turn
-        sample_row(4),
-    ])
+    df = frame(
+        "dataset",
+        [
+            sample_row(1),
+            sample_row(1, trajectory_id="tr9"),  # duplicate sample id
+            sample_row(3, hop=0, messages=messages()[:-1]),  # hop out of range, ends on a user turn
+            sample_row(4),
+        ],
+    )
     df.loc[3, "category"] = None
     r = _validate(root, "dataset", df, "bad_dataset")
     assert _only(r, "expect_column_values_to_be_unique", "sample_id")["unexpected_count"] == 2

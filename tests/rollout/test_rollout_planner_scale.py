@@ -13,13 +13,33 @@ NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def _queries(n: int) -> list[dict]:
-    return [{"query_id": f"q{i:05d}", "file_id": "f", "category": "counting", "hop": 1, "question": f"q {i}", "backend": "offline",
-             "created_at": NOW} for i in range(n)]
+    return [
+        {
+            "query_id": f"q{i:05d}",
+            "file_id": "f",
+            "category": "counting",
+            "hop": 1,
+            "question": f"q {i}",
+            "backend": "offline",
+            "created_at": NOW,
+        }
+        for i in range(n)
+    ]
 
 
 def _trajectories(ids: list[str]) -> list[dict]:
-    return [{"trajectory_id": f"t{q}", "query_id": q, "sample_index": 0, "reflection_round": 0, "messages": [],
-             "status": "answered", "created_at": NOW} for q in ids]
+    return [
+        {
+            "trajectory_id": f"t{q}",
+            "query_id": q,
+            "sample_index": 0,
+            "reflection_round": 0,
+            "messages": [],
+            "status": "answered",
+            "created_at": NOW,
+        }
+        for q in ids
+    ]
 
 
 def test_planning_thousands_of_queries_reads_the_output_a_bounded_number_of_times(root, monkeypatch):

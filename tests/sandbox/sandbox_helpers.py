@@ -7,8 +7,16 @@ import os
 from pathlib import Path
 
 # Tight caps so hostile cells end quickly; 1 GiB still leaves ~700 MB above the preloaded pandas.
-TEST_LIMITS = dict(wall_s=4.0, cpu_s=2, memory_mb=1024, max_output_bytes=200_000, head_chars=500,
-                   tail_chars=500, sql_timeout_s=1.0, max_procs=32)
+TEST_LIMITS = dict(
+    wall_s=4.0,
+    cpu_s=2,
+    memory_mb=1024,
+    max_output_bytes=200_000,
+    head_chars=500,
+    tail_chars=500,
+    sql_timeout_s=1.0,
+    max_procs=32,
+)
 FAKE_SECRET = "sk-sandbox-test-secret-0123456789"
 
 

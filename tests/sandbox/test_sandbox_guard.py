@@ -104,11 +104,14 @@ def test_strip_prints_keeps_calls_inside_the_printed_arguments():
     assert calls == ["sep"]
 
 
-@pytest.mark.parametrize(("text", "head", "tail", "expected"), [
-    ("short", 3, 3, "short"),
-    ("abcdefghij", 3, 2, "abc\n... [5 characters truncated] ...\nij"),
-    ("abcdefghij", 4, 0, "abcd\n... [6 characters truncated] ...\n"),
-    ("abcdef", 3, 3, "abcdef"),
-])
+@pytest.mark.parametrize(
+    ("text", "head", "tail", "expected"),
+    [
+        ("short", 3, 3, "short"),
+        ("abcdefghij", 3, 2, "abc\n... [5 characters truncated] ...\nij"),
+        ("abcdefghij", 4, 0, "abcd\n... [6 characters truncated] ...\n"),
+        ("abcdef", 3, 3, "abcdef"),
+    ],
+)
 def test_truncate_keeps_head_and_tail(text, head, tail, expected):
     assert truncate_head_tail(text, head, tail) == expected

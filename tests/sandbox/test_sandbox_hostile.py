@@ -49,11 +49,14 @@ def test_fork_bomb_without_the_guard_is_capped_and_fully_killed(raw_sandbox, csv
         assert again.run("print(1 + 1)").output == "2\n"
 
 
-@pytest.mark.parametrize("code", [
-    "x = bytearray(4 * 1024 ** 3)",
-    "import numpy as np\na = np.ones((20000, 20000))",
-    "chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024 ** 2))",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = bytearray(4 * 1024 ** 3)",
+        "import numpy as np\na = np.ones((20000, 20000))",
+        "chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024 ** 2))",
+    ],
+)
 def test_memory_hogs_hit_the_address_space_cap(raw_sandbox, csv_file, code):
     _, obs = _run(raw_sandbox, csv_file, code)
     assert (obs.ok, obs.error_kind) == (False, "memory")
@@ -79,7 +82,7 @@ def test_host_secrets_and_files_outside_the_workdir_are_unreadable(raw_sandbox, 
     code = f"""
 import os
 results = {{}}
-for path in [{str(REPO_ROOT / 'pyproject.toml')!r}, os.path.expanduser('~root/.gitconfig'), '/root/.bashrc',
+for path in [{str(REPO_ROOT / "pyproject.toml")!r}, os.path.expanduser('~root/.gitconfig'), '/root/.bashrc',
              {str(neighbour)!r}, '/proc/{os.getpid()}/environ', '/proc/1/environ']:
     try:
         with open(path) as fh:
@@ -107,12 +110,10 @@ def test_network_is_unreachable_even_on_loopback(sandbox, raw_sandbox, csv_file)
         import urllib.request
 
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).status == 200  # host reaches it
-        code = ("import urllib.request\n"
-                f"urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=3)")
+        code = f"import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}/', timeout=3)"
         _, guarded = _run(sandbox, csv_file, code)
         _, raw = _run(raw_sandbox, csv_file, code)
-        _, outside = _run(raw_sandbox, csv_file,
-                          "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=3)")
+        _, outside = _run(raw_sandbox, csv_file, "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=3)")
     finally:
         server.shutdown()
         server.server_close()
@@ -122,23 +123,27 @@ def test_network_is_unreachable_even_on_loopback(sandbox, raw_sandbox, csv_file)
 
 
 def test_subprocess_and_os_system_are_refused(sandbox, csv_file):
-    for code in ("import os\nos.system('id')", "import subprocess\nsubprocess.check_output(['id'])",
-                 "import os\nos.execv('/bin/sh', ['sh'])"):
+    for code in (
+        "import os\nos.system('id')",
+        "import subprocess\nsubprocess.check_output(['id'])",
+        "import os\nos.execv('/bin/sh', ['sh'])",
+    ):
         _, obs = _run(sandbox, csv_file, code)
         assert obs.error_kind == "blocked", code
 
 
 def test_processes_started_without_the_guard_cannot_escape_the_cell(raw_sandbox, csv_file):
-    code = ("import subprocess\n"
-            "p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"  # leaves our process group
-            "print(subprocess.run(['cat', '/root/.bashrc'], capture_output=True).returncode)")
+    code = (
+        "import subprocess\n"
+        "p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"  # leaves our process group
+        "print(subprocess.run(['cat', '/root/.bashrc'], capture_output=True).returncode)"
+    )
     s, obs = _run(raw_sandbox, csv_file, code)
     assert obs.ok and obs.output.strip() != "0"
     assert processes_of_uid(s.uid) == []  # the detached sleeper was killed with the cell
 
 
-def test_deleting_or_overwriting_the_data_file_fails_and_the_original_is_untouched(sandbox, raw_sandbox,
-                                                                                  csv_file):
+def test_deleting_or_overwriting_the_data_file_fails_and_the_original_is_untouched(sandbox, raw_sandbox, csv_file):
     digest = hashlib.sha256(csv_file.read_bytes()).hexdigest()
     _, guarded = _run(sandbox, csv_file, "import os\nos.remove('sales.csv')")
     assert guarded.error_kind == "blocked"
@@ -155,9 +160,11 @@ def test_deleting_or_overwriting_the_data_file_fails_and_the_original_is_untouch
 
 def test_writes_outside_the_workdir_fail_or_stay_private(raw_sandbox, csv_file):
     marker = f"datamind-sandbox-escape-{os.getpid()}"
-    code = (f"open('/tmp/{marker}', 'w').write('x')\n"  # private tmpfs: allowed but invisible to the host
-            f"open('/run/lock/{marker}', 'w').write('x')\n"
-            "try:\n    open('/etc/datamind-escape', 'w')\nexcept OSError as e:\n    print(type(e).__name__)")
+    code = (
+        f"open('/tmp/{marker}', 'w').write('x')\n"  # private tmpfs: allowed but invisible to the host
+        f"open('/run/lock/{marker}', 'w').write('x')\n"
+        "try:\n    open('/etc/datamind-escape', 'w')\nexcept OSError as e:\n    print(type(e).__name__)"
+    )
     _, obs = _run(raw_sandbox, csv_file, code)
     assert obs.output == "PermissionError\n"
     assert not Path(f"/tmp/{marker}").exists()
@@ -211,8 +218,9 @@ def test_user_namespace_mode_contains_the_same_attacks(csv_file):
     _host_is_healthy()
 
 
-@pytest.mark.parametrize("payload", [b"\xff\xff\xff\xff" + b"x" * 64, b"\x00\x00\x00\x05[1,2]",
-                                     b"\x00\x00\x00\x04\xff\xfe\xfd\xfc"])
+@pytest.mark.parametrize(
+    "payload", [b"\xff\xff\xff\xff" + b"x" * 64, b"\x00\x00\x00\x05[1,2]", b"\x00\x00\x00\x04\xff\xfe\xfd\xfc"]
+)
 def test_a_forged_or_corrupt_status_frame_cannot_crash_the_host(raw_sandbox, csv_file, payload):
     s, obs = _run(raw_sandbox, csv_file, f"import os, time\nos.write(3, {payload!r})\ntime.sleep(30)")
     assert (obs.ok, obs.error_kind) == (False, "killed")

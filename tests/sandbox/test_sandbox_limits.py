@@ -37,5 +37,8 @@ def test_strict_policy_names_what_is_missing():
     assert missing_layers({"network_namespace", "mount_namespace", "dedicated_uid", "pids_cgroup"}) == []
     assert missing_layers({"network_namespace", "mount_namespace", "user_namespace_no_caps", "rlimit_nproc"}) == []
     assert missing_layers({"rlimits", "ast_guard"}) == [
-        "network_namespace", "mount_namespace", "dedicated_uid or user_namespace_no_caps",
-        "pids_cgroup or rlimit_nproc"]
+        "network_namespace",
+        "mount_namespace",
+        "dedicated_uid or user_namespace_no_caps",
+        "pids_cgroup or rlimit_nproc",
+    ]

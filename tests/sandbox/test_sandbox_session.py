@@ -74,8 +74,9 @@ def test_blocked_code_is_an_observation_and_never_runs(sandbox, csv_file):
 def test_data_file_is_a_private_read_only_copy_in_the_cwd(sandbox, csv_file):
     digest = hashlib.sha256(csv_file.read_bytes()).hexdigest()
     with sandbox.session([str(csv_file)]) as s:
-        obs = s.run("import os\nprint(os.path.basename(os.getcwd()).startswith('traj-'), "
-                    "os.access('sales.csv', os.W_OK))")
+        obs = s.run(
+            "import os\nprint(os.path.basename(os.getcwd()).startswith('traj-'), os.access('sales.csv', os.W_OK))"
+        )
         workdir = s.workdir
         assert (workdir / "sales.csv").read_bytes() == csv_file.read_bytes()
     assert obs.output == "True False\n"
@@ -97,9 +98,11 @@ def test_sql_mode_tools_read_and_cannot_write(sandbox, sqlite_file):
     digest = hashlib.sha256(sqlite_file.read_bytes()).hexdigest()
     with sandbox.session([str(sqlite_file)], language="sql") as s:
         info = s.run("print(get_db_info())")
-        query = s.run("print(execute_sql('SELECT name, city FROM customers WHERE city = \"London\" "
-                      "ORDER BY name', 'london.csv'))\n"
-                      "import pandas as pd\nprint(pd.read_csv('london.csv').to_dict('list'))")
+        query = s.run(
+            'print(execute_sql(\'SELECT name, city FROM customers WHERE city = "London" '
+            "ORDER BY name', 'london.csv'))\n"
+            "import pandas as pd\nprint(pd.read_csv('london.csv').to_dict('list'))"
+        )
         write = s.run("execute_sql('DELETE FROM orders', 'x.csv')")
         direct = s.run("import sqlite3\nsqlite3.connect('shop.sqlite').execute('DELETE FROM orders')")
         count = s.run("print(execute_sql('SELECT COUNT(*) AS n FROM orders', 'n.csv'))")
@@ -123,8 +126,11 @@ def test_live_mode_keeps_state_and_recovers_after_a_timeout(csv_file):
 
 
 def test_chunked_and_live_modes_agree_on_results(sandbox, csv_file):
-    chunks = ["import pandas as pd\ndf = pd.read_csv('sales.csv')", "df['double'] = df['amount'] * 2",
-              "print(df['double'].tolist())"]
+    chunks = [
+        "import pandas as pd\ndf = pd.read_csv('sales.csv')",
+        "df['double'] = df['amount'] * 2",
+        "print(df['double'].tolist())",
+    ]
     expected = [str([v * 2 for v in pd.read_csv(csv_file)["amount"]]) + "\n"]
     with Sandbox(SandboxLimits(**TEST_LIMITS), mode="live") as live:
         for sb in (sandbox, live):
@@ -217,6 +223,8 @@ def test_the_projects_own_packages_cannot_be_imported_in_a_cell(module, fixture,
 
 def test_sql_tools_keep_working_once_the_project_is_hidden(sandbox, sqlite_file):
     with sandbox.session([str(sqlite_file)], language="sql") as s:
-        res = s.run("print(execute_sql(sql='SELECT count(*) AS n FROM customers', output_path='n.csv'))\n"
-                    "print(open('n.csv').read())")
+        res = s.run(
+            "print(execute_sql(sql='SELECT count(*) AS n FROM customers', output_path='n.csv'))\n"
+            "print(open('n.csv').read())"
+        )
     assert res.ok and "n\n" in res.output, res.output

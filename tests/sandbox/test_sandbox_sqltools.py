@@ -51,8 +51,11 @@ def test_no_statement_can_modify_the_database(db, sqlite_file, sql):
 
 
 def test_execute_sql_writes_the_result_as_csv(db):
-    summary = db.execute_sql("SELECT c.city, SUM(o.total) AS revenue FROM orders o JOIN customers c "
-                             "ON c.id = o.customer_id GROUP BY c.city ORDER BY c.city", "revenue.csv")
+    summary = db.execute_sql(
+        "SELECT c.city, SUM(o.total) AS revenue FROM orders o JOIN customers c "
+        "ON c.id = o.customer_id GROUP BY c.city ORDER BY c.city",
+        "revenue.csv",
+    )
     with open("revenue.csv", newline="") as fh:
         rows = list(csv.reader(fh))
     # London: Ada 10.5 + 4.5 and Bo 1.0 = 16.0; Paris: Lin 30.0
@@ -76,8 +79,7 @@ def test_get_db_info_describes_tables_columns_keys_and_counts(db):
 
 
 def test_a_runaway_query_is_stopped_by_the_time_limit(db):
-    runaway = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
-               "SELECT COUNT(*) FROM n")
+    runaway = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n"
     with pytest.raises(SqlToolError, match="time limit"):
         db.execute_sql(runaway, "never.csv")
     assert not os.path.exists("never.csv")

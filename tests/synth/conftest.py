@@ -51,8 +51,18 @@ def small_sqlite(tmp_path) -> Path:
         INSERT INTO shops VALUES (1, 'Alpha'), (2, 'Beta'), (3, 'Gamma');
         """
     )
-    amounts = [(1, 10.0, 1), (1, 20.0, 2), (1, 30.0, 3), (2, 5.0, 4), (2, 7.0, 5), (3, 100.0, 6), (3, 1.0, 7),
-               (1, 40.0, 8), (2, 9.0, 9), (3, 50.0, 10)]
+    amounts = [
+        (1, 10.0, 1),
+        (1, 20.0, 2),
+        (1, 30.0, 3),
+        (2, 5.0, 4),
+        (2, 7.0, 5),
+        (3, 100.0, 6),
+        (3, 1.0, 7),
+        (1, 40.0, 8),
+        (2, 9.0, 9),
+        (3, 50.0, 10),
+    ]
     con.executemany("INSERT INTO sales (shop_id, amount, qty) VALUES (?, ?, ?)", amounts)
     con.commit()
     con.close()

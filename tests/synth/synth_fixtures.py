@@ -16,13 +16,24 @@ from datamind.storage import DataRoot
 def catalog_rows(path: Path, source: str = "test", max_rows: int = 1000) -> list[dict]:
     res = load_tables(str(path))
     assert res.error is None, res.error
-    file_row = {"file_id": stable_id("file", str(path)), "source": source, "format": res.format, "staged_uri": str(path)}
+    file_row = {
+        "file_id": stable_id("file", str(path)),
+        "source": source,
+        "format": res.format,
+        "staged_uri": str(path),
+    }
     now = dt.datetime.now(dt.timezone.utc)
-    return [table_row(file_row, t, {}, "test-run", now) for t in res.tables if t.df is not None and 1 <= t.n_rows <= max_rows]
+    return [
+        table_row(file_row, t, {}, "test-run", now)
+        for t in res.tables
+        if t.df is not None and 1 <= t.n_rows <= max_rows
+    ]
 
 
 def write_catalog(root: DataRoot, rows: list[dict]) -> None:
-    write_shard(root, CATALOG_TABLES, "catalog/tables", rows, f"part-{stable_id([r['table_id'] for r in rows])}.parquet")
+    write_shard(
+        root, CATALOG_TABLES, "catalog/tables", rows, f"part-{stable_id([r['table_id'] for r in rows])}.parquet"
+    )
 
 
 # Sales table: region is a group, units/price measures, day a date. Values chosen for hand arithmetic.

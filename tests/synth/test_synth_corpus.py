@@ -38,17 +38,25 @@ from datamind.synth.stage import plan_synthesis, summarize_run, synthesize_shard
 pytestmark = pytest.mark.corpus
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 # The stage's own verification is off here: the test below re-runs every program itself.
-PARAMS = {"queries_per_category": 1, "n_chains": 2, "min_hops": 2, "max_hops": 5, "shard_size": 60,
-          "verify_solutions": False}
+PARAMS = {
+    "queries_per_category": 1,
+    "n_chains": 2,
+    "min_hops": 2,
+    "max_hops": 5,
+    "shard_size": 60,
+    "verify_solutions": False,
+}
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     if not DATA.is_dir():
         pytest.skip(f"shared corpus not present at {DATA}")
-    files = (sorted((DATA / "dabench" / "da-dev-tables").glob("*.csv"))
-             + sorted((DATA / "sqlite" / "spider" / "database").glob("*/*.sqlite"))
-             + sorted((DATA / "xlsx").glob("*.xlsx")))
+    files = (
+        sorted((DATA / "dabench" / "da-dev-tables").glob("*.csv"))
+        + sorted((DATA / "sqlite" / "spider" / "database").glob("*/*.sqlite"))
+        + sorted((DATA / "xlsx").glob("*.xlsx"))
+    )
     tables = []
     for path in files:
         tables += [r for r in catalog_rows(path) if r["format"] == "sqlite" or 20 <= r["n_rows"] <= 1000]
@@ -56,8 +64,13 @@ def corpus(tmp_path_factory):
     write_catalog(root, tables)
     specs = plan_synthesis(root, PARAMS["shard_size"], PARAMS)
     summaries = [synthesize_shard(root, s, PARAMS, "corpus-run") for s in specs]
-    return {"root": root, "tables": {t["table_id"]: t for t in tables}, "summaries": summaries,
-            "rows": read_rows(root, QUERIES, "queries"), "rejections": read_rows(root, REJECTIONS, "rejections")}
+    return {
+        "root": root,
+        "tables": {t["table_id"]: t for t in tables},
+        "summaries": summaries,
+        "rows": read_rows(root, QUERIES, "queries"),
+        "rejections": read_rows(root, REJECTIONS, "rejections"),
+    }
 
 
 def test_categories_covered_per_table_type(corpus):
@@ -69,9 +82,17 @@ def test_categories_covered_per_table_type(corpus):
         covered[r["data_format"]].add(r["category"])
     assert covered["csv"] == set(CATEGORY_IDS)
     # Spider tables are small key/label tables: fewer categories apply, but the core ones must.
-    assert covered["sqlite"] >= {"aggregation", "ranking", "counting", "comparison", "statistical_analysis",
-                                 "descriptive_analysis", "fact_checking", "time_based_calculation",
-                                 "comprehensive_data_preprocessing"}
+    assert covered["sqlite"] >= {
+        "aggregation",
+        "ranking",
+        "counting",
+        "comparison",
+        "statistical_analysis",
+        "descriptive_analysis",
+        "fact_checking",
+        "time_based_calculation",
+        "comprehensive_data_preprocessing",
+    }
     # workbook sheets with title rows or merged headers fall back to the project's loader in their programs
     assert len(covered["xlsx"]) >= 12
     sql = [r for r in rows if r["solution_lang"] == "sql"]
@@ -97,8 +118,14 @@ def test_every_table_and_category_is_accounted_for(corpus):
 
 def test_every_reference_solution_runs_on_its_own_and_prints_the_stored_answer(corpus):
     rows = corpus["rows"]
-    jobs = [{"lang": r["solution_lang"], "solution": r["reference_solution"],
-             "db_path": corpus["tables"][r["table_id"]]["staged_uri"]} for r in rows]
+    jobs = [
+        {
+            "lang": r["solution_lang"],
+            "solution": r["reference_solution"],
+            "db_path": corpus["tables"][r["table_id"]]["staged_uri"],
+        }
+        for r in rows
+    ]
     halves = [jobs[0::2], jobs[1::2]]  # two fresh interpreters, one per core
     with ThreadPoolExecutor(2) as pool:
         even, odd = pool.map(lambda batch: run_in_subprocess(batch, timeout_s=300), halves)
@@ -109,6 +136,7 @@ def test_every_reference_solution_runs_on_its_own_and_prints_the_stored_answer(c
 
 
 # -- independent recomputation ------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=8)
 def _load(path: str, read_options: str) -> pd.DataFrame:
@@ -122,7 +150,7 @@ def _relation(table: dict, columns: set[str]) -> pd.DataFrame:
     if table["format"] != "sqlite":
         return df
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    fks = con.execute(f"PRAGMA foreign_key_list(\"{table['table_name']}\")").fetchall()
+    fks = con.execute(f'PRAGMA foreign_key_list("{table["table_name"]}")').fetchall()
     con.close()
     for _, _, parent, from_col, to_col, *_ in fks:
         missing = columns - set(df.columns)
@@ -131,7 +159,9 @@ def _relation(table: dict, columns: set[str]) -> pd.DataFrame:
         pdf = _load(path, json.dumps({"format": "sqlite", "table": parent}))
         take = [c for c in missing if c in pdf.columns]
         if take:
-            df = df.merge(pdf[[to_col, *take]].rename(columns={to_col: "__k"}), how="left", left_on=from_col, right_on="__k").drop(columns="__k")
+            df = df.merge(
+                pdf[[to_col, *take]].rename(columns={to_col: "__k"}), how="left", left_on=from_col, right_on="__k"
+            ).drop(columns="__k")
     return df
 
 
@@ -169,47 +199,114 @@ def _where(col, value):
 LIT = r"('[^']*'|-?[0-9.e+]+)"
 RULES: list[tuple[str, callable]] = [
     (r"^What is the average (?P<m>.+) across all records\?$", lambda df, m: float(np.mean(_num(df, m)))),
-    (rf"^What is the total (?P<m>.+) for records where (?P<g>.+) is (?P<v>{LIT})\?$",
-     lambda df, m, g, v: _duck(df, f"SELECT SUM({_q(m)}) FROM df WHERE {_where(g, _lit(v))}")),
-    (rf"^How many records have (?P<g>.+) equal to (?P<v>{LIT})\?$",
-     lambda df, g, v: _duck(df, f"SELECT COUNT(*) FROM df WHERE {_where(g, _lit(v))}")),
+    (
+        rf"^What is the total (?P<m>.+) for records where (?P<g>.+) is (?P<v>{LIT})\?$",
+        lambda df, m, g, v: _duck(df, f"SELECT SUM({_q(m)}) FROM df WHERE {_where(g, _lit(v))}"),
+    ),
+    (
+        rf"^How many records have (?P<g>.+) equal to (?P<v>{LIT})\?$",
+        lambda df, g, v: _duck(df, f"SELECT COUNT(*) FROM df WHERE {_where(g, _lit(v))}"),
+    ),
     (r"^How many distinct (?P<g>.+) values appear in the data\?$", lambda df, g: len(set(df[g].dropna()))),
-    (r"^How many records have an? (?P<m>.+) greater than the average (?P=m)\?$",
-     lambda df, m: int((_num(df, m) > np.mean(_num(df, m))).sum())),
+    (
+        r"^How many records have an? (?P<m>.+) greater than the average (?P=m)\?$",
+        lambda df, m: int((_num(df, m) > np.mean(_num(df, m))).sum()),
+    ),
     (r"^What is the median (?P<m>.+)\?$", lambda df, m: statistics.median(_num(df, m))),
     (r"^What is the sample standard deviation of (?P<m>.+)\?$", lambda df, m: statistics.stdev(_num(df, m))),
-    (r"^What is the difference between the largest and the smallest (?P<m>.+)\?$", lambda df, m: float(np.ptp(_num(df, m)))),
-    (r"^Which (?P<g>.+) has the highest average (?P<m>.+)\?$",
-     lambda df, g, m: str(_duck(df, f"SELECT {_q(g)} FROM df WHERE {_q(g)} IS NOT NULL AND {_q(m)} IS NOT NULL "
-                                   f"GROUP BY {_q(g)} ORDER BY AVG({_q(m)}) DESC LIMIT 1"))),
-    (r"^What are the minimum, maximum and mean of (?P<m>.+)\? Give them",
-     lambda df, m: (float(np.min(_num(df, m))), float(np.max(_num(df, m))), float(np.mean(_num(df, m))))),
-    (r"^How many (?P<m>.+) values lie more than 1\.5 interquartile ranges",
-     lambda df, m: int(((x := _num(df, m)) < np.percentile(x, 25) - 1.5 * (np.percentile(x, 75) - np.percentile(x, 25))).sum()
-                       + (x > np.percentile(x, 75) + 1.5 * (np.percentile(x, 75) - np.percentile(x, 25))).sum())),
-    (r"^What is the skewness of (?P<m>.+), and is its distribution", lambda df, m: float(stats.skew(_num(df, m), bias=False))),
-    (r"^By how much does (?P<y>.+) change on average for each one-unit increase in (?P<x>.+), according",
-     lambda df, y, x: float(stats.linregress(*_pair(df, x, y)).slope)),
-    (r"^What is the Pearson correlation coefficient between (?P<xy>.+)\?$",
-     lambda df, xy: float(stats.pearsonr(*_pair(df, *_split_and(df, xy))).statistic)),
-    (rf"^Is it true that records with (?P<g>.+) (?P<a>{LIT}) have a higher average (?P<m>.+) than records with (?P=g) (?P<b>{LIT})\? Answer Yes or No\.$",
-     lambda df, g, a, m, b: "Yes" if _duck(df, f"SELECT AVG({_q(m)}) FROM df WHERE {_where(g, _lit(a))}")
-     > _duck(df, f"SELECT AVG({_q(m)}) FROM df WHERE {_where(g, _lit(b))}") else "No"),
-    (rf"^What percentage of the total (?P<m>.+) is contributed by records with (?P<g>.+) (?P<v>{LIT})\?$",
-     lambda df, m, g, v: 100 * _duck(df, f"SELECT SUM({_q(m)}) FROM df WHERE {_where(g, _lit(v))}") / _duck(df, f"SELECT SUM({_q(m)}) FROM df")),
-    (rf"^What is the difference between the average (?P<m>.+) of records with (?P<g>.+) (?P<a>{LIT}) and those with (?P=g) (?P<b>{LIT}) \(first minus second\)\?$",
-     lambda df, m, g, a, b: _duck(df, f"SELECT AVG({_q(m)}) FROM df WHERE {_where(g, _lit(a))}") - _duck(df, f"SELECT AVG({_q(m)}) FROM df WHERE {_where(g, _lit(b))}")),
-    (r"^First find the (?P<g>.+) with the largest total (?P<m1>.+); what is the average (?P<m2>.+) among its records\?$",
-     lambda df, g, m1, m2: _duck(df, f"SELECT AVG({_q(m2)}) FROM df WHERE {_q(g)} = (SELECT {_q(g)} FROM df WHERE {_q(g)} IS NOT NULL "
-                                      f"AND {_q(m1)} IS NOT NULL GROUP BY {_q(g)} ORDER BY SUM({_q(m1)}) DESC LIMIT 1)")),
-    (r"^Standardize (?P<m>.+) into z-scores using its mean and sample standard deviation\. What is the largest z-score\?$",
-     lambda df, m: float(((x := _num(df, m)) - x.mean()).max() / x.std(ddof=1))),
-    (r"^Treating records with (?P<x>.+) above its median as 'high (?P=x)', how much higher or lower is their average (?P<y>.+) than that of the remaining records\?$",
-     lambda df, x, y: (lambda a, b: float(b[a > np.median(a)].mean() - b[a <= np.median(a)].mean()))(*_pair(df, x, y))),
-    (r"^Which year has the most records according to (?P<d>.+)\?$",
-     lambda df, d: Counter(_year(v) for v in df[d].dropna()).most_common(1)[0][0]),
-    (r"^After removing exact duplicate rows and then dropping rows with a missing value in (?P<cols>.+), how many records remain\?$",
-     lambda df, cols: _dedup_dropna(df, cols)),
+    (
+        r"^What is the difference between the largest and the smallest (?P<m>.+)\?$",
+        lambda df, m: float(np.ptp(_num(df, m))),
+    ),
+    (
+        r"^Which (?P<g>.+) has the highest average (?P<m>.+)\?$",
+        lambda df, g, m: str(
+            _duck(
+                df,
+                f"SELECT {_q(g)} FROM df WHERE {_q(g)} IS NOT NULL AND {_q(m)} IS NOT NULL "
+                f"GROUP BY {_q(g)} ORDER BY AVG({_q(m)}) DESC LIMIT 1",
+            )
+        ),
+    ),
+    (
+        r"^What are the minimum, maximum and mean of (?P<m>.+)\? Give them",
+        lambda df, m: (float(np.min(_num(df, m))), float(np.max(_num(df, m))), float(np.mean(_num(df, m)))),
+    ),
+    (
+        r"^How many (?P<m>.+) values lie more than 1\.5 interquartile ranges",
+        lambda df, m: int(
+            ((x := _num(df, m)) < np.percentile(x, 25) - 1.5 * (np.percentile(x, 75) - np.percentile(x, 25))).sum()
+            + (x > np.percentile(x, 75) + 1.5 * (np.percentile(x, 75) - np.percentile(x, 25))).sum()
+        ),
+    ),
+    (
+        r"^What is the skewness of (?P<m>.+), and is its distribution",
+        lambda df, m: float(stats.skew(_num(df, m), bias=False)),
+    ),
+    (
+        r"^By how much does (?P<y>.+) change on average for each one-unit increase in (?P<x>.+), according",
+        lambda df, y, x: float(stats.linregress(*_pair(df, x, y)).slope),
+    ),
+    (
+        r"^What is the Pearson correlation coefficient between (?P<xy>.+)\?$",
+        lambda df, xy: float(stats.pearsonr(*_pair(df, *_split_and(df, xy))).statistic),
+    ),
+    (
+        rf"^Is it true that records with (?P<g>.+) (?P<a>{LIT}) have a higher average (?P<m>.+) than records "
+        rf"with (?P=g) (?P<b>{LIT})\? Answer Yes or No\.$",
+        lambda df, g, a, m, b: (
+            "Yes"
+            if _duck(df, f"SELECT AVG({_q(m)}) FROM df WHERE {_where(g, _lit(a))}")
+            > _duck(df, f"SELECT AVG({_q(m)}) FROM df WHERE {_where(g, _lit(b))}")
+            else "No"
+        ),
+    ),
+    (
+        rf"^What percentage of the total (?P<m>.+) is contributed by records with (?P<g>.+) (?P<v>{LIT})\?$",
+        lambda df, m, g, v: (
+            100
+            * _duck(df, f"SELECT SUM({_q(m)}) FROM df WHERE {_where(g, _lit(v))}")
+            / _duck(df, f"SELECT SUM({_q(m)}) FROM df")
+        ),
+    ),
+    (
+        rf"^What is the difference between the average (?P<m>.+) of records with (?P<g>.+) (?P<a>{LIT}) and "
+        rf"those with (?P=g) (?P<b>{LIT}) \(first minus second\)\?$",
+        lambda df, m, g, a, b: (
+            _duck(df, f"SELECT AVG({_q(m)}) FROM df WHERE {_where(g, _lit(a))}")
+            - _duck(df, f"SELECT AVG({_q(m)}) FROM df WHERE {_where(g, _lit(b))}")
+        ),
+    ),
+    (
+        r"^First find the (?P<g>.+) with the largest total (?P<m1>.+); what is the average (?P<m2>.+) among "
+        r"its records\?$",
+        lambda df, g, m1, m2: _duck(
+            df,
+            f"SELECT AVG({_q(m2)}) FROM df WHERE {_q(g)} = (SELECT {_q(g)} FROM df WHERE {_q(g)} IS NOT NULL "
+            f"AND {_q(m1)} IS NOT NULL GROUP BY {_q(g)} ORDER BY SUM({_q(m1)}) DESC LIMIT 1)",
+        ),
+    ),
+    (
+        r"^Standardize (?P<m>.+) into z-scores using its mean and sample standard deviation\. What is the "
+        r"largest z-score\?$",
+        lambda df, m: float(((x := _num(df, m)) - x.mean()).max() / x.std(ddof=1)),
+    ),
+    (
+        r"^Treating records with (?P<x>.+) above its median as 'high (?P=x)', how much higher or lower is "
+        r"their average (?P<y>.+) than that of the remaining records\?$",
+        lambda df, x, y: (lambda a, b: float(b[a > np.median(a)].mean() - b[a <= np.median(a)].mean()))(
+            *_pair(df, x, y)
+        ),
+    ),
+    (
+        r"^Which year has the most records according to (?P<d>.+)\?$",
+        lambda df, d: Counter(_year(v) for v in df[d].dropna()).most_common(1)[0][0],
+    ),
+    (
+        r"^After removing exact duplicate rows and then dropping rows with a missing value in (?P<cols>.+), "
+        r"how many records remain\?$",
+        lambda df, cols: _dedup_dropna(df, cols),
+    ),
 ]
 
 
@@ -220,8 +317,8 @@ def _pair(df, x, y):
 
 def _split_and(df, text):
     for i in [m.start() for m in re.finditer(" and ", text)]:
-        if text[:i] in df.columns and text[i + 5:] in df.columns:
-            return text[:i], text[i + 5:]
+        if text[:i] in df.columns and text[i + 5 :] in df.columns:
+            return text[:i], text[i + 5 :]
     raise ValueError("no column split")
 
 
@@ -236,11 +333,13 @@ def _year(value) -> int:
 def _dedup_dropna(df, cols):
     names = None
     for i in [m.start() for m in re.finditer(" or ", cols)] + [len(cols)]:
-        parts = [cols[:i], cols[i + 4:]] if i < len(cols) else [cols]
+        parts = [cols[:i], cols[i + 4 :]] if i < len(cols) else [cols]
         if all(p in df.columns for p in parts):
             names = parts
+
     def norm(v):
         return None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else v
+
     unique = {tuple(norm(v) for v in row) for row in df.itertuples(index=False)}
     idx = [list(df.columns).index(n) for n in names]
     return sum(1 for row in unique if all(row[i] is not None for i in idx))
@@ -266,7 +365,9 @@ def test_answers_agree_with_an_independent_recomputation(corpus):
             if not m:
                 continue
             table = corpus["tables"][r["table_id"]]
-            cols = {part for v in m.groupdict().values() for part in re.split(r" or | and ", v)} | set(m.groupdict().values())
+            cols = {part for v in m.groupdict().values() for part in re.split(r" or | and ", v)} | set(
+                m.groupdict().values()
+            )
             try:
                 df = _relation(table, cols)
                 expected = fn(df, **m.groupdict())

@@ -17,18 +17,29 @@ from datamind.synth import prompts as P
 from datamind.synth.stage import plan_synthesis, synthesize_shard
 
 CATEGORIES = ["ranking", "counting", "causal_analysis"]
-PARAMS = {"backend": "llm", "categories": CATEGORIES, "queries_per_category": 2, "n_chains": 1,
-          "min_hops": 3, "max_hops": 3}
+PARAMS = {
+    "backend": "llm",
+    "categories": CATEGORIES,
+    "queries_per_category": 2,
+    "n_chains": 1,
+    "min_hops": 3,
+    "max_hops": 3,
+}
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 
 
 def reply_for(prompt: str) -> str:
     """A well-formed reply whose question is a deterministic function of the prompt."""
-    m = re.search(r"# Target question type\n(.+)\n", prompt) or re.search(r"# The new step's question type\n([^:]+):", prompt)
+    m = re.search(r"# Target question type\n(.+)\n", prompt) or re.search(
+        r"# The new step's question type\n([^:]+):", prompt
+    )
     name = m.group(1).strip()
     digest = hashlib.sha256(prompt.encode()).hexdigest()
     words = " ".join(WORDS[int(ch, 16)] for ch in digest[:6])
-    return f"<question>For {name}, which {words} stands out?</question>\n<description>Steps {digest[:8]}.</description>\n<type>{name}</type>"
+    return (
+        f"<question>For {name}, which {words} stands out?</question>\n"
+        f"<description>Steps {digest[:8]}.</description>\n<type>{name}</type>"
+    )
 
 
 def responder(body: dict) -> str:
@@ -41,9 +52,17 @@ def responder(body: dict) -> str:
 @pytest.fixture
 def client_factory(llm_server, root):
     def make() -> LLMClient:
-        config = LLMConfig(base_url=llm_server.base_url, api_key="sk-test-not-real", models={"synthesizer": "synth-model"},
-                           timeout_s=2.0, max_retries=3, backoff_base_s=0.005, backoff_max_s=0.02)
+        config = LLMConfig(
+            base_url=llm_server.base_url,
+            api_key="sk-test-not-real",
+            models={"synthesizer": "synth-model"},
+            timeout_s=2.0,
+            max_retries=3,
+            backoff_base_s=0.005,
+            backoff_max_s=0.02,
+        )
         return LLMClient(config, cache=ResponseCache(root))
+
     return make
 
 
@@ -66,8 +85,10 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     llm_rows = [r for r in rows if r["backend"] == "llm"]
     singles = [r for r in llm_rows if r["hop"] == 1]
     assert Counter_of(singles) == {"ranking": 2, "counting": 2}  # causal_analysis replies were all malformed
-    assert all(r["model"] == "synth-model" and r["reference_solution"] is None and r["reference_answer"] is None
-               for r in llm_rows)
+    assert all(
+        r["model"] == "synth-model" and r["reference_solution"] is None and r["reference_answer"] is None
+        for r in llm_rows
+    )
 
     # tokens: the fake counts words, so the first ranking prompt (rendered again here) fixes the expected numbers
     (table,) = catalog
@@ -86,10 +107,16 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     (root_row,) = [r for r in rows if r["backend"] == "offline"]
     hops = sorted((r for r in llm_rows if r["hop"] > 1), key=lambda r: r["hop"])
     assert [r["hop"] for r in hops] == [2, 3]
-    assert hops[0]["parent_query_ids"] == [root_row["query_id"]] and hops[1]["parent_query_ids"] == [hops[0]["query_id"]]
+    assert hops[0]["parent_query_ids"] == [root_row["query_id"]] and hops[1]["parent_query_ids"] == [
+        hops[0]["query_id"]
+    ]
     assert all(r["root_query_id"] == root_row["query_id"] for r in hops)
-    compose_prompts = [b["messages"][0]["content"] for b in llm_server.bodies if "Previous question" in b["messages"][0]["content"]]
-    assert any(root_row["question"] in p and f"# Its result\n{root_row['reference_answer']}\n" in p for p in compose_prompts)
+    compose_prompts = [
+        b["messages"][0]["content"] for b in llm_server.bodies if "Previous question" in b["messages"][0]["content"]
+    ]
+    assert any(
+        root_row["question"] in p and f"# Its result\n{root_row['reference_answer']}\n" in p for p in compose_prompts
+    )
 
     rejections = read_rows(root, REJECTIONS, "rejections")
     parse_failures = [r for r in rejections if r["reason_code"] == "llm_parse_failed"]

@@ -46,8 +46,12 @@ def test_hand_computed_answers_on_a_small_csv(root, small_csv):
         "What is the ratio of the total units to the total price?": "5.0",  # 205 / 41
         "What is the difference between the largest and the smallest units?": "55.0",
         "Which year has the most records according to day?": "2024",
-        "How many days lie between the earliest and the latest day?": str((dt.date(2024, 6, 10) - dt.date(2023, 1, 5)).days),
-        "What percentage of the total units is contributed by records with region 'north'?": str(round(60 / 205 * 100, 2)),
+        "How many days lie between the earliest and the latest day?": str(
+            (dt.date(2024, 6, 10) - dt.date(2023, 1, 5)).days
+        ),
+        "What percentage of the total units is contributed by records with region 'north'?": str(
+            round(60 / 205 * 100, 2)
+        ),
     }
     for question, answer in expected.items():
         assert question in by_q, f"missing: {question}"
@@ -152,8 +156,12 @@ def test_same_inputs_give_the_same_questions_and_ids(root, small_csv):
 def test_near_duplicates_are_dropped_but_distinct_questions_kept():
     a = "What is the average price across all records?"
     assert jaccard(shingles(a), shingles("what is the AVERAGE price, across all records")) == 1.0
-    items = [a, "What is the average price across all records ?", "What is the average weight across all records?",
-             "How many records have a price above 3?"]
+    items = [
+        a,
+        "What is the average price across all records ?",
+        "What is the average weight across all records?",
+        "How many records have a price above 3?",
+    ]
     kept, dropped = near_duplicates(items, str, threshold=0.8)
     assert kept == [items[0], items[2], items[3]]
     assert dropped[0][0] == items[1] and dropped[0][1] == items[0] and dropped[0][2] == pytest.approx(1.0)
@@ -165,9 +173,13 @@ def test_dedup_rows_records_each_drop_and_never_breaks_a_chain():
     def row(qid, question, hop=1, parents=()):
         return {"query_id": qid, "question": question, "hop": hop, "parent_query_ids": list(parents), "file_id": "f"}
 
-    rows = [row("a", "What is the average price?"), row("b", "what is the average price"),
-            row("c", "What is the average price ?", 1), row("d", "Next step on it?", 2, ["c"]),
-            row("a", "What is the average price?")]
+    rows = [
+        row("a", "What is the average price?"),
+        row("b", "what is the average price"),
+        row("c", "What is the average price ?", 1),
+        row("d", "Next step on it?", 2, ["c"]),
+        row("a", "What is the average price?"),
+    ]
     kept, rejections = dedup_rows(rows, 0.8, "fp", "run")
     assert [r["query_id"] for r in kept] == ["a", "c", "d"]  # c is a parent: kept although a near-duplicate
     assert [r["query_id"] for r in rejections] == ["b"]

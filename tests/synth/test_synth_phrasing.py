@@ -22,8 +22,17 @@ def test_doubled_words_are_removed(question, expected):
 
 @pytest.mark.parametrize(
     ("answer", "kind"),
-    [("42", "number"), ("-3.5", "number"), ("1,080", "number"), ("12.5%", "number"), ("yes", "yesno"),
-     ("False", "yesno"), ("East", "label"), ("East, 12", "list"), ("a, 1; b, 2", "list")],
+    [
+        ("42", "number"),
+        ("-3.5", "number"),
+        ("1,080", "number"),
+        ("12.5%", "number"),
+        ("yes", "yesno"),
+        ("False", "yesno"),
+        ("East", "label"),
+        ("East, 12", "list"),
+        ("a, 1; b, 2", "list"),
+    ],
 )
 def test_answer_kinds(answer, kind):
     assert answer_kind(answer) == kind

@@ -116,11 +116,14 @@ def test_bad_prompt_files_are_rejected_with_a_clear_error(tmp_path):
     with pytest.raises(P.PromptError, match="version"):
         P.template_version(P.QUERY_TEMPLATE, str(root))
     (root / "categories" / "counting.yaml").write_text(
-        "id: counting\nname: Counting\nversion: '1'\ndefinition: d\nquestion_templates: [t]\nexemplars: ['a?', 'b?']\n")
+        "id: counting\nname: Counting\nversion: '1'\ndefinition: d\nquestion_templates: [t]\nexemplars: ['a?', 'b?']\n"
+    )
     with pytest.raises(P.PromptError, match="4-6 exemplars"):
         P.category_spec("counting", str(root))
     (root / "categories" / "ranking.yaml").write_text(
-        "id: counting\nname: Ranking\nversion: '1'\ndefinition: d\nquestion_templates: [t]\nexemplars: ['a?', 'b?', 'c?', 'd?']\n")
+        "id: counting\nname: Ranking\nversion: '1'\ndefinition: d\nquestion_templates: [t]\nexemplars: ['a?', 'b?', "
+        "'c?', 'd?']\n"
+    )
     with pytest.raises(P.PromptError, match="do not match"):
         P.category_spec("ranking", str(root))
     (root / "categories" / "comparison.yaml").write_text("id: [unclosed\n")

@@ -27,7 +27,9 @@ def catalog(root, small_csv, small_sqlite):
 
 def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(root, catalog):
     specs = plan_synthesis(root, 2, PARAMS)
-    assert sorted(t for s in specs for t in s["table_ids"]) == sorted(catalog) and [len(s["table_ids"]) for s in specs] == [2, 1]
+    assert sorted(t for s in specs for t in s["table_ids"]) == sorted(catalog) and [
+        len(s["table_ids"]) for s in specs
+    ] == [2, 1]
     summaries = [synthesize_shard(root, s, PARAMS, run_id="run-1") for s in specs]
     assert not any(s["reused"] for s in summaries)
     assert "reference_unverified" not in sum((Counter(s["rejections"]) for s in summaries), Counter())
@@ -39,8 +41,10 @@ def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(ro
     assert Counter(r["category"] for r in rows) == sum((Counter(s["by_category"]) for s in summaries), Counter())
     assert Counter(str(r["hop"]) for r in rows) == sum((Counter(s["by_hop"]) for s in summaries), Counter())
     assert {r["hop"] for r in rows} >= {1, 2}
-    assert all(r["backend"] == "offline" and r["reference_answer"] and r["template_version"].startswith("offline-")
-               for r in rows)
+    assert all(
+        r["backend"] == "offline" and r["reference_answer"] and r["template_version"].startswith("offline-")
+        for r in rows
+    )
     by_id = {r["query_id"]: r for r in rows}
     for r in rows:  # lineage resolves inside the output
         assert all(p in by_id for p in r["parent_query_ids"]) and r["root_query_id"] in by_id
@@ -57,7 +61,11 @@ def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(ro
     assert {d["category"] for d in skipped} >= {"aggregation", "correlation_analysis", "time_based_calculation"}
 
     run = summarize_run(root, PARAMS, "run-1")
-    assert run["n_queries"] == len(rows) and run["n_tables"] == 3 and run["by_category"] == dict(Counter(r["category"] for r in rows))
+    assert (
+        run["n_queries"] == len(rows)
+        and run["n_tables"] == 3
+        and run["by_category"] == dict(Counter(r["category"] for r in rows))
+    )
     assert os.path.exists(root.path(output_dir(SynthParams.from_dict(PARAMS)), "run-run-1.summary.json"))
 
     # rerun: nothing planned, an explicit shard call reuses its summary and rewrites nothing
@@ -88,8 +96,11 @@ def test_missing_and_unreadable_tables_become_rejections(root, catalog, small_cs
     (gone_row,) = catalog_rows(gone)
     write_catalog(root, [gone_row])
     gone.unlink()
-    spec = {"shard_id": "s1", "table_ids": [gone_row["table_id"], "no-such-table"],
-            "params_fingerprint": SynthParams.from_dict(PARAMS).fingerprint}
+    spec = {
+        "shard_id": "s1",
+        "table_ids": [gone_row["table_id"], "no-such-table"],
+        "params_fingerprint": SynthParams.from_dict(PARAMS).fingerprint,
+    }
     summary = synthesize_shard(root, spec, PARAMS, "r")
     assert summary["n_queries"] == 0
     assert summary["rejections"] == {"table_not_in_catalog": 1, "table_unreadable": 1}
@@ -99,14 +110,17 @@ def test_missing_and_unreadable_tables_become_rejections(root, catalog, small_cs
     assert gone_row["table_id"] not in {t for s in plan_synthesis(root, 10, PARAMS) for t in s["table_ids"]}
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"categories": ["nope"]}, "unknown categories"),
-    ({"min_hops": 1}, "min_hops"),
-    ({"max_hops": 6}, "max_hops"),
-    ({"backend": "gpt"}, "backend"),
-    ({"queries_per_category": -1}, "queries_per_category"),
-    ({"colour": "red"}, "unknown synthesis parameters"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"categories": ["nope"]}, "unknown categories"),
+        ({"min_hops": 1}, "min_hops"),
+        ({"max_hops": 6}, "max_hops"),
+        ({"backend": "gpt"}, "backend"),
+        ({"queries_per_category": -1}, "queries_per_category"),
+        ({"colour": "red"}, "unknown synthesis parameters"),
+    ],
+)
 def test_bad_parameters_fail_clearly(bad, message):
     with pytest.raises(ValueError, match=message):
         SynthParams.from_dict(bad)

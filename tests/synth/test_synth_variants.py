@@ -47,7 +47,11 @@ def _variants_agree(root, path, tmp_path):
                 assert {p for p in candidates if "polars" not in p} <= set(variants)
                 for program in variants:
                     assert program != cand.solution
-                    preset = {"execute_sql": ReadOnlyDatabase(source.data_path).execute_sql} if source.fmt == "sqlite" else None
+                    preset = (
+                        {"execute_sql": ReadOnlyDatabase(source.data_path).execute_sql}
+                        if source.fmt == "sqlite"
+                        else None
+                    )
                     cwd = str(tmp_path) if source.fmt == "sqlite" else str(path.parent)
                     out = run_python(program, preset=preset, cwd=cwd)
                     assert _same(out, cand.answer), (cand.task.question, program, out, cand.answer)

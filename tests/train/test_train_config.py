@@ -5,11 +5,24 @@ from datamind.train.config import TrainConfig, derive_run_id
 
 def test_defaults_are_the_papers_table_2():
     c = TrainConfig()
-    assert (c.sft.learning_rate, c.sft.lr_scheduler, c.sft.warmup_ratio, c.sft.batch_size, c.sft.epochs,
-            c.sft.cutoff_len) == (1e-5, "cosine", 0.1, 16, 3, 8192)
+    assert (
+        c.sft.learning_rate,
+        c.sft.lr_scheduler,
+        c.sft.warmup_ratio,
+        c.sft.batch_size,
+        c.sft.epochs,
+        c.sft.cutoff_len,
+    ) == (1e-5, "cosine", 0.1, 16, 3, 8192)
     r = c.rl
-    assert (r.learning_rate, r.warmup_steps, r.batch_size, r.mini_batch_size, r.epochs, r.max_prompt_length,
-            r.max_response_length) == (1e-6, 20, 16, 2, 1, 2048, 8192)
+    assert (
+        r.learning_rate,
+        r.warmup_steps,
+        r.batch_size,
+        r.mini_batch_size,
+        r.epochs,
+        r.max_prompt_length,
+        r.max_response_length,
+    ) == (1e-6, 20, 16, 2, 1, 2048, 8192)
     assert (r.clip_low, r.clip_high, r.temperature, r.top_p, r.group_size) == (0.2, 0.28, 0.7, 1.0, 4)
     assert (r.gamma_schedule, r.gamma_peak, r.gamma_valley) == ("cosine", 0.9, 0.05)
     assert (c.reward.l_min, c.reward.l_max, c.reward.format_penalty) == (256, 1024, -0.1)

@@ -42,14 +42,22 @@ def test_dag_run_exports_trains_and_emits_checkpoint(dag, airflow_db, tiny_model
 
     # Launcher settings travel in the Connection's extra; plain python instead of torchrun keeps this fast
     # (torchrun itself is exercised in test_launchers).
-    monkeypatch.setenv("AIRFLOW_CONN_TRAIN_LOCAL", json.dumps({"conn_type": "generic",
-                                                               "extra": {"use_torchrun": False}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TRAIN_LOCAL", json.dumps({"conn_type": "generic", "extra": {"use_torchrun": False}})
+    )
 
     root = DataRoot(os.environ["DATAMIND_DATA_ROOT"])
     write_dataset(root, dataset_rows())
     overrides = {"sft": {"learning_rate": 3e-3, "batch_size": 2, "micro_batch_size": 2, "max_steps": 2}}
-    run = dag.test(run_conf={"base_model_path": tiny_model_dir, "phase": "sft", "overrides": overrides,
-                             "launcher": "local", "launcher_conn_id": "train_local"})
+    run = dag.test(
+        run_conf={
+            "base_model_path": tiny_model_dir,
+            "phase": "sft",
+            "overrides": overrides,
+            "launcher": "local",
+            "launcher_conn_id": "train_local",
+        }
+    )
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states == {"export": "success", "train": "success"}, states
     result = run.get_task_instance("train").xcom_pull(task_ids="train")

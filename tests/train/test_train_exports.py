@@ -65,13 +65,20 @@ def test_export_is_byte_reproducible_and_versioned(tmp_path):
 def test_bad_rows_are_rejected_with_reasons(data_root):
     rows = dataset_rows()
     rows[1]["messages"] = rows[1]["messages"][:-1]  # ends with the tool turn
-    rows[2]["messages"] = [rows[2]["messages"][0], rows[2]["messages"][1], rows[2]["messages"][2], rows[2]["messages"][4]]
+    rows[2]["messages"] = [
+        rows[2]["messages"][0],
+        rows[2]["messages"][1],
+        rows[2]["messages"][2],
+        rows[2]["messages"][4],
+    ]
     write_dataset(data_root, rows)
     res = export(data_root)
     assert res.n_rows == 2 and res.n_rejected == 2
     manifest = json.load(open(f"{res.export_dir}/manifest.json"))
     assert {(r["sample_id"], r["reason_code"]) for r in manifest["rejected"]} == {
-        ("s01", "ends_with_tool"), ("s02", "bad_alternation")}
+        ("s01", "ends_with_tool"),
+        ("s02", "bad_alternation"),
+    }
     recorded = read_rows(data_root, REJECTIONS, "rejections/export")
     assert {r["item_id"] for r in recorded} == {"s01", "s02"} and {r["stage"] for r in recorded} == {"export"}
 

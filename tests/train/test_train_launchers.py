@@ -29,8 +29,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _cfg(model_dir, res, root, **over):
-    base = {"base_model_path": model_dir, "export_dir": res.export_dir, "data_root": root.url, "phase": "sft",
-            "sft": {"learning_rate": 3e-3, "batch_size": 2, "micro_batch_size": 2, "max_steps": 2}}
+    base = {
+        "base_model_path": model_dir,
+        "export_dir": res.export_dir,
+        "data_root": root.url,
+        "phase": "sft",
+        "sft": {"learning_rate": 3e-3, "batch_size": 2, "micro_batch_size": 2, "max_steps": 2},
+    }
     return TrainConfig.from_dict(base).with_overrides(over)
 
 
@@ -104,8 +109,14 @@ def test_ssh_runs_the_trainer_on_the_host_and_reports_its_failure(tiny_model_dir
     root, res = exported
     script, log = fake_ssh
     conn = {"host": "gpu-1", "login": "trainer", "port": 2222, "extra": {"key_file": "/keys/id_ed25519"}}
-    launcher = SSHLauncher(conn, workdir=str(REPO), python=sys.executable, ssh_binary=str(script),
-                           prefer_paramiko=False, env={"OMP_NUM_THREADS": "1"})
+    launcher = SSHLauncher(
+        conn,
+        workdir=str(REPO),
+        python=sys.executable,
+        ssh_binary=str(script),
+        prefer_paramiko=False,
+        env={"OMP_NUM_THREADS": "1"},
+    )
     cfg = _cfg(str(tmp_path / "not-on-this-host"), res, root)
     with pytest.raises(LaunchError, match=r"on ssh host gpu-1 exited with code 1[\s\S]*not a local directory"):
         run(launcher, cfg, on_line=lambda _: None)
@@ -130,9 +141,17 @@ def test_ssh_password_needs_paramiko_and_is_never_shown(tiny_model_dir, exported
 def test_kubernetes_pod_manifest(tiny_model_dir, exported):
     root, res = exported
     conn = {"extra": json.dumps({"namespace": "ml", "image": "registry/datamind:1.2", "kube_config_path": "/k"})}
-    launcher = KubernetesLauncher(conn, gpus=4, cpu="16", memory="128Gi", node_selector={"gpu": "h100"},
-                                  service_account="trainer", image_pull_secrets=["regcred"],
-                                  env={"DATAMIND_EXTRA": "1"}, active_deadline_s=86400)
+    launcher = KubernetesLauncher(
+        conn,
+        gpus=4,
+        cpu="16",
+        memory="128Gi",
+        node_selector={"gpu": "h100"},
+        service_account="trainer",
+        image_pull_secrets=["regcred"],
+        env={"DATAMIND_EXTRA": "1"},
+        active_deadline_s=86400,
+    )
     cfg = prepare_config(_cfg(tiny_model_dir, res, root, run_id="Train_ABC.1"))
     pod = launcher.pod_manifest(cfg)
     assert pod["apiVersion"] == "v1" and pod["kind"] == "Pod"
@@ -193,7 +212,11 @@ def test_run_does_not_outlive_a_killed_launcher(exported, tiny_model_dir, tmp_pa
     root, res = exported
     cfg_json = json.dumps(_cfg(tiny_model_dir, res, root).to_dict())
     pid_file = tmp_path / "child.pid"
-    parent = subprocess.Popen([sys.executable, "-c", f"""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import json, sys, time
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_train_launchers import Scripted
@@ -201,7 +224,9 @@ from datamind.train.config import TrainConfig
 h = Scripted("import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)").start(
     TrainConfig.from_dict(json.loads({cfg_json!r})))
 time.sleep(120)
-"""])
+""",
+        ]
+    )
     deadline = time.monotonic() + 30
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.1)

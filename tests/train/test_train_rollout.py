@@ -50,8 +50,11 @@ def test_agent_loop_runs_code_reads_data_and_stops(tmp_path):
     data = tmp_path / "sales.csv"
     data.write_text("a\n1\n2\n3\n")
     turns = {
-        "good": ["<think>read</think><code>print(sum(int(x) for x in open('data/files/sales.csv').read().split()[1:]))"
-                 "</code> trailing junk", "<think>ok</think><answer>6</answer>"],
+        "good": [
+            "<think>read</think><code>print(sum(int(x) for x in open('data/files/sales.csv').read().split()[1:]))"
+            "</code> trailing junk",
+            "<think>ok</think><answer>6</answer>",
+        ],
         "void": ["<think>hmm</think> nothing runnable"],
         "loop": ["<think>again</think><code>print(1)</code>"] * 5,
     }
@@ -64,14 +67,17 @@ def test_agent_loop_runs_code_reads_data_and_stops(tmp_path):
 
         def __call__(self, conversations, max_new_tokens):
             assert len(conversations) == len(self.names)
-            texts = [turns[n][min(sum(m["role"] == "assistant" for m in c), len(turns[n]) - 1)]
-                     for n, c in zip(self.names, conversations)]
+            texts = [
+                turns[n][min(sum(m["role"] == "assistant" for m in c), len(turns[n]) - 1)]
+                for n, c in zip(self.names, conversations)
+            ]
             self.names = [n for n, t in zip(self.names, texts) if "<answer>" not in t and "<code>" in t]
             return texts
 
     prompt = RolloutPrompt("s1", [{"role": "user", "content": "sum a"}], "sum a", "6", str(data))
-    loop = AgentLoopRollout(count_tokens=lambda s: len(s.split()), max_turns=3, max_turn_tokens=64,
-                            workdir_root=str(tmp_path))
+    loop = AgentLoopRollout(
+        count_tokens=lambda s: len(s.split()), max_turns=3, max_turn_tokens=64, workdir_root=str(tmp_path)
+    )
     good, void, looping = loop(prompt, group_size=3, generate=Ordered(), execute=SubprocessPythonExecutor())
     assert good.status == "answered" and good.n_void_turns == 0 and good.n_turns == 2
     assert good.messages[0]["content"].endswith("</code>")  # generation cut at the stop string
@@ -89,8 +95,9 @@ def test_agent_loop_respects_response_budget():
         return ["<think>x</think><code>print('a b c d e f')</code>"] * len(conversations)
 
     prompt = RolloutPrompt("s", [{"role": "user", "content": "q"}], "q", "a")
-    loop = AgentLoopRollout(count_tokens=lambda s: len(s.split()), max_turns=10, max_turn_tokens=50,
-                            max_response_tokens=12)
+    loop = AgentLoopRollout(
+        count_tokens=lambda s: len(s.split()), max_turns=10, max_turn_tokens=50, max_response_tokens=12
+    )
     (traj,) = loop(prompt, group_size=1, generate=generate, execute=SubprocessPythonExecutor())
     assert traj.status == "length" and traj.response_tokens >= 12
     assert seen[0] == 12 and all(b < 12 for b in seen[1:])

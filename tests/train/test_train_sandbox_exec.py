@@ -42,13 +42,17 @@ def sales_csv(tmp_path):
 def _loop(tmp_path, max_turns=6):
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    return AgentLoopRollout(count_tokens=lambda s: len(s.split()), max_turns=max_turns, max_turn_tokens=256,
-                            workdir_root=str(work))
+    return AgentLoopRollout(
+        count_tokens=lambda s: len(s.split()), max_turns=max_turns, max_turn_tokens=256, workdir_root=str(work)
+    )
 
 
 def _observations(traj):
-    return [m["content"].removeprefix("<interpreter>\n").removesuffix("\n</interpreter>")
-            for m in traj.messages if m["role"] == "tool"]
+    return [
+        m["content"].removeprefix("<interpreter>\n").removesuffix("\n</interpreter>")
+        for m in traj.messages
+        if m["role"] == "tool"
+    ]
 
 
 def test_state_carries_across_turns_and_stays_inside_its_trajectory(executor, sales_csv, tmp_path):
@@ -128,8 +132,10 @@ def test_sql_trajectory_uses_the_sql_tools(executor, tmp_path):
     con.close()
     script = [
         code_turn("print(get_db_info())"),
-        code_turn("summary = execute_sql(\"SELECT city, SUM(total) AS revenue FROM orders GROUP BY city "
-                  "ORDER BY city\", 'revenue.csv')\nprint(summary)"),
+        code_turn(
+            'summary = execute_sql("SELECT city, SUM(total) AS revenue FROM orders GROUP BY city '
+            "ORDER BY city\", 'revenue.csv')\nprint(summary)"
+        ),
         # A later turn: the CSV exists again because chunked replay re-ran the execute_sql call.
         code_turn("import pandas as pd\nprint(pd.read_csv('revenue.csv').values.tolist())"),
         code_turn("execute_sql('DELETE FROM orders', 'x.csv')"),
@@ -169,17 +175,30 @@ class _CodeRunningRollout:
     def __call__(self, prompt, *, group_size, generate, execute):
         self.executors.append(execute)
         # The cwd's name tells the executors apart: sandbox workspaces are traj-*, the agent loop's datamind-*.
-        scripts = [[code_turn("import os\nprint(os.path.basename(os.getcwd())[:5])"), answer_turn("x")]
-                   for _ in range(group_size)]
+        scripts = [
+            [code_turn("import os\nprint(os.path.basename(os.getcwd())[:5])"), answer_turn("x")]
+            for _ in range(group_size)
+        ]
         trajs = self.loop(prompt, group_size=group_size, generate=ScriptedPolicy(scripts), execute=execute)
         self.observations += [o for t in trajs for o in _observations(t)]
         return trajs
 
 
 def _rl_config(model_dir, res, root, **over):
-    base = {"base_model_path": model_dir, "export_dir": res.export_dir, "data_root": root.url,
-            "cold_start": False, "rl": {"batch_size": 2, "mini_batch_size": 2, "group_size": 2, "max_steps": 1,
-                                        "warmup_steps": 0, "exec_timeout_s": 5}}
+    base = {
+        "base_model_path": model_dir,
+        "export_dir": res.export_dir,
+        "data_root": root.url,
+        "cold_start": False,
+        "rl": {
+            "batch_size": 2,
+            "mini_batch_size": 2,
+            "group_size": 2,
+            "max_steps": 1,
+            "warmup_steps": 0,
+            "exec_timeout_s": 5,
+        },
+    }
     return TrainConfig.from_dict(base).with_overrides(over)
 
 
@@ -201,8 +220,9 @@ def test_subprocess_executor_only_on_request_and_with_a_warning(tiny_model_dir, 
     root, res = exported
     rollout, lines = _CodeRunningRollout(tmp_path), []
     with caplog.at_level(logging.WARNING, logger="datamind.train.trainer"):
-        train(_rl_config(tiny_model_dir, res, root, **{"rl.executor": "subprocess"}), rollout=rollout,
-              emit=lines.append)
+        train(
+            _rl_config(tiny_model_dir, res, root, **{"rl.executor": "subprocess"}), rollout=rollout, emit=lines.append
+        )
     assert all(isinstance(e, SubprocessPythonExecutor) for e in rollout.executors)
     assert rollout.observations == ["datam"] * 4
     assert any("WITHOUT the sandbox" in r.getMessage() for r in caplog.records)

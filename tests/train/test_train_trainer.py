@@ -41,10 +41,20 @@ def alpha_judge(question, prediction, ground_truth):
 
 def _config(model_dir, res, root, **over):
     base = {
-        "base_model_path": model_dir, "export_dir": res.export_dir, "data_root": root.url, "phase": "sft+rl",
+        "base_model_path": model_dir,
+        "export_dir": res.export_dir,
+        "data_root": root.url,
+        "phase": "sft+rl",
         "sft": {"learning_rate": 3e-3, "batch_size": 4, "micro_batch_size": 2, "epochs": 100, "max_steps": 6},
-        "rl": {"learning_rate": 2e-3, "epochs": 100, "batch_size": 4, "mini_batch_size": 2, "micro_batch_size": 4,
-               "warmup_steps": 0, "max_steps": 4},
+        "rl": {
+            "learning_rate": 2e-3,
+            "epochs": 100,
+            "batch_size": 4,
+            "mini_batch_size": 2,
+            "micro_batch_size": 4,
+            "warmup_steps": 0,
+            "max_steps": 4,
+        },
     }
     return TrainConfig.from_dict(base).with_overrides(over)
 
@@ -94,8 +104,12 @@ def test_sft_then_sft_rl(tiny_model_dir, tokenizer, exported):
     gained = _margin(f"{ckpt_dir}/final", tokenizer, prompt) - _margin(f"{ckpt_dir}/sft", tokenizer, prompt)
     assert gained > 1.0
 
-    sft_only = train(_config(tiny_model_dir, res, root, **{"rl.gamma_peak": 1.0, "rl.gamma_valley": 1.0}),
-                     rollout=ScriptedRollout(), judge=alpha_judge, emit=lambda _: None)
+    sft_only = train(
+        _config(tiny_model_dir, res, root, **{"rl.gamma_peak": 1.0, "rl.gamma_valley": 1.0}),
+        rollout=ScriptedRollout(),
+        judge=alpha_judge,
+        emit=lambda _: None,
+    )
     base = sft_only.checkpoint_uri.rsplit("/", 1)[0]
     control = _margin(f"{base}/final", tokenizer, prompt) - _margin(f"{base}/sft", tokenizer, prompt)
     assert gained > control + 1.0
@@ -116,9 +130,20 @@ def test_real_policy_rollouts_with_random_model(tiny_model_dir, exported):
     """The built-in loop with HF generation: a random model writes garbage, so every group is filtered
     and the step trains on the SFT term alone."""
     root, res = exported
-    cfg = _config(tiny_model_dir, res, root, cold_start=False, **{
-        "rl.batch_size": 2, "rl.mini_batch_size": 2, "rl.group_size": 2, "rl.max_steps": 1,
-        "rl.max_turn_tokens": 12, "rl.max_turns": 2})
+    cfg = _config(
+        tiny_model_dir,
+        res,
+        root,
+        cold_start=False,
+        **{
+            "rl.batch_size": 2,
+            "rl.mini_batch_size": 2,
+            "rl.group_size": 2,
+            "rl.max_steps": 1,
+            "rl.max_turn_tokens": 12,
+            "rl.max_turns": 2,
+        },
+    )
     result = train(cfg, emit=lambda _: None)
     (row,) = pq.read_table(result.metrics_uri).to_pylist()
     assert row["phase"] == "sft+rl" and row["format_rate"] == 0.0 and row["answer_acc"] == 0.0
@@ -128,8 +153,15 @@ def test_real_policy_rollouts_with_random_model(tiny_model_dir, exported):
 
 def test_bad_model_path_fails_and_is_recorded(exported, tmp_path):
     root, res = exported
-    cfg = TrainConfig.from_dict({"base_model_path": str(tmp_path / "nope"), "export_dir": res.export_dir,
-                                 "data_root": root.url, "phase": "sft", "run_id": "r-bad"})
+    cfg = TrainConfig.from_dict(
+        {
+            "base_model_path": str(tmp_path / "nope"),
+            "export_dir": res.export_dir,
+            "data_root": root.url,
+            "phase": "sft",
+            "run_id": "r-bad",
+        }
+    )
     with pytest.raises(TrainingError, match="not a local directory"):
         train(cfg, emit=lambda _: None)
     manifest = json.loads(root.read_text("runs/train/r-bad/manifest.json"))

@@ -20,6 +20,8 @@ from datamind.shards import write_shard  # noqa: E402
 from datamind.storage import DataRoot  # noqa: E402
 
 SYSTEM = "You are a data analyst. Think in <think>, run Python in <code>, answer in <answer>."
+
+
 def conversation(question: str, code: str, output: str, answer: str) -> list[dict]:
     return [
         {"role": "system", "content": SYSTEM},
@@ -138,5 +140,6 @@ def answer_turn(answer: str) -> str:
 
 
 # Tight sandbox caps so a hostile cell ends quickly (1 GiB still leaves room above the preloaded pandas).
-SANDBOX_TEST_LIMITS = dict(wall_s=4.0, cpu_s=2, memory_mb=1024, max_output_bytes=200_000, head_chars=500,
-                           tail_chars=500, sql_timeout_s=1.0)
+SANDBOX_TEST_LIMITS = dict(
+    wall_s=4.0, cpu_s=2, memory_mb=1024, max_output_bytes=200_000, head_chars=500, tail_chars=500, sql_timeout_s=1.0
+)

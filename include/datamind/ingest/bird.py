@@ -72,8 +72,9 @@ def _questions(files: list[SourceFile]) -> dict[str, list[str]]:
     return by_db
 
 
-def discover_bird(root_uri: str, sample_size: int | None = None, seed: int = 0,
-                  limits: Limits | None = None) -> list[SourceFile]:
+def discover_bird(
+    root_uri: str, sample_size: int | None = None, seed: int = 0, limits: Limits | None = None
+) -> list[SourceFile]:
     """The database files under ``root_uri``, sampled deterministically, with descriptions attached."""
     limits = limits or Limits.from_env()
     files = list_source_files(root_uri, limits)

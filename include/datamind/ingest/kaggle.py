@@ -126,22 +126,37 @@ def _load_sdk() -> _Sdk:
     from kagglesdk.datasets.types.dataset_enums import DatasetFileTypeGroup, DatasetLicenseGroup, DatasetSortBy
     from kagglesdk.kaggle_env import KaggleEnv, get_access_token_from_env, get_env
 
-    return _Sdk(KaggleApi, KaggleEnv, get_env, get_access_token_from_env, ApiListDatasetsRequest, ApiListDatasetFilesRequest,
-                ApiDownloadDatasetRequest, ApiGetDatasetRequest, DatasetSortBy, DatasetFileTypeGroup,
-                DatasetLicenseGroup)
+    return _Sdk(
+        KaggleApi,
+        KaggleEnv,
+        get_env,
+        get_access_token_from_env,
+        ApiListDatasetsRequest,
+        ApiListDatasetFilesRequest,
+        ApiDownloadDatasetRequest,
+        ApiGetDatasetRequest,
+        DatasetSortBy,
+        DatasetFileTypeGroup,
+        DatasetLicenseGroup,
+    )
 
 
 def _build_client(sdk: _Sdk, creds: KaggleCredentials):
     # The endpoint follows KAGGLE_API_ENVIRONMENT as read now (KaggleApi.args froze it at import time).
     # "--verbose" is never passed: the verbose client prints request headers, Authorization included.
     env = sdk.get_env()
-    args = {sdk.KaggleEnv.LOCAL: ["--local"], sdk.KaggleEnv.STAGING: ["--staging"],
-            sdk.KaggleEnv.ADMIN: ["--admin"]}.get(env, [])
+    args = {
+        sdk.KaggleEnv.LOCAL: ["--local"],
+        sdk.KaggleEnv.STAGING: ["--staging"],
+        sdk.KaggleEnv.ADMIN: ["--admin"],
+    }.get(env, [])
     if creds.api_token:
         return sdk.KaggleApi.build_kaggle_client_with_params(args=args, api_token=creds.api_token)
     if sdk.get_access_token_from_env()[0]:
-        log.warning("an API token in KAGGLE_API_TOKEN or ~/.kaggle/access_token takes precedence over the "
-                    "given username/key (kagglesdk's order); remove it or pass the token instead")
+        log.warning(
+            "an API token in KAGGLE_API_TOKEN or ~/.kaggle/access_token takes precedence over the "
+            "given username/key (kagglesdk's order); remove it or pass the token instead"
+        )
     return sdk.KaggleApi.build_kaggle_client_with_params(args=args, username=creds.username, password=creds.key)
 
 
@@ -202,8 +217,16 @@ def _extension(name: str) -> str:
 
 
 class _Crawl:
-    def __init__(self, sdk: _Sdk, client, config: KaggleCrawlConfig, creds: KaggleCredentials,
-                 dest_dir: str, already_seen: set[str], policy: RetryPolicy):
+    def __init__(
+        self,
+        sdk: _Sdk,
+        client,
+        config: KaggleCrawlConfig,
+        creds: KaggleCredentials,
+        dest_dir: str,
+        already_seen: set[str],
+        policy: RetryPolicy,
+    ):
         self.sdk, self.client, self.cfg, self.creds = sdk, client, config, creds
         self.api = client.datasets.dataset_api_client
         self.dest = os.path.abspath(dest_dir)
@@ -220,10 +243,17 @@ class _Crawl:
         self.result.skipped.append(row)
         log.info("skip %s%s: %s", ref, f" [{file}]" if file else "", reason)
 
-    def _fail(self, ref: str, version, stage: str, reason: str, attempts: int, query: str,
-              file: str | None = None) -> None:
-        row = {"ref": ref, "version": version, "stage": stage, "reason": self.creds.redact(reason),
-               "attempts": attempts, "query": query}
+    def _fail(
+        self, ref: str, version, stage: str, reason: str, attempts: int, query: str, file: str | None = None
+    ) -> None:
+        row = {
+            "ref": ref,
+            "version": version,
+            "stage": stage,
+            "reason": self.creds.redact(reason),
+            "attempts": attempts,
+            "query": query,
+        }
         if file is not None:
             row["file"] = file
         self.result.failures.append(row)
@@ -292,12 +322,16 @@ class _Crawl:
             return False
         lic = ds.license_name
         if not self.cfg.allows_license(lic):
-            self._skip(ref, version, "license_not_allowed",
-                       f"license not allowed: {lic!r} ({license_id(lic)})", query)
+            self._skip(ref, version, "license_not_allowed", f"license not allowed: {lic!r} ({license_id(lic)})", query)
             return False
         if (ds.total_bytes or 0) > self.cfg.max_dataset_bytes:
-            self._skip(ref, version, "too_large",
-                       f"too large: {ds.total_bytes} bytes > max_dataset_bytes {self.cfg.max_dataset_bytes}", query)
+            self._skip(
+                ref,
+                version,
+                "too_large",
+                f"too large: {ds.total_bytes} bytes > max_dataset_bytes {self.cfg.max_dataset_bytes}",
+                query,
+            )
             return False
         if version is None:
             try:
@@ -349,8 +383,13 @@ class _Crawl:
         types = set(self.cfg.file_types)
         tabular = [f for f in listed if f.name and _extension(f.name) in types]
         if not tabular:
-            self._skip(ref, version, "no_tabular_files",
-                       f"no {'/'.join(self.cfg.file_types)} files among {len(listed)} file(s)", query)
+            self._skip(
+                ref,
+                version,
+                "no_tabular_files",
+                f"no {'/'.join(self.cfg.file_types)} files among {len(listed)} file(s)",
+                query,
+            )
             return []
         wanted, seen_paths = [], set()
         for f in sorted(tabular, key=lambda f: f.name):
@@ -359,13 +398,24 @@ class _Crawl:
                 self._skip(ref, version, "unsafe_name", "file name escapes its folder or repeats", query, f.name)
                 continue
             if (f.total_bytes or 0) > self.cfg.max_file_bytes:
-                self._skip(ref, version, "file_too_large",
-                           f"too large: {f.total_bytes} bytes > max_file_bytes {self.cfg.max_file_bytes}",
-                           query, f.name)
+                self._skip(
+                    ref,
+                    version,
+                    "file_too_large",
+                    f"too large: {f.total_bytes} bytes > max_file_bytes {self.cfg.max_file_bytes}",
+                    query,
+                    f.name,
+                )
                 continue
             if len(wanted) >= self.cfg.max_files_per_dataset:
-                self._skip(ref, version, "file_limit",
-                           f"over max_files_per_dataset {self.cfg.max_files_per_dataset}", query, f.name)
+                self._skip(
+                    ref,
+                    version,
+                    "file_limit",
+                    f"over max_files_per_dataset {self.cfg.max_files_per_dataset}",
+                    query,
+                    f.name,
+                )
                 continue
             seen_paths.add(safe.lower())
             wanted.append(f)
@@ -381,8 +431,9 @@ class _Crawl:
             rel = f"{owner}/{slug}/{version}/{safe_member_path(f.name)}"
             local = os.path.join(self.dest, *rel.split("/"))
             try:
-                n_bytes, attempts = self._fetch_file(owner, slug, version, f.name, local,
-                                                     min(self.cfg.max_file_bytes, budget))
+                n_bytes, attempts = self._fetch_file(
+                    owner, slug, version, f.name, local, min(self.cfg.max_file_bytes, budget)
+                )
             except TooLarge as exc:
                 self._skip(ref, version, "file_too_large", f"too large: {exc}", query, f.name)
                 continue
@@ -396,8 +447,9 @@ class _Crawl:
             budget -= n_bytes
             with open(local, "rb") as fh:
                 digest = sha256_file(fh)
-            written.append(DownloadedFile(local, rel, self._provenance(ds, owner, slug, version, f, n_bytes,
-                                                                       digest, query)))
+            written.append(
+                DownloadedFile(local, rel, self._provenance(ds, owner, slug, version, f, n_bytes, digest, query))
+            )
         if not written:
             self._skip(ref, version, "too_large", "no file fitted under the caps", query)
             return
@@ -486,8 +538,7 @@ def crawl_kaggle(
         )
     os.makedirs(dest_dir, exist_ok=True)
     sdk = _load_sdk()
-    policy = RetryPolicy(attempts=config.retries, base_s=config.backoff_base_s, max_s=config.backoff_max_s,
-                         sleep=sleep)
+    policy = RetryPolicy(attempts=config.retries, base_s=config.backoff_base_s, max_s=config.backoff_max_s, sleep=sleep)
     client = _build_client(sdk, creds)
     with client:
         _apply_timeout(client, config.request_timeout_s)

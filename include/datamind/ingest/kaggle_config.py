@@ -20,9 +20,25 @@ FILE_TYPES = ("csv", "xlsx")
 # Canonical license ids; Kaggle reports free-text names ("CC0: Public Domain",
 # "Attribution 4.0 International (CC BY 4.0)", ...) which ``license_id`` maps onto these.
 LICENSE_IDS = (
-    "cc0", "cc-by", "cc-by-sa", "cc-by-nc", "cc-by-nc-sa", "cc-by-nd", "cc-by-nc-nd",
-    "pddl", "odc-by", "odbl", "mit", "apache-2.0", "bsd", "gpl", "lgpl", "agpl",
-    "world-bank", "other", "unknown",
+    "cc0",
+    "cc-by",
+    "cc-by-sa",
+    "cc-by-nc",
+    "cc-by-nc-sa",
+    "cc-by-nd",
+    "cc-by-nc-nd",
+    "pddl",
+    "odc-by",
+    "odbl",
+    "mit",
+    "apache-2.0",
+    "bsd",
+    "gpl",
+    "lgpl",
+    "agpl",
+    "world-bank",
+    "other",
+    "unknown",
 )
 DEFAULT_LICENSES = ("cc0", "cc-by", "cc-by-sa", "pddl", "odc-by", "odbl", "mit", "apache-2.0")
 
@@ -47,9 +63,18 @@ def license_id(name: str | None) -> str:
         parts = re.split(r"[\s-]+", cc.group(1))
         return "cc-" + "-".join(parts)
     if "creative commons" in n or "attribution" in n:
-        tags = ["by"] + [t for t in ("nc", "sa", "nd") if re.search(
-            {"nc": r"noncommercial|non-commercial", "sa": r"sharealike|share-alike|share alike",
-             "nd": r"noderivatives|no derivatives|noderivs"}[t], n)]
+        tags = ["by"] + [
+            t
+            for t in ("nc", "sa", "nd")
+            if re.search(
+                {
+                    "nc": r"noncommercial|non-commercial",
+                    "sa": r"sharealike|share-alike|share alike",
+                    "nd": r"noderivatives|no derivatives|noderivs",
+                }[t],
+                n,
+            )
+        ]
         return "cc-" + "-".join(tags)
     if re.search(r"\bagpl\b", n):
         return "agpl"
@@ -117,8 +142,15 @@ class KaggleCrawlConfig:
             raise ValueError(f"KaggleCrawlConfig.file_types must be a non-empty subset of {FILE_TYPES}, got {bad}")
         if self.sort_by not in SORT_ORDERS:
             raise ValueError(f"KaggleCrawlConfig.sort_by must be one of {SORT_ORDERS}, got {self.sort_by!r}")
-        for name in ("max_dataset_bytes", "max_file_bytes", "max_datasets_per_query", "max_pages",
-                     "page_size", "max_files_per_dataset", "retries"):
+        for name in (
+            "max_dataset_bytes",
+            "max_file_bytes",
+            "max_datasets_per_query",
+            "max_pages",
+            "page_size",
+            "max_files_per_dataset",
+            "retries",
+        ):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         for name in ("backoff_base_s", "backoff_max_s", "request_timeout_s"):
             value = float(getattr(self, name))

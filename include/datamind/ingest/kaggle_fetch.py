@@ -92,8 +92,10 @@ def _classify(exc: BaseException) -> tuple[bool, int | None, object]:
         response = exc.response
         status = response.status_code if response is not None else None
         return (status in RETRYABLE_STATUS, status, response)
-    if isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
-                        requests.exceptions.ChunkedEncodingError)):
+    if isinstance(
+        exc,
+        (requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.ChunkedEncodingError),
+    ):
         return (True, None, None)
     return (False, None, None)
 
@@ -106,8 +108,9 @@ def describe(exc: BaseException) -> str:
     return (prefix + text)[:300]
 
 
-def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, what: str,
-                      redact: Callable[[str], str] = lambda s: s) -> tuple[T, int]:
+def call_with_retries(
+    fn: Callable[[], T], policy: RetryPolicy, what: str, redact: Callable[[str], str] = lambda s: s
+) -> tuple[T, int]:
     """Run ``fn`` until it succeeds or ``policy.attempts`` are spent; returns (result, attempts used).
 
     429, 408 and 5xx responses and connection errors are retried, honouring Retry-After (capped at
@@ -238,6 +241,15 @@ def discard(paths: list[str], root: str) -> None:
 
 
 __all__ = [
-    "CallFailed", "RetryPolicy", "TooLarge", "UnsafeArchive", "call_with_retries", "discard", "is_zip",
-    "retry_after_seconds", "safe_member_path", "stream_to_file", "unwrap_single_file",
+    "CallFailed",
+    "RetryPolicy",
+    "TooLarge",
+    "UnsafeArchive",
+    "call_with_retries",
+    "discard",
+    "is_zip",
+    "retry_after_seconds",
+    "safe_member_path",
+    "stream_to_file",
+    "unwrap_single_file",
 ]

@@ -79,16 +79,23 @@ class LoadResult:
 
 
 # -- entry points ------------------------------------------------------------------------------
-def load_tables(local_path: str, limits: Limits | None = None, data: bytes | None = None,
-                filename: str | None = None) -> LoadResult:
+def load_tables(
+    local_path: str, limits: Limits | None = None, data: bytes | None = None, filename: str | None = None
+) -> LoadResult:
     """Detect, load and describe every table of the file at ``local_path`` (``data``: its bytes, if already read)."""
     limits = limits or Limits.from_env()
     declared = sniff.declared_format(filename or os.path.basename(local_path))
     if data is None:
         size = os.path.getsize(local_path)
         if size > limits.max_file_bytes:
-            return LoadResult("unknown", declared, None, [], f"file is {size:,} bytes, above the "
-                              f"{limits.max_file_bytes:,}-byte limit", "file_too_large")
+            return LoadResult(
+                "unknown",
+                declared,
+                None,
+                [],
+                f"file is {size:,} bytes, above the {limits.max_file_bytes:,}-byte limit",
+                "file_too_large",
+            )
         with open(local_path, "rb") as fh:
             data = fh.read()
     if not data:
@@ -110,13 +117,16 @@ def load_tables(local_path: str, limits: Limits | None = None, data: bytes | Non
             result = _load_workbook(local_path, data, fmt, limits)
         elif fmt == "xls":
             # Downstream stages (and the agents' sandboxes) handle csv, xlsx and SQLite only.
-            raise LoadError("unsupported_format",
-                            "legacy Excel 97-2003 (OLE2) workbook, or a password-protected xlsx: save it as xlsx")
+            raise LoadError(
+                "unsupported_format",
+                "legacy Excel 97-2003 (OLE2) workbook, or a password-protected xlsx: save it as xlsx",
+            )
         elif fmt == "sqlite":
             result = _load_sqlite(local_path, limits)
         elif fmt == "zip":
-            raise LoadError("unsupported_format",
-                            "a zip archive inside the source: point source_uri at the archive itself")
+            raise LoadError(
+                "unsupported_format", "a zip archive inside the source: point source_uri at the archive itself"
+            )
         elif fmt in ("json", "sql"):
             raise LoadError("unsupported_format", f"content is a {fmt.upper()} document, not a table")
         else:
@@ -178,11 +188,14 @@ def load_recorded(local_path: str, read_options: list[dict[str, Any]]) -> list[L
                 name = opts["table"]
                 q = _qident(name)
                 ddl = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
-                fks = [{"from_table": name, "from_column": r[3], "to_table": r[2], "to_column": r[4]}
-                       for r in con.execute(f"PRAGMA foreign_key_list({q})")]
+                fks = [
+                    {"from_table": name, "from_column": r[3], "to_table": r[2], "to_column": r[4]}
+                    for r in con.execute(f"PRAGMA foreign_key_list({q})")
+                ]
                 df = pd.read_sql_query(f"SELECT * FROM {q}", con)
-                out.append(LoadedTable(name, df, len(df), df.shape[1], opts, ddl=ddl[0] if ddl else None,
-                                       foreign_keys=fks))
+                out.append(
+                    LoadedTable(name, df, len(df), df.shape[1], opts, ddl=ddl[0] if ddl else None, foreign_keys=fks)
+                )
     else:
         raise ValueError(f"unknown table format {fmt!r}")
     return out
@@ -246,8 +259,11 @@ def _strip_text(values):
 
 # What utf8_trim_whitespace trims (Unicode White_Space). A cell needs trimming only if its first byte
 # starts, or its last byte ends, one of these; a table of bytes answers that for all cells at once.
-_BLANKS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
-           + "\u2028\u2029\u202f\u205f\u3000")
+_BLANKS = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
 _FIRST_BYTE = np.zeros(256, bool)
 _FIRST_BYTE[[c.encode()[0] for c in _BLANKS]] = True
 _LAST_BYTE = np.zeros(256, bool)
@@ -410,17 +426,26 @@ def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[s
         body = _repair_body(body, header_records, opts)
     # Only a line made of delimiters and blanks can become an all-missing row; skip the costly check otherwise.
     empty_line = re.compile(rf"\n[{re.escape(sep)} \t\"]*\n")  # a literal first char keeps the scan fast
-    return _frame(io.StringIO(body), header_records, opts,
-                  lambda: bool(empty_line.search("\n" + body.rstrip("\n") + "\n")))
+    return _frame(
+        io.StringIO(body), header_records, opts, lambda: bool(empty_line.search("\n" + body.rstrip("\n") + "\n"))
+    )
 
 
-def _frame(source, header_records: list[list[str]], opts: dict[str, Any], has_blank_line,
-           encoding: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+def _frame(
+    source, header_records: list[list[str]], opts: dict[str, Any], has_blank_line, encoding: str | None = None
+) -> tuple[pd.DataFrame, list[str]]:
     """Parse the body (text or bytes handle) under the already-split header records."""
     sep, quote_ = opts["sep"], opts.get("quotechar", '"')
     n_header = int(opts.get("header_rows", 1))
-    kwargs = dict(sep=sep, quotechar=quote_, decimal=opts.get("decimal", "."), thousands=opts.get("thousands"),
-                  header=None, skip_blank_lines=True, low_memory=False)
+    kwargs = dict(
+        sep=sep,
+        quotechar=quote_,
+        decimal=opts.get("decimal", "."),
+        thousands=opts.get("thousands"),
+        header=None,
+        skip_blank_lines=True,
+        low_memory=False,
+    )
     if encoding:
         kwargs["encoding"] = encoding
     try:
@@ -509,9 +534,11 @@ def _has_blank_line(data: bytes, pos: int, sep: str) -> bool:
     if first < 0:
         return only.fullmatch(data, pos, end) is not None
     last = data.rfind(b"\n", pos, end)
-    return (only.fullmatch(data, pos, first) is not None
-            or only.fullmatch(data, last + 1, end) is not None
-            or re.compile(b"\n[" + cls + b"]*\n").search(data, pos, end) is not None)
+    return (
+        only.fullmatch(data, pos, first) is not None
+        or only.fullmatch(data, last + 1, end) is not None
+        or re.compile(b"\n[" + cls + b"]*\n").search(data, pos, end) is not None
+    )
 
 
 def _misaligned_tail(df: pd.DataFrame, raw: list[str]) -> bool:
@@ -571,8 +598,10 @@ def _check_zip_members(data: bytes, limits: Limits) -> None:
     except zipfile.BadZipFile as exc:
         raise LoadError("unloadable", f"corrupt xlsx container: {exc}") from exc
     if total > limits.max_uncompressed_bytes:
-        raise LoadError("archive_bomb", f"xlsx parts decompress to {total:,} bytes, above the "
-                                        f"{limits.max_uncompressed_bytes:,}-byte cap")
+        raise LoadError(
+            "archive_bomb",
+            f"xlsx parts decompress to {total:,} bytes, above the {limits.max_uncompressed_bytes:,}-byte cap",
+        )
 
 
 def _load_workbook(local_path: str, data: bytes, fmt: str, limits: Limits) -> LoadResult:
@@ -739,6 +768,9 @@ def _load_sqlite(local_path: str, limits: Limits) -> LoadResult:
             except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
                 tables.append(LoadedTable(name, None, 0, 0, opts, ddl=ddl, error=str(exc)[:300]))
                 continue
-            tables.append(LoadedTable(name, df, n_rows, len(cols), opts, raw_columns=[str(c) for c in cols],
-                                      ddl=ddl, foreign_keys=fks))
+            tables.append(
+                LoadedTable(
+                    name, df, n_rows, len(cols), opts, raw_columns=[str(c) for c in cols], ddl=ddl, foreign_keys=fks
+                )
+            )
     return LoadResult("sqlite", None, encoding, tables)

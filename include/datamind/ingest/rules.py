@@ -152,8 +152,9 @@ def check_table(t: LoadedTable, limits: Limits, in_database: bool = False) -> Ve
     if dups:
         return Verdict.reject("duplicate_header", f"repeated column names: {', '.join(dups[:5])}")
     if t.read_options.get("header_rows") == 0:
-        return Verdict.reject("unnamed_header",
-                              "no header row: the first row holds data, column names would be invented")
+        return Verdict.reject(
+            "unnamed_header", "no header row: the first row holds data, column names would be invented"
+        )
     df = t.df
     if df is None:
         return OK  # nothing further can be judged without materializing (never the case under max_rows)
@@ -168,8 +169,9 @@ def check_table(t: LoadedTable, limits: Limits, in_database: bool = False) -> Ve
         lengths = df[c].dropna().map(lambda v: len(v) if isinstance(v, str) else 0)
         if len(lengths) and lengths.median() > limits.max_cell_chars:
             return Verdict.reject(
-                "absurd_width", f"column {c!r} has a median cell of {int(lengths.median()):,} characters "
-                f"(limit {limits.max_cell_chars:,})"
+                "absurd_width",
+                f"column {c!r} has a median cell of {int(lengths.median()):,} characters "
+                f"(limit {limits.max_cell_chars:,})",
             )
     n_cols = df.shape[1]
     all_null = [c for c in df.columns if df[c].isna().all()]
@@ -183,8 +185,9 @@ def check_table(t: LoadedTable, limits: Limits, in_database: bool = False) -> Ve
             )
     mixed = [c for c in text_cols if 0.2 <= _numeric_share(df[c]) <= 0.8]
     if len(mixed) * 2 > n_cols:
-        return Verdict.reject("mixed_types", f"{len(mixed)} of {n_cols} columns mix numbers and text: "
-                                             f"{', '.join(map(str, mixed[:5]))}")
+        return Verdict.reject(
+            "mixed_types", f"{len(mixed)} of {n_cols} columns mix numbers and text: {', '.join(map(str, mixed[:5]))}"
+        )
     return OK
 
 

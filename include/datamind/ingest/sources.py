@@ -220,8 +220,12 @@ def list_source_files(source_uri: str, limits: Limits | None = None) -> list[Sou
             base = os.path.abspath(_glob_base(path))
             hits = sorted(h for h in glob.glob(path, recursive=True) if os.path.isfile(h))
             files = [
-                _file_entry(os.path.relpath(os.path.abspath(h), base).replace(os.sep, "/"), os.path.abspath(h),
-                            os.path.getsize(h), limits)
+                _file_entry(
+                    os.path.relpath(os.path.abspath(h), base).replace(os.sep, "/"),
+                    os.path.abspath(h),
+                    os.path.getsize(h),
+                    limits,
+                )
                 for h in hits
             ]
             files = [f for f in files if not _hidden(f.rel_path)]

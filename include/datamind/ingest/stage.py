@@ -45,8 +45,9 @@ def catalog_format(fmt: str) -> str:
 
 def _catalog_index(root: DataRoot) -> tuple[set[str], dict[str, str]]:
     """(all file ids, sha256 -> file_id of accepted files) from catalog/files."""
-    t = read_table(root, CATALOG_FILES, DIRS["catalog_files"],
-                   columns=["file_id", "status", "content_sha256", "rel_path"])
+    t = read_table(
+        root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "status", "content_sha256", "rel_path"]
+    )
     ids = set(t.column("file_id").to_pylist())
     accepted = t.filter(pc.equal(t.column("status"), ACCEPTED))
     accepted = accepted.sort_by([("rel_path", "ascending"), ("file_id", "ascending")])
@@ -71,8 +72,14 @@ def plan_ingest(root: DataRoot, files: list[SourceFile], source_name: str, shard
             f = SourceFile(f.rel_path, f.source_uri, f.size, f.read_cap, precheck, f.provenance)
             sha = f.sha256()
         except OSError as exc:
-            f = SourceFile(f.rel_path, f.source_uri, f.size, f.read_cap, "unloadable",
-                           {**f.provenance, "read_error": str(exc)[:300]})
+            f = SourceFile(
+                f.rel_path,
+                f.source_uri,
+                f.size,
+                f.read_cap,
+                "unloadable",
+                {**f.provenance, "read_error": str(exc)[:300]},
+            )
             sha = f.sha256()
         file_id = stable_id(source_name, f.rel_path, sha)
         if file_id in known_ids:
@@ -115,8 +122,9 @@ def _verdict_rows(result: LoadResult, verdicts: list[Verdict]) -> list[dict[str,
     ]
 
 
-def ingest_file(root: DataRoot, entry: dict[str, Any], source: str, limits: Limits,
-                run_id: str | None) -> dict[str, Any]:
+def ingest_file(
+    root: DataRoot, entry: dict[str, Any], source: str, limits: Limits, run_id: str | None
+) -> dict[str, Any]:
     """Judge one planned file and return its catalog/files row (staging its bytes when accepted)."""
     f = SourceFile.from_spec(entry)
     row: dict[str, Any] = {
@@ -140,13 +148,15 @@ def ingest_file(root: DataRoot, entry: dict[str, Any], source: str, limits: Limi
     provenance = {**f.provenance, "original_filename": f.filename}
 
     def reject(code: str, reason: str) -> dict[str, Any]:
-        row.update(status="rejected", reason_code=code, reason=reason,
-                   provenance=json.dumps(provenance, sort_keys=True))
+        row.update(
+            status="rejected", reason_code=code, reason=reason, provenance=json.dumps(provenance, sort_keys=True)
+        )
         return row
 
     if f.precheck:
-        return reject(f.precheck if f.precheck in RULES else "unloadable",
-                      provenance.get("read_error") or precheck_message(f))
+        return reject(
+            f.precheck if f.precheck in RULES else "unloadable", provenance.get("read_error") or precheck_message(f)
+        )
     try:
         data = f.read_bytes()
     except SourceReadError as exc:
@@ -179,19 +189,30 @@ def ingest_file(root: DataRoot, entry: dict[str, Any], source: str, limits: Limi
         return reject(verdict.reason_code or "unloadable", verdict.reason or "")
     rel = posixpath.join(DIRS["raw"], source, entry["file_id"], staged_filename(f.rel_path, result.format))
     root.write_bytes(rel, data)
-    row.update(status=ACCEPTED, reason_code=None, reason=None, staged_uri=root.uri(rel),
-               provenance=json.dumps(provenance, sort_keys=True))
+    row.update(
+        status=ACCEPTED,
+        reason_code=None,
+        reason=None,
+        staged_uri=root.uri(rel),
+        provenance=json.dumps(provenance, sort_keys=True),
+    )
     return row
 
 
-def ingest_shard(root: DataRoot, shard_spec: dict[str, Any], limits: Limits | None,
-                 run_id: str | None) -> dict[str, Any]:
+def ingest_shard(
+    root: DataRoot, shard_spec: dict[str, Any], limits: Limits | None, run_id: str | None
+) -> dict[str, Any]:
     """Judge, stage and catalog one shard; returns a summary (counts per status and reason)."""
     limits = limits or Limits.from_env()
     source = shard_spec["source"]
     rows = [ingest_file(root, e, source, limits, run_id) for e in shard_spec["files"]]
-    path = write_shard(root, CATALOG_FILES, DIRS["catalog_files"], rows,
-                       shard_name([r["file_id"] for r in rows], prefix=f"ingest-{source}"))
+    path = write_shard(
+        root,
+        CATALOG_FILES,
+        DIRS["catalog_files"],
+        rows,
+        shard_name([r["file_id"] for r in rows], prefix=f"ingest-{source}"),
+    )
     reasons = Counter(r["reason_code"] for r in rows if r["status"] != ACCEPTED)
     return {
         "shard_id": shard_spec.get("shard_id"),

@@ -219,7 +219,10 @@ def reference_check(row: dict, task: QueryTask, p: JudgeParams) -> tuple[str, st
     verdict = RuleAnswerJudge(p.rel_tol).judge_sync(task.query["question"], row.get("final_answer"), reference)
     if verdict.correct:
         return CHECK_VERIFIED, verdict.reasoning
-    return CHECK_REFUTED, f"the agreed answer disagrees with the executed reference {str(reference)[:200]!r}: {verdict.reasoning}"
+    return (
+        CHECK_REFUTED,
+        f"the agreed answer disagrees with the executed reference {str(reference)[:200]!r}: {verdict.reasoning}",
+    )
 
 
 def _judge_version(judge: Any, p: JudgeParams) -> str:
@@ -417,8 +420,9 @@ def judge_shard(
             n_refuted += check == CHECK_REFUTED
             # The ablation strategies without a consistency filter keep every answer, refuted ones marked.
             if check == CHECK_REFUTED and selection.needs_consistency(p.strategy):
-                rejections.append(_rej(row["trajectory_id"], qid, "refuted_by_reference", why, run_id, now,
-                                       row["final_answer"], fid))
+                rejections.append(
+                    _rej(row["trajectory_id"], qid, "refuted_by_reference", why, run_id, now, row["final_answer"], fid)
+                )
                 continue
             n_verified += check == CHECK_VERIFIED
             judged.append(dataset_row(row, task, final.verdict, p, jversion, now, check))

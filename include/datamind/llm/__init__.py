@@ -1,12 +1,12 @@
 """The LLM layer: one client for any OpenAI-compatible endpoint, shared by synthesis, sampling and judging.
 
-    from datamind.llm import LLMClient, LLMConfig, ResponseCache, run_all, extract_tag, ParseFailure
+from datamind.llm import LLMClient, LLMConfig, ResponseCache, run_all, extract_tag, ParseFailure
 
-    llm = LLMClient(LLMConfig.from_connection_dict(conn_fields), cache=ResponseCache(DataRoot(url)))
-    results = run_all([llm.chat_parsed("synthesizer", msgs, parse, template_version="synth-v1") for msgs in batch],
-                      client=llm)
-    # each slot: ParsedResult, or ParseFailure / LLMCallError to record as a rejection (rejection_row);
-    # EndpointUnavailable, and any bug, is raised and fails the task.
+llm = LLMClient(LLMConfig.from_connection_dict(conn_fields), cache=ResponseCache(DataRoot(url)))
+results = run_all([llm.chat_parsed("synthesizer", msgs, parse, template_version="synth-v1") for msgs in batch],
+                  client=llm)
+# each slot: ParsedResult, or ParseFailure / LLMCallError to record as a rejection (rejection_row);
+# EndpointUnavailable, and any bug, is raised and fails the task.
 """
 
 from datamind.llm.cache import ResponseCache, cache_key
@@ -28,7 +28,8 @@ from datamind.llm.tags import (
 from datamind.llm.usage import UsageMeter
 
 __all__ = [
-    "PER_ITEM_ERRORS", "ROLES", "AdaptiveLimiter", "ChatResult", "CircuitBreaker", "EndpointUnavailable", "LLMCallError", "LLMClient",
+    "PER_ITEM_ERRORS", "ROLES", "AdaptiveLimiter", "ChatResult", "CircuitBreaker", "EndpointUnavailable",
+    "LLMCallError", "LLMClient",
     "LLMConfig", "LLMError", "ParseFailure", "ParsedResult", "Price", "ResponseCache", "TagParseError", "UsageMeter",
     "backoff_delay", "cache_key", "extract_all", "extract_choice", "extract_code", "extract_optional", "extract_tag",
     "extract_tags", "gather_all", "rejection_row", "run_all", "strip_code_fences",

@@ -266,7 +266,9 @@ class LLMClient:
             cached=True,
             latency_s=float(record.get("latency_s") or 0.0),
             finish_reason=record.get("finish_reason"),
-            cost_usd=self._cost(record["model"], record.get("prompt_tokens") or 0, record.get("completion_tokens") or 0),
+            cost_usd=self._cost(
+                record["model"], record.get("prompt_tokens") or 0, record.get("completion_tokens") or 0
+            ),
             cache_key=key,
         )
         self.usage.record_call(res.model, res.prompt_tokens, res.completion_tokens, cached=True, cost_usd=res.cost_usd)
@@ -498,7 +500,8 @@ def _describe_failure(exc: BaseException, timeout_s: float) -> str:
         return f"no answer within {timeout_s:g}s (timeout)"
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
-        return f"connection failed ({type(cause).__name__ if cause else 'APIConnectionError'}: {_short(str(cause or exc))})"
+        kind = type(cause).__name__ if cause else "APIConnectionError"
+        return f"connection failed ({kind}: {_short(str(cause or exc))})"
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {_short(exc.message)}"
     if isinstance(exc, (json.JSONDecodeError, openai.APIResponseValidationError)):

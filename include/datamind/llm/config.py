@@ -140,7 +140,9 @@ class LLMConfig:
         extra: dict[str, Any] = {}
         if env.get("DATAMIND_LLM_MODEL"):
             extra["model"] = env["DATAMIND_LLM_MODEL"]
-        models = {r: env[f"DATAMIND_LLM_MODEL_{r.upper()}"] for r in ROLES if env.get(f"DATAMIND_LLM_MODEL_{r.upper()}")}
+        models = {
+            r: env[f"DATAMIND_LLM_MODEL_{r.upper()}"] for r in ROLES if env.get(f"DATAMIND_LLM_MODEL_{r.upper()}")
+        }
         if models:
             extra["models"] = models
         for key in ("timeout_s", "max_concurrency", "max_retries", "http_backend"):
@@ -171,14 +173,17 @@ class LLMConfig:
                 try:
                     kwargs[key] = typ(extra[key])
                 except (TypeError, ValueError):
-                    raise ValueError(f"connection {conn_id!r}: extra.{key} must be a number, got {extra[key]!r}") from None
+                    raise ValueError(
+                        f"connection {conn_id!r}: extra.{key} must be a number, got {extra[key]!r}"
+                    ) from None
         prices = {}
         for model, p in (extra.get("prices") or {}).items():
             try:
                 prices[str(model)] = Price(float(p["prompt"]), float(p["completion"]))
             except (KeyError, TypeError, ValueError):
                 raise ValueError(
-                    f"connection {conn_id!r}: price for {model!r} must be {{'prompt': usd_per_mtok, 'completion': usd_per_mtok}}"
+                    f"connection {conn_id!r}: price for {model!r} must be "
+                    "{'prompt': usd_per_mtok, 'completion': usd_per_mtok}"
                 ) from None
         params = {str(r): dict(p) for r, p in (extra.get("params") or {}).items()}
         if extra.get("http_backend"):

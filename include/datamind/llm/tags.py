@@ -119,7 +119,9 @@ def extract_optional(text: object, tag: str, **kwargs) -> str | None:
         raise
 
 
-def extract_tags(text: object, required: Sequence[str], optional: Iterable[str] = (), **kwargs) -> dict[str, str | None]:
+def extract_tags(
+    text: object, required: Sequence[str], optional: Iterable[str] = (), **kwargs
+) -> dict[str, str | None]:
     """Several tags at once: ``{tag: content}``; a missing optional tag maps to None."""
     out: dict[str, str | None] = {tag: extract_tag(text, tag, **kwargs) for tag in required}
     for tag in optional:
@@ -133,7 +135,9 @@ def strip_code_fences(code: str) -> str:
     return m.group("body") if m else code
 
 
-def extract_code(text: object, tag: str = "code", *, occurrence: Occurrence = "first", allow_unclosed: bool = False) -> str:
+def extract_code(
+    text: object, tag: str = "code", *, occurrence: Occurrence = "first", allow_unclosed: bool = False
+) -> str:
     """Code inside ``<code>``: fences removed, surrounding blank lines dropped, indentation kept."""
     raw = extract_tag(text, tag, occurrence=occurrence, allow_unclosed=allow_unclosed, strip=False)
     body = strip_code_fences(raw.strip("\n"))

@@ -142,8 +142,15 @@ def _looks_like_dates(sample: list[Any]) -> bool:
 
 _ISO = re.compile(r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?((Z|[+-]\d{2}:?\d{2})?)$")
 # Tried after pandas' guess: layouts its guesser misses (12-hour clocks, month names before the year).
-_COMMON_FORMATS = ["%b %d %Y %I:%M:%S %p", "%b %d %Y %H:%M:%S", "%m/%d/%Y %I:%M:%S %p", "%d %b %Y", "%b %d, %Y",
-                   "%Y.%m.%d %H:%M:%S", "%d.%m.%Y %H:%M"]
+_COMMON_FORMATS = [
+    "%b %d %Y %I:%M:%S %p",
+    "%b %d %Y %H:%M:%S",
+    "%m/%d/%Y %I:%M:%S %p",
+    "%d %b %Y",
+    "%b %d, %Y",
+    "%Y.%m.%d %H:%M:%S",
+    "%d.%m.%Y %H:%M",
+]
 
 
 def _strptime_share(vals: pa.Array, fmt: str) -> tuple[pa.Array | None, float]:
@@ -240,14 +247,25 @@ def _parse_numbers(vals: pa.Array, sample: list[Any]) -> pa.Array | None:
         return None
 
 
-def profile_column(arr: pa.Array, name: str, dtype: str, unique_cap: int = 10,
-                   description: str | None = None) -> dict[str, Any]:
+def profile_column(
+    arr: pa.Array, name: str, dtype: str, unique_cap: int = 10, description: str | None = None
+) -> dict[str, Any]:
     """One ``COLUMN_PROFILE`` dict for a column given as an Arrow array."""
     n_null = arr.null_count
     vals = pc.drop_null(arr) if n_null else arr
-    prof: dict[str, Any] = {"name": name, "dtype": dtype, "kind": "text", "n_null": int(n_null), "n_unique": 0,
-                            "min": None, "max": None, "mean": None, "std": None, "unique_values": [],
-                            "description": description}
+    prof: dict[str, Any] = {
+        "name": name,
+        "dtype": dtype,
+        "kind": "text",
+        "n_null": int(n_null),
+        "n_unique": 0,
+        "min": None,
+        "max": None,
+        "mean": None,
+        "std": None,
+        "unique_values": [],
+        "description": description,
+    }
     typ = arr.type
     if len(vals) == 0:
         prof["kind"] = "numeric" if pa.types.is_integer(typ) or pa.types.is_floating(typ) else "text"
@@ -311,8 +329,9 @@ def profile_column(arr: pa.Array, name: str, dtype: str, unique_cap: int = 10,
     return prof
 
 
-def _profile_numbers(values: np.ndarray, name: str, dtype: str, unique_cap: int,
-                     description: str | None) -> dict[str, Any] | None:
+def _profile_numbers(
+    values: np.ndarray, name: str, dtype: str, unique_cap: int, description: str | None
+) -> dict[str, Any] | None:
     """``profile_column`` for a numpy int or float column, with the same results. One sort gives the
     distinct count, the range, and whether every value is distinct, in which case the top values are
     simply the first ones and the hash table (~40 ns per distinct value) is skipped. Returns None (use
@@ -340,9 +359,19 @@ def _profile_numbers(values: np.ndarray, name: str, dtype: str, unique_cap: int,
         vc = pc.value_counts(numbers)
         counts = vc.field("counts").to_numpy()
         top = vc.field("values").to_numpy()[np.argsort(-counts, kind="stable")[:unique_cap]].tolist()
-    prof: dict[str, Any] = {"name": name, "dtype": dtype, "kind": "numeric", "n_null": n_null,
-                            "n_unique": n_unique, "min": _text(lo), "max": _text(hi), "mean": None, "std": None,
-                            "unique_values": [_cut(str(_fmt(v)), 80) for v in top], "description": description}
+    prof: dict[str, Any] = {
+        "name": name,
+        "dtype": dtype,
+        "kind": "numeric",
+        "n_null": n_null,
+        "n_unique": n_unique,
+        "min": _text(lo),
+        "max": _text(hi),
+        "mean": None,
+        "std": None,
+        "unique_values": [_cut(str(_fmt(v)), 80) for v in top],
+        "description": description,
+    }
     if not floating:
         ids = n_unique == n and (bool(_IDNAME.search(name)) or _is_counter(vals))
         prof["kind"] = "id" if ids else "integer"
@@ -384,9 +413,16 @@ def describe(table_name: str, n_rows: int, profiles: list[dict[str, Any]], descr
     return " ".join(parts)
 
 
-def profile_table(df: pd.DataFrame, table_name: str = "data", description: str | None = None,
-                  column_descriptions: dict[str, str] | None = None, head_rows: int = 5, unique_cap: int = 10,
-                  unique_threshold: int = 20, cell_chars: int = 40) -> dict[str, Any]:
+def profile_table(
+    df: pd.DataFrame,
+    table_name: str = "data",
+    description: str | None = None,
+    column_descriptions: dict[str, str] | None = None,
+    head_rows: int = 5,
+    unique_cap: int = 10,
+    unique_threshold: int = 20,
+    cell_chars: int = 40,
+) -> dict[str, Any]:
     """Profile columns, head and ``meta_info`` (a JSON string) for one table."""
     n_rows, n_cols = df.shape
     col_desc = {str(k).casefold(): v for k, v in (column_descriptions or {}).items() if v}
@@ -397,8 +433,12 @@ def profile_table(df: pd.DataFrame, table_name: str = "data", description: str |
         values = column_values(df, j)
         col_text = col_desc.get(names[j].casefold())
         prof = None
-        if (isinstance(values, np.ndarray) and values.dtype.kind in "iuf" and values.dtype.itemsize >= 4
-                and values.dtype.isnative):
+        if (
+            isinstance(values, np.ndarray)
+            and values.dtype.kind in "iuf"
+            and values.dtype.itemsize >= 4
+            and values.dtype.isnative
+        ):
             # Plain numpy numbers (most columns): one sort instead of a hash table where it gives the same.
             prof = _profile_numbers(values, names[j], dtypes[j], unique_cap, col_text)
             if prof is not None:
@@ -417,11 +457,17 @@ def profile_table(df: pd.DataFrame, table_name: str = "data", description: str |
         "head": head,
         "columns": names,
         "type": {p["name"]: p["kind"] for p in profiles},
-        "range": {p["name"]: [_num(p["min"]), _num(p["max"])] for p in profiles
-                  if p["kind"] in ("numeric", "integer", "datetime", "id") and p["min"] is not None},
-        "unique": {p["name"]: p["unique_values"] for p in profiles
-                   if p["unique_values"] and (p["kind"] in ("categorical", "boolean")
-                                              or (p["kind"] != "id" and p["n_unique"] <= unique_threshold))},
+        "range": {
+            p["name"]: [_num(p["min"]), _num(p["max"])]
+            for p in profiles
+            if p["kind"] in ("numeric", "integer", "datetime", "id") and p["min"] is not None
+        },
+        "unique": {
+            p["name"]: p["unique_values"]
+            for p in profiles
+            if p["unique_values"]
+            and (p["kind"] in ("categorical", "boolean") or (p["kind"] != "id" and p["n_unique"] <= unique_threshold))
+        },
         "row_count": int(n_rows),
         "column_count": int(n_cols),
     }

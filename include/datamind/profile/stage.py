@@ -45,13 +45,18 @@ def plan_profile(root: DataRoot, shard_size: int) -> list[dict[str, Any]]:
 
 
 def _fk_sentence(fks: list[dict[str, str]]) -> str:
-    return "Foreign keys: " + "; ".join(
-        f"{k['from_table']}.{k['from_column']} -> {k['to_table']}.{k['to_column'] or '(primary key)'}" for k in fks
-    ) + "."
+    return (
+        "Foreign keys: "
+        + "; ".join(
+            f"{k['from_table']}.{k['from_column']} -> {k['to_table']}.{k['to_column'] or '(primary key)'}" for k in fks
+        )
+        + "."
+    )
 
 
-def table_row(file_row: dict[str, Any], t: LoadedTable, provenance: dict[str, Any], run_id: str | None,
-              now: dt.datetime) -> dict[str, Any]:
+def table_row(
+    file_row: dict[str, Any], t: LoadedTable, provenance: dict[str, Any], run_id: str | None, now: dt.datetime
+) -> dict[str, Any]:
     descs = provenance.get("column_descriptions") or {}
     table_descs = {k.casefold(): v for k, v in descs.items()}.get(t.name.casefold(), {})
     fks = [{k: (str(v) if v is not None else None) for k, v in fk.items()} for fk in t.foreign_keys]
@@ -79,8 +84,9 @@ def table_row(file_row: dict[str, Any], t: LoadedTable, provenance: dict[str, An
     }
 
 
-def profile_file(root: DataRoot, file_row: dict[str, Any], run_id: str | None,
-                 now: dt.datetime) -> tuple[list[dict[str, Any]], str | None]:
+def profile_file(
+    root: DataRoot, file_row: dict[str, Any], run_id: str | None, now: dt.datetime
+) -> tuple[list[dict[str, Any]], str | None]:
     """(catalog/tables rows, failure reason) for one accepted file."""
     verdicts = file_row.get("table_verdicts") or []
     wanted = {v["table_name"]: v for v in verdicts if v["status"] == "accepted"}
@@ -134,8 +140,17 @@ def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None
             tables, reason = profile_file(root, file_row, run_id, now)
         rows.extend(tables)
         if reason:
-            failures.append({"item_id": stable_id(STAGE, fid), "stage": STAGE, "reason_code": "profile_failed",
-                             "reason": reason, "file_id": fid, "created_at": now, "run_id": run_id})
+            failures.append(
+                {
+                    "item_id": stable_id(STAGE, fid),
+                    "stage": STAGE,
+                    "reason_code": "profile_failed",
+                    "reason": reason,
+                    "file_id": fid,
+                    "created_at": now,
+                    "run_id": run_id,
+                }
+            )
     name = shard_name(sorted(ids), prefix="profile")
     path = write_shard(root, CATALOG_TABLES, DIRS["catalog_tables"], rows, name)
     if failures:

@@ -72,8 +72,9 @@ def sample_figures(row: dict) -> SampleFigures:
     for i, obs in enumerate(tools):
         if obs.count("Unnamed: ") >= 2 and not any(_READ.search(c) for c in codes[i + 1 :]):
             unfixed = True
-    recovered = any(_ERROR.search(obs) and i + 1 < len(tools) and not _ERROR.search(tools[i + 1])
-                    for i, obs in enumerate(tools))
+    recovered = any(
+        _ERROR.search(obs) and i + 1 < len(tools) and not _ERROR.search(tools[i + 1]) for i, obs in enumerate(tools)
+    )
     sentences = frozenset(mask(s) for t in thinks for s in _SENTENCE.split(t) if s.strip())
     return SampleFigures(
         internal_import=any(_INTERNAL.search(c) for c in codes),
@@ -119,13 +120,17 @@ def audit_rows(rows: list[dict], queries_by_category: dict[str, int] | None = No
         "verified_share": _share([r.get("answer_check") == "verified" for r in rows]),
         "samples_per_category": {c: per_cat.get(c, 0) for c in CATEGORY_IDS},
         "answer_words": _quantiles([f.answer_words for f in figs]),
-        "turns_per_hop": {str(h): _quantiles([f.turns for f, r in zip(figs, rows) if r.get("hop") == h])
-                          for h in sorted({r.get("hop") for r in rows if r.get("hop") is not None})},
+        "turns_per_hop": {
+            str(h): _quantiles([f.turns for f, r in zip(figs, rows) if r.get("hop") == h])
+            for h in sorted({r.get("hop") for r in rows if r.get("hop") is not None})
+        },
     }
     if queries_by_category:
         total = sum(queries_by_category.values())
         out["yield"] = round(n / total, 4) if total else 0.0
-        out["yield_per_category"] = {c: round(per_cat.get(c, 0) / q, 4) for c, q in sorted(queries_by_category.items()) if q}
+        out["yield_per_category"] = {
+            c: round(per_cat.get(c, 0) / q, 4) for c, q in sorted(queries_by_category.items()) if q
+        }
     out["misses"] = misses(out)
     return out
 

@@ -69,8 +69,10 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         "task_categories": ["question-answering", "table-question-answering"],
         "size_categories": [_size_category(len(rows))],
         "configs": [
-            {"config_name": "default",
-             "data_files": [{"split": s, "path": "part-*.parquet"} for s in SPLITS if by_split.get(s)]},
+            {
+                "config_name": "default",
+                "data_files": [{"split": s, "path": "part-*.parquet"} for s in SPLITS if by_split.get(s)],
+            },
         ],
         "dataset_info": {
             "features": [hf_feature(f.name, f.type) for f in DATASET.schema],
@@ -129,15 +131,26 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         "",
         "| file_id | file | source | license | split | samples |",
         "|---|---|---|---|---|---:|",
-        *[f"| `{s['file_id']}` | {s['name']} | {s.get('source') or ''} | {s.get('license') or 'unknown'} | "
-          f"{s['split']} | {s['samples']} |" for s in sources],
+        *[
+            f"| `{s['file_id']}` | {s['name']} | {s.get('source') or ''} | {s.get('license') or 'unknown'} | "
+            f"{s['split']} | {s['samples']} |"
+            for s in sources
+        ],
         "",
         "## Recipe",
         "",
         "```json",
-        json.dumps({"judge_params": manifest.get("judge_params"), "template_versions": manifest.get("template_versions"),
-                    "filters": manifest.get("filters"), "test_fraction": manifest.get("test_fraction")},
-                   indent=2, sort_keys=True, default=str),
+        json.dumps(
+            {
+                "judge_params": manifest.get("judge_params"),
+                "template_versions": manifest.get("template_versions"),
+                "filters": manifest.get("filters"),
+                "test_fraction": manifest.get("test_fraction"),
+            },
+            indent=2,
+            sort_keys=True,
+            default=str,
+        ),
         "```",
         "",
         "## Known limitations",

@@ -2,7 +2,7 @@
 
 The release is a pure function of the judged rows of one judging configuration (``judged/params=<fp>``):
 filter (recording every drop in ``rejections/filter``), de-duplicate by ``sample_id``, sort by ``sample_id``,
-cut into shards of ``shard_rows``.  Its version id is a content hash of the sample ids (and the schema version); when the
+cut into shards of ``shard_rows``.  Its content hash covers the sample ids (and the schema version); when the
 newest complete release already has that hash nothing is written.  Otherwise the next ``v<N>`` is
 filled shard by shard (each write atomic) and ``manifest.json`` is written last: a release without a
 manifest is incomplete, readers must ignore it, and the next run reuses and overwrites that same
@@ -151,7 +151,8 @@ def publish_dataset(
     kept, dropped = apply_filters(unique.values(), filter_config or FilterConfig())
     kept, missing = _with_readable_data(root, kept)
     rejections = sorted(
-        [_filter_rejection(r, f, run_id, now) for r, f in dropped] + [_missing_rejection(r, why, run_id, now) for r, why in missing],
+        [_filter_rejection(r, f, run_id, now) for r, f in dropped]
+        + [_missing_rejection(r, why, run_id, now) for r, why in missing],
         key=lambda r: r["item_id"],
     )
     if rejections:  # a pure function of the judged rows: rewritten whole on every publish
@@ -218,7 +219,9 @@ def publish_dataset(
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
     root.write_text(posixpath.join(DIRS["dataset"], "LATEST"), f"v{number}\n")
-    log.info("published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(parts), len(rejections))
+    log.info(
+        "published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(parts), len(rejections)
+    )
     return manifest
 
 
@@ -245,9 +248,17 @@ def _with_readable_data(root: DataRoot, rows: list[dict]) -> tuple[list[dict], l
 
 
 def _missing_rejection(row: dict, why: str, run_id: str | None, now: datetime) -> dict:
-    return {"item_id": row["sample_id"], "stage": STAGE, "reason_code": "data_file_missing", "reason": why,
-            "file_id": row.get("file_id"), "query_id": row.get("query_id"), "raw": None, "created_at": now,
-            "run_id": run_id}
+    return {
+        "item_id": row["sample_id"],
+        "stage": STAGE,
+        "reason_code": "data_file_missing",
+        "reason": why,
+        "file_id": row.get("file_id"),
+        "query_id": row.get("query_id"),
+        "raw": None,
+        "created_at": now,
+        "run_id": run_id,
+    }
 
 
 def _carry_files(root: DataRoot, vdir: str, rows: list[dict]) -> list[dict]:
@@ -270,10 +281,17 @@ def _carry_files(root: DataRoot, vdir: str, rows: list[dict]) -> list[dict]:
                 provenance = json.loads(info.get("provenance") or "{}")
             except json.JSONDecodeError:
                 provenance = {}
-            sources[fid] = {"file_id": fid, "path": rel, "name": posixpath.basename(rel), "bytes": len(data),
-                            "sha256": hashlib.sha256(data).hexdigest(), "source": info.get("source"),
-                            "license": provenance.get("license") if isinstance(provenance, dict) else None,
-                            "split": row["split"], "samples": 0}
+            sources[fid] = {
+                "file_id": fid,
+                "path": rel,
+                "name": posixpath.basename(rel),
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "source": info.get("source"),
+                "license": provenance.get("license") if isinstance(provenance, dict) else None,
+                "split": row["split"],
+                "samples": 0,
+            }
         sources[fid]["samples"] += 1
         row["data_uri"] = sources[fid]["path"]
     return sorted(sources.values(), key=lambda s: s["file_id"])

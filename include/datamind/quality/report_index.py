@@ -61,8 +61,11 @@ def _row(doc: dict) -> str:
     ok = bool(doc.get("success"))
     links = " · ".join(
         _link(f"{d}/{target}", label)
-        for target, label in (("data_docs/index.html", "Data Docs"), ("validation.json", "validation.json"),
-                              ("summary.json", "summary.json"))
+        for target, label in (
+            ("data_docs/index.html", "Data Docs"),
+            ("validation.json", "validation.json"),
+            ("summary.json", "summary.json"),
+        )
     )
     n_rows = (doc.get("summary") or {}).get("n_rows", "")
     cells = [
@@ -81,11 +84,13 @@ def _row(doc: dict) -> str:
 def render_index(summaries: list[dict]) -> str:
     n_fail = sum(1 for s in summaries if not s.get("success"))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    head = ("<tr><th>created</th><th>stage</th><th>run</th><th>table</th><th>rows</th><th>result</th>"
-            "<th>expectations</th><th>open</th></tr>")
+    head = (
+        "<tr><th>created</th><th>stage</th><th>run</th><th>table</th><th>rows</th><th>result</th>"
+        "<th>expectations</th><th>open</th></tr>"
+    )
     body = "\n".join(_row(s) for s in summaries) or '<tr><td colspan="8">no reports yet</td></tr>'
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>DATAMIND data quality reports</title>"
         f"<style>{_STYLE}</style></head><body>\n"
         "<h1>DATAMIND data quality reports</h1>\n"

@@ -123,9 +123,7 @@ def contract_expectations(table: schemas.TableSchema) -> list[Expectation]:
     if len(ids) == 1:
         out.append(_e("ExpectColumnValuesToBeUnique", f"{ids[0]} identifies a row", column=ids[0]))
     else:
-        out.append(
-            _e("ExpectCompoundColumnsToBeUnique", f"({', '.join(ids)}) identifies a row", column_list=list(ids))
-        )
+        out.append(_e("ExpectCompoundColumnsToBeUnique", f"({', '.join(ids)}) identifies a row", column_list=list(ids)))
     return out
 
 
@@ -143,20 +141,30 @@ def _catalog_files(limits: Limits) -> Suite:
         _e("ExpectColumnValuesToMatchRegex", "content hash is a hex sha256", column="content_sha256", regex=_SHA256),
         *_non_negative("size_bytes"),
         _between("size_bytes", 0, limits.max_file_bytes, "larger files are rejected before parsing", **accepted),
-        _e("ExpectColumnValuesToNotBeNull", "a rejected file records why", column="reason_code",
-           when=("status", "rejected")),
+        _e(
+            "ExpectColumnValuesToNotBeNull",
+            "a rejected file records why",
+            column="reason_code",
+            when=("status", "rejected"),
+        ),
         _e("ExpectColumnValuesToNotBeNull", "an accepted file has a staged copy", column="staged_uri", **accepted),
         _between("n_tables", 1, None, "an accepted file holds at least one accepted table", **accepted),
         _between("n_rows", limits.min_rows, None, f"accepted tables have >= {limits.min_rows} rows", **accepted),
         _between("n_cols", 1, None, "accepted tables have columns", **accepted),
     ]
     checks = (
-        _check("verdicts_match_status", "table verdicts agree with the file status and n_tables",
-               ("status", "n_tables", "table_verdicts"), semantic.accepted_file_consistent),
-        _check("within_size_limits",
-               f"accepted tables have <= {limits.max_rows} rows and <= {limits.max_cols} columns each",
-               ("status", "n_tables", "n_rows", "n_cols"),
-               semantic.accepted_file_within_limits(limits.max_rows, limits.max_cols)),
+        _check(
+            "verdicts_match_status",
+            "table verdicts agree with the file status and n_tables",
+            ("status", "n_tables", "table_verdicts"),
+            semantic.accepted_file_consistent,
+        ),
+        _check(
+            "within_size_limits",
+            f"accepted tables have <= {limits.max_rows} rows and <= {limits.max_cols} columns each",
+            ("status", "n_tables", "n_rows", "n_cols"),
+            semantic.accepted_file_within_limits(limits.max_rows, limits.max_cols),
+        ),
     )
     return Suite(t.name, "file_id", tuple(exps), checks)
 
@@ -164,24 +172,35 @@ def _catalog_files(limits: Limits) -> Suite:
 def _catalog_tables(limits: Limits) -> Suite:
     t = schemas.CATALOG_TABLES
     exps = contract_expectations(t) + [
-        _e("ExpectCompoundColumnsToBeUnique", "a table name appears once per file",
-           column_list=["file_id", "table_name"]),
+        _e(
+            "ExpectCompoundColumnsToBeUnique",
+            "a table name appears once per file",
+            column_list=["file_id", "table_name"],
+        ),
         _in_set("format", TABLE_FORMATS, "only csv, xlsx and sqlite tables are catalogued"),
         _between("n_rows", 1, limits.max_rows, f"acceptance limits: at most {limits.max_rows} rows"),
         # Database tables are judged per database (small lookup tables are normal there); spreadsheet
         # tables each stand alone and must meet the minimum.
         *[
-            _between("n_rows", limits.min_rows, limits.max_rows,
-                     f"acceptance limits for {fmt} tables: {limits.min_rows}..{limits.max_rows} rows",
-                     when=("format", fmt))
+            _between(
+                "n_rows",
+                limits.min_rows,
+                limits.max_rows,
+                f"acceptance limits for {fmt} tables: {limits.min_rows}..{limits.max_rows} rows",
+                when=("format", fmt),
+            )
             for fmt in ("csv", "xlsx")
         ],
         _between("n_cols", 1, limits.max_cols, f"acceptance limits: 1..{limits.max_cols} columns"),
         _not_blank("table_name", "the table name is how prompts and solutions refer to it"),
     ]
     checks = (
-        _check("columns_match_n_cols", "column names and profiles agree with n_cols",
-               ("n_cols", "columns", "column_profiles"), semantic.columns_match_count),
+        _check(
+            "columns_match_n_cols",
+            "column names and profiles agree with n_cols",
+            ("n_cols", "columns", "column_profiles"),
+            semantic.columns_match_count,
+        ),
     )
     return Suite(t.name, "table_id", tuple(exps), checks)
 
@@ -198,8 +217,12 @@ def _queries(limits: Limits) -> Suite:
         *_non_negative("prompt_tokens", "completion_tokens"),
     ]
     checks = (
-        _check("lineage_matches_hop", "a composed query names its parents and root; a 1-hop query has none",
-               ("hop", "parent_query_ids", "root_query_id"), semantic.lineage_matches_hop),
+        _check(
+            "lineage_matches_hop",
+            "a composed query names its parents and root; a 1-hop query has none",
+            ("hop", "parent_query_ids", "root_query_id"),
+            semantic.lineage_matches_hop,
+        ),
     )
     return Suite(t.name, "query_id", tuple(exps), checks)
 
@@ -207,19 +230,37 @@ def _queries(limits: Limits) -> Suite:
 def _trajectories(limits: Limits) -> Suite:
     t = schemas.TRAJECTORIES
     exps = contract_expectations(t) + [
-        _e("ExpectCompoundColumnsToBeUnique", "one trajectory per query, sample and reflection round",
-           column_list=["query_id", "sample_index", "reflection_round"]),
+        _e(
+            "ExpectCompoundColumnsToBeUnique",
+            "one trajectory per query, sample and reflection round",
+            column_list=["query_id", "sample_index", "reflection_round"],
+        ),
         _in_set("status", TRAJECTORY_STATUSES, "rollout ends answered, at max turns, or in error"),
-        *_non_negative("sample_index", "reflection_round", "n_turns", "n_void_turns",
-                       "prompt_tokens", "completion_tokens"),
-        _e("ExpectColumnPairValuesAToBeGreaterThanB", "void turns are a subset of all turns",
-           column_A="n_turns", column_B="n_void_turns", or_equal=True, ignore_row_if="either_value_is_missing"),
+        *_non_negative(
+            "sample_index", "reflection_round", "n_turns", "n_void_turns", "prompt_tokens", "completion_tokens"
+        ),
+        _e(
+            "ExpectColumnPairValuesAToBeGreaterThanB",
+            "void turns are a subset of all turns",
+            column_A="n_turns",
+            column_B="n_void_turns",
+            or_equal=True,
+            ignore_row_if="either_value_is_missing",
+        ),
     ]
     checks = (
-        _check("answered_has_answer", "an answered trajectory carries its final answer",
-               ("status", "final_answer"), semantic.answered_has_answer),
-        _check("messages_well_formed", "every trajectory has messages and every message a role",
-               ("messages",), semantic.messages_well_formed(final_from_assistant=False)),
+        _check(
+            "answered_has_answer",
+            "an answered trajectory carries its final answer",
+            ("status", "final_answer"),
+            semantic.answered_has_answer,
+        ),
+        _check(
+            "messages_well_formed",
+            "every trajectory has messages and every message a role",
+            ("messages",),
+            semantic.messages_well_formed(final_from_assistant=False),
+        ),
     )
     return Suite(t.name, "trajectory_id", tuple(exps), checks)
 
@@ -236,8 +277,12 @@ def _dataset(limits: Limits) -> Suite:
         *_non_negative("reflection_round"),
     ]
     checks = (
-        _check("messages_well_formed", "a training sample has messages with roles and ends on the assistant's turn",
-               ("messages",), semantic.messages_well_formed(final_from_assistant=True)),
+        _check(
+            "messages_well_formed",
+            "a training sample has messages with roles and ends on the assistant's turn",
+            ("messages",),
+            semantic.messages_well_formed(final_from_assistant=True),
+        ),
     )
     return Suite(t.name, "sample_id", tuple(exps), checks)
 
@@ -245,8 +290,12 @@ def _dataset(limits: Limits) -> Suite:
 def _rejections(limits: Limits) -> Suite:
     t = schemas.REJECTIONS
     exps = contract_expectations(t) + [
-        _e("ExpectColumnValuesToMatchRegex", "drops are attributed to a named stage (snake_case)",
-           column="stage", regex=_STAGE_NAME),
+        _e(
+            "ExpectColumnValuesToMatchRegex",
+            "drops are attributed to a named stage (snake_case)",
+            column="stage",
+            regex=_STAGE_NAME,
+        ),
         _not_blank("reason_code", "every drop records a reason code"),
         _not_blank("item_id", "a drop names the dropped item"),
     ]

@@ -198,9 +198,16 @@ def format_summary(summary: Mapping) -> list[str]:
     for key in ("n_files", "n_queries", "accepted_tables", "accepted_rows", "total_rows"):
         if key in summary:
             lines.append(f"{key.removeprefix('n_')}: {summary[key]}")
-    for key, label in (("by_status", "status"), ("by_format", "format"), ("by_backend", "backend"),
-                       ("by_data_format", "data format"), ("by_stage", "stage"),
-                       ("by_reflection_round", "reflection round"), ("by_category", "category"), ("by_hop", "hop")):
+    for key, label in (
+        ("by_status", "status"),
+        ("by_format", "format"),
+        ("by_backend", "backend"),
+        ("by_data_format", "data format"),
+        ("by_stage", "stage"),
+        ("by_reflection_round", "reflection round"),
+        ("by_category", "category"),
+        ("by_hop", "hop"),
+    ):
         if key in summary:
             lines.append(f"{label}: {_dist_line(summary[key])}")
     if "void_turn_rate" in summary:
@@ -214,6 +221,8 @@ def format_summary(summary: Mapping) -> list[str]:
         )
     if "drop_reasons" in summary:
         reasons = summary["drop_reasons"]
-        lines.append("drop reasons: " + (", ".join(f"{r['stage']}/{r['reason_code']}={r['count']}" for r in reasons)
-                                         if reasons else "(none)"))
+        lines.append(
+            "drop reasons: "
+            + (", ".join(f"{r['stage']}/{r['reason_code']}={r['count']}" for r in reasons) if reasons else "(none)")
+        )
     return lines

@@ -75,7 +75,8 @@ class QualityReport:
     def failed(self, expectation_type: str, column: str | None = None) -> list[dict]:
         """Failures of one expectation type (snake_case, as GX names it), optionally on one column."""
         return [
-            f for f in self.failures
+            f
+            for f in self.failures
             if f["expectation"] == expectation_type and (column is None or f["column"] == column)
         ]
 
@@ -181,17 +182,19 @@ def extract_failures(validation: dict) -> list[dict]:
             examples = [_short(res["details"])]
         else:
             examples = [_short(res["observed_value"])] if "observed_value" in res else []
-        out.append({
-            "expectation": cfg.get("type"),
-            "column": ",".join(columns) or None,
-            "row_condition": _condition(kw),
-            "why": cfg.get("notes"),
-            "element_count": res.get("element_count"),
-            "unexpected_count": res.get("unexpected_count"),
-            "unexpected_percent": res.get("unexpected_percent"),
-            "examples": examples[:_MAX_EXAMPLES],
-            "error": _exception_message(r.get("exception_info")),
-        })
+        out.append(
+            {
+                "expectation": cfg.get("type"),
+                "column": ",".join(columns) or None,
+                "row_condition": _condition(kw),
+                "why": cfg.get("notes"),
+                "element_count": res.get("element_count"),
+                "unexpected_count": res.get("unexpected_count"),
+                "unexpected_percent": res.get("unexpected_percent"),
+                "examples": examples[:_MAX_EXAMPLES],
+                "error": _exception_message(r.get("exception_info")),
+            }
+        )
     return out
 
 
@@ -210,8 +213,9 @@ def _failure_line(f: dict) -> str:
     return f"FAILED {f['expectation']}{where}: {what}{eg}"
 
 
-def summary_text(table: str, stage: str, run_id: str, success: bool, stats: dict, summary: dict,
-                 failures: list[dict], docs_uri: str) -> str:
+def summary_text(
+    table: str, stage: str, run_id: str, success: bool, stats: dict, summary: dict, failures: list[dict], docs_uri: str
+) -> str:
     n_eval = stats.get("evaluated_expectations", 0)
     n_bad = stats.get("unsuccessful_expectations", 0)
     verdict = f"PASSED all {n_eval}" if success else f"FAILED {n_bad} of {n_eval}"
@@ -268,12 +272,15 @@ def validate_table(
         "index": root.uri(REPORTS, "index.html"),
     }
     text = summary_text(table_name, stage, run_id, success, stats, summary, failures, uris["data_docs"])
-    report = QualityReport(table_name, stage, run_id, suite.name, success, stats, failures, summary, text,
-                           rel_dir, uris)
+    report = QualityReport(
+        table_name, stage, run_id, suite.name, success, stats, failures, summary, text, rel_dir, uris
+    )
 
     header = {"table": table_name, "stage": stage, "run_id": run_id, "suite": suite.name}
-    root.write_text(posixpath.join(rel_dir, "validation.json"),
-                    json.dumps({**header, "validation": validation}, indent=1, default=str, ensure_ascii=False))
+    root.write_text(
+        posixpath.join(rel_dir, "validation.json"),
+        json.dumps({**header, "validation": validation}, indent=1, default=str, ensure_ascii=False),
+    )
     summary_doc = {
         **header,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -283,14 +290,21 @@ def validate_table(
         "summary": summary,
         "uris": uris,
     }
-    root.write_text(posixpath.join(rel_dir, "summary.json"),
-                    json.dumps(summary_doc, indent=1, default=str, ensure_ascii=False))
+    root.write_text(
+        posixpath.join(rel_dir, "summary.json"), json.dumps(summary_doc, indent=1, default=str, ensure_ascii=False)
+    )
     if update_index:
         rebuild_index(root)
 
     if not success:
-        log.warning("data quality FAILED for %s (stage %s, run %s): %d expectation(s), see %s",
-                    table_name, stage, run_id, len(failures), uris["data_docs"])
+        log.warning(
+            "data quality FAILED for %s (stage %s, run %s): %d expectation(s), see %s",
+            table_name,
+            stage,
+            run_id,
+            len(failures),
+            uris["data_docs"],
+        )
     if raise_on_failure and not success:
         raise QualityError(report)
     return report

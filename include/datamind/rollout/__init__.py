@@ -1,4 +1,4 @@
-"""Trajectory sampling: a ReAct agent (``<think>`` / ``<code>`` / ``<interpreter>`` / ``<answer>``) run N times per query.
+"""Trajectory sampling: a ReAct agent (``<think>``, ``<code>``, ``<interpreter>``, ``<answer>``) run N times a query.
 
 ``protocol`` formats and parses turns, ``agent`` drives any policy through a sandbox session,
 ``policies`` holds the offline expert (replays reference solution variants) and the LLM expert,

@@ -48,13 +48,14 @@ class _Discard(io.TextIOBase):
         return len(s)
 
 
-def serve(ctl_fd: int, kind: str, language: str, db_path: str | None, sql_timeout_s: float,
-          cpu_s: int) -> None:
+def serve(ctl_fd: int, kind: str, language: str, db_path: str | None, sql_timeout_s: float, cpu_s: int) -> None:
     """Loop of the cell process: one request for a one-shot cell, many for a live interpreter."""
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", write_through=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", write_through=True)
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
+    )
     ctl = socket.socket(fileno=ctl_fd)
     namespace = _new_namespace(language, db_path, sql_timeout_s)
     _seed_random_generators()

@@ -32,9 +32,16 @@ from datamind.sandbox.limits import SandboxUnavailable
 
 _MAX_MSG = 1 << 16
 # Thread pools would make fork() unsafe and multiply the pids a cell needs.
-SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                     "NUMEXPR_MAX_THREADS": "1", "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1",
-                     "POLARS_MAX_THREADS": "1", "ARROW_NUM_THREADS": "1"}
+SINGLE_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_MAX_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+    "POLARS_MAX_THREADS": "1",
+    "ARROW_NUM_THREADS": "1",
+}
 
 
 # ----------------------------------------------------------------------------------------- zygote
@@ -61,9 +68,12 @@ def zygote_main(fd: int) -> None:
         # Started with -I, our own sys.path is exactly what a cell may import from.
         python_paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if os.path.isdir(p))}
         expose = [(p, False) for p in sorted(python_paths)] + [tuple(e) for e in config["expose"]]
-        notes += isolation.hide_and_expose(config["hide"], expose,
-                                           tmp_mb=config["tmp_mb"],
-                                           check_traversal=(mode == "root" or cell_inner_id is not None))
+        notes += isolation.hide_and_expose(
+            config["hide"],
+            expose,
+            tmp_mb=config["tmp_mb"],
+            check_traversal=(mode == "root" or cell_inner_id is not None),
+        )
     except OSError as exc:
         layers = [x for x in layers if x != "mount_namespace"] if "mount" in str(exc) else []
         import traceback
@@ -107,8 +117,9 @@ def _raise_exit(*_args) -> None:
 
 
 class _Zygote:
-    def __init__(self, ctl: socket.socket, mode: str, cgroup, cell_inner_id: int | None,
-                 proc_fd: int | None, use_pidns: bool) -> None:
+    def __init__(
+        self, ctl: socket.socket, mode: str, cgroup, cell_inner_id: int | None, proc_fd: int | None, use_pidns: bool
+    ) -> None:
         self.ctl, self.mode, self.cgroup, self.cell_inner_id = ctl, mode, cgroup, cell_inner_id
         self.use_pidns = use_pidns
         self.proc_fd = proc_fd
@@ -192,8 +203,16 @@ class _Zygote:
             self.uids.pop(pid, None)
             if cg_path is not None:
                 self.cgroup.remove(cg_path)
-            _send(self.ctl, {"event": "exit", "pid": pid, "status": status, "maxrss_kb": usage.ru_maxrss,
-                             "cpu_s": usage.ru_utime + usage.ru_stime})
+            _send(
+                self.ctl,
+                {
+                    "event": "exit",
+                    "pid": pid,
+                    "status": status,
+                    "maxrss_kb": usage.ru_maxrss,
+                    "cpu_s": usage.ru_utime + usage.ru_stime,
+                },
+            )
 
     def shutdown(self) -> None:
         """Kill every cell (and what it left behind), reaping them so their cgroups can be removed."""
@@ -259,9 +278,16 @@ def _child(req: dict, fds: list[int], mode: str, cg_path, cell_inner_id: int | N
         if not use_pidns and os.getppid() != zygote_pid:
             os._exit(70)
         os.environ.clear()
-        os.environ.update({"HOME": req["workdir"], "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-                           "PATH": "/usr/local/bin:/usr/bin:/bin", "MPLCONFIGDIR": req["workdir"],
-                           **SINGLE_THREAD_ENV})
+        os.environ.update(
+            {
+                "HOME": req["workdir"],
+                "TMPDIR": "/tmp",
+                "LANG": "C.UTF-8",
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "MPLCONFIGDIR": req["workdir"],
+                **SINGLE_THREAD_ENV,
+            }
+        )
         sys.argv = ["<cell>"]
         cell.serve(3, req["kind"], req["language"], req.get("db_path"), limits.sql_timeout_s, limits.cpu_s)
         code = 0
@@ -358,13 +384,23 @@ class ZygoteClient:
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = host_end
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", "import sys; from datamind.sandbox.forkserver import zygote_main; "
-             "zygote_main(int(sys.argv[1]))", str(zygote_end.fileno())],
-            pass_fds=[zygote_end.fileno()], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            cwd="/", close_fds=True,
+            [
+                sys.executable,
+                "-I",
+                "-c",
+                "import sys; from datamind.sandbox.forkserver import zygote_main; zygote_main(int(sys.argv[1]))",
+                str(zygote_end.fileno()),
+            ],
+            pass_fds=[zygote_end.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            cwd="/",
+            close_fds=True,
             # Own session: a signal to the worker's process group (e.g. `timeout`) must not kill the zygote
             # before it cleans up; it sees EOF on its socket when the worker dies and shuts down in order.
-            start_new_session=True)
+            start_new_session=True,
+        )
         zygote_end.close()
         self._sock.send(json.dumps(config).encode())
         self._sock.settimeout(start_timeout_s)
@@ -464,5 +500,3 @@ class ZygoteClient:
             self._proc.wait()
         self._reader.join(timeout=5)
         self._sock.close()
-
-

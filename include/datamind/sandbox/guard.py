@@ -19,54 +19,284 @@ _DYNAMIC = "dynamic code execution or import tricks"
 _FS = "file deletion or changes outside the working directory"
 
 BLOCKED_MODULES: dict[str, str] = {
-    **{m: _PROCESS for m in ("subprocess", "multiprocessing", "pty", "pexpect", "signal", "resource",
-                             "_posixsubprocess", "posix", "nt", "fcntl", "sh", "plumbum")},
-    **{m: _NETWORK for m in ("socket", "ssl", "http", "urllib", "urllib3", "requests", "httpx", "aiohttp",
-                             "ftplib", "smtplib", "poplib", "imaplib", "telnetlib", "xmlrpc", "socketserver",
-                             "webbrowser", "asyncio", "selectors", "paramiko", "websocket", "websockets")},
-    **{m: _DYNAMIC for m in ("ctypes", "cffi", "importlib", "imp", "builtins", "__builtin__", "code", "codeop",
-                             "runpy", "pickle", "_pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle",
-                             "gc", "inspect", "pdb", "sysconfig", "site")},
+    **{
+        m: _PROCESS
+        for m in (
+            "subprocess",
+            "multiprocessing",
+            "pty",
+            "pexpect",
+            "signal",
+            "resource",
+            "_posixsubprocess",
+            "posix",
+            "nt",
+            "fcntl",
+            "sh",
+            "plumbum",
+        )
+    },
+    **{
+        m: _NETWORK
+        for m in (
+            "socket",
+            "ssl",
+            "http",
+            "urllib",
+            "urllib3",
+            "requests",
+            "httpx",
+            "aiohttp",
+            "ftplib",
+            "smtplib",
+            "poplib",
+            "imaplib",
+            "telnetlib",
+            "xmlrpc",
+            "socketserver",
+            "webbrowser",
+            "asyncio",
+            "selectors",
+            "paramiko",
+            "websocket",
+            "websockets",
+        )
+    },
+    **{
+        m: _DYNAMIC
+        for m in (
+            "ctypes",
+            "cffi",
+            "importlib",
+            "imp",
+            "builtins",
+            "__builtin__",
+            "code",
+            "codeop",
+            "runpy",
+            "pickle",
+            "_pickle",
+            "cPickle",
+            "marshal",
+            "shelve",
+            "dill",
+            "cloudpickle",
+            "gc",
+            "inspect",
+            "pdb",
+            "sysconfig",
+            "site",
+        )
+    },
 }
 # In SQL mode the database is reached only through the read-only tools.
-SQL_MODE_BLOCKED_MODULES = {"sqlite3": "opening the database directly (use get_db_info()/execute_sql())",
-                            "_sqlite3": "opening the database directly (use get_db_info()/execute_sql())"}
+SQL_MODE_BLOCKED_MODULES = {
+    "sqlite3": "opening the database directly (use get_db_info()/execute_sql())",
+    "_sqlite3": "opening the database directly (use get_db_info()/execute_sql())",
+}
 
-_OS_PROCESS = ("system", "popen", "fork", "forkpty", "vfork", "execl", "execle", "execlp", "execlpe", "execv",
-               "execve", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv", "spawnve",
-               "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "kill", "killpg", "setsid", "setuid",
-               "setgid", "seteuid", "setegid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
-               "_exit", "abort", "startfile", "plock", "register_at_fork", "pidfd_open")
-_OS_FS = ("remove", "unlink", "rmdir", "removedirs", "rename", "renames", "replace", "chmod", "lchmod", "fchmod",
-          "chown", "lchown", "fchown", "chroot", "chdir", "fchdir", "symlink", "link", "truncate", "ftruncate",
-          "mkfifo", "mknod", "putenv", "unsetenv", "open", "fdopen", "dup", "dup2", "memfd_create")
+_OS_PROCESS = (
+    "system",
+    "popen",
+    "fork",
+    "forkpty",
+    "vfork",
+    "execl",
+    "execle",
+    "execlp",
+    "execlpe",
+    "execv",
+    "execve",
+    "execvp",
+    "execvpe",
+    "spawnl",
+    "spawnle",
+    "spawnlp",
+    "spawnlpe",
+    "spawnv",
+    "spawnve",
+    "spawnvp",
+    "spawnvpe",
+    "posix_spawn",
+    "posix_spawnp",
+    "kill",
+    "killpg",
+    "setsid",
+    "setuid",
+    "setgid",
+    "seteuid",
+    "setegid",
+    "setreuid",
+    "setregid",
+    "setresuid",
+    "setresgid",
+    "setgroups",
+    "_exit",
+    "abort",
+    "startfile",
+    "plock",
+    "register_at_fork",
+    "pidfd_open",
+)
+_OS_FS = (
+    "remove",
+    "unlink",
+    "rmdir",
+    "removedirs",
+    "rename",
+    "renames",
+    "replace",
+    "chmod",
+    "lchmod",
+    "fchmod",
+    "chown",
+    "lchown",
+    "fchown",
+    "chroot",
+    "chdir",
+    "fchdir",
+    "symlink",
+    "link",
+    "truncate",
+    "ftruncate",
+    "mkfifo",
+    "mknod",
+    "putenv",
+    "unsetenv",
+    "open",
+    "fdopen",
+    "dup",
+    "dup2",
+    "memfd_create",
+)
 BLOCKED_NAMES: dict[str, str] = {
     **{f"os.{n}": _PROCESS for n in _OS_PROCESS},
     **{f"os.{n}": _FS for n in _OS_FS},
     **{f"shutil.{n}": _FS for n in ("rmtree", "move", "chown", "unpack_archive", "make_archive")},
-    **{f"sys.{n}": _DYNAMIC for n in ("modules", "_getframe", "settrace", "setprofile", "addaudithook",
-                                      "meta_path", "path_hooks", "__stdout__", "__stderr__", "breakpointhook")},
+    **{
+        f"sys.{n}": _DYNAMIC
+        for n in (
+            "modules",
+            "_getframe",
+            "settrace",
+            "setprofile",
+            "addaudithook",
+            "meta_path",
+            "path_hooks",
+            "__stdout__",
+            "__stderr__",
+            "breakpointhook",
+        )
+    },
     **{f"pandas.{n}": _DYNAMIC for n in ("read_pickle",)},
 }
 BLOCKED_BUILTINS: dict[str, str] = {
-    **{n: _DYNAMIC for n in ("eval", "exec", "compile", "__import__", "breakpoint", "globals", "__builtins__",
-                             "__loader__", "__spec__")},
+    **{
+        n: _DYNAMIC
+        for n in (
+            "eval",
+            "exec",
+            "compile",
+            "__import__",
+            "breakpoint",
+            "globals",
+            "__builtins__",
+            "__loader__",
+            "__spec__",
+        )
+    },
 }
 # Attribute names refused on any object: sandbox-escape gadgets and destructive path methods.
 BLOCKED_ATTRS: dict[str, str] = {
-    **{n: _DYNAMIC for n in ("__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__",
-                             "__getattribute__", "__import__", "__loader__", "__spec__", "__bases__", "__base__",
-                             "__mro__", "__reduce__", "__reduce_ex__", "__self__", "__func__", "__dict__",
-                             "f_globals", "f_locals", "f_builtins", "f_back", "gi_frame", "cr_frame", "ag_frame",
-                             "tb_frame", "tb_next", "read_pickle", "to_pickle", "system", "popen")},
-    **{n: _FS for n in ("unlink", "rmdir", "rmtree", "symlink_to", "hardlink_to", "link_to", "chmod", "lchmod",
-                        "chown", "lchown")},
+    **{
+        n: _DYNAMIC
+        for n in (
+            "__subclasses__",
+            "__globals__",
+            "__builtins__",
+            "__code__",
+            "__closure__",
+            "__getattribute__",
+            "__import__",
+            "__loader__",
+            "__spec__",
+            "__bases__",
+            "__base__",
+            "__mro__",
+            "__reduce__",
+            "__reduce_ex__",
+            "__self__",
+            "__func__",
+            "__dict__",
+            "f_globals",
+            "f_locals",
+            "f_builtins",
+            "f_back",
+            "gi_frame",
+            "cr_frame",
+            "ag_frame",
+            "tb_frame",
+            "tb_next",
+            "read_pickle",
+            "to_pickle",
+            "system",
+            "popen",
+        )
+    },
+    **{
+        n: _FS
+        for n in (
+            "unlink",
+            "rmdir",
+            "rmtree",
+            "symlink_to",
+            "hardlink_to",
+            "link_to",
+            "chmod",
+            "lchmod",
+            "chown",
+            "lchown",
+        )
+    },
 }
 # Calls whose string arguments are paths: a literal path outside the working directory is refused.
-_FILE_CALLS = {"open", "Path", "PurePath", "listdir", "scandir", "walk", "stat", "glob", "iglob", "rglob",
-               "loadtxt", "savetxt", "genfromtxt", "fromfile", "tofile", "save", "savez", "connect", "copy",
-               "copy2", "copyfile", "copytree", "makedirs", "mkdir", "ExcelFile", "ExcelWriter", "File",
-               "write_text", "write_bytes", "read_text", "read_bytes", "exists", "isfile", "isdir", "realpath"}
+_FILE_CALLS = {
+    "open",
+    "Path",
+    "PurePath",
+    "listdir",
+    "scandir",
+    "walk",
+    "stat",
+    "glob",
+    "iglob",
+    "rglob",
+    "loadtxt",
+    "savetxt",
+    "genfromtxt",
+    "fromfile",
+    "tofile",
+    "save",
+    "savez",
+    "connect",
+    "copy",
+    "copy2",
+    "copyfile",
+    "copytree",
+    "makedirs",
+    "mkdir",
+    "ExcelFile",
+    "ExcelWriter",
+    "File",
+    "write_text",
+    "write_bytes",
+    "read_text",
+    "read_bytes",
+    "exists",
+    "isfile",
+    "isdir",
+    "realpath",
+}
 _URL = re.compile(r"^\s*(https?|ftps?|s3a?|gs|gcs|az|abfss?|hdfs|file|sftp|ssh|wss?)://", re.IGNORECASE)
 _OUTSIDE_PATH = re.compile(r"^\s*(/[^/\s]|~[\w.-]*/|\\\\)|(^|[/\\])\.\.([/\\]|$)")
 
@@ -102,8 +332,11 @@ def check(code: str, language: str = "python") -> list[Violation]:
                     if alias.name == "*" and node.module.split(".")[0] in ("os", "shutil", "sys"):
                         add(node, f"from {node.module} import *", _DYNAMIC)
                     elif full in BLOCKED_NAMES or _module_reason(full, blocked_modules):
-                        add(node, f"from {node.module} import {alias.name}",
-                            BLOCKED_NAMES.get(full) or _module_reason(full, blocked_modules))
+                        add(
+                            node,
+                            f"from {node.module} import {alias.name}",
+                            BLOCKED_NAMES.get(full) or _module_reason(full, blocked_modules),
+                        )
         elif isinstance(node, ast.Name):
             if node.id in BLOCKED_BUILTINS and node.id not in aliases:
                 add(node, node.id, BLOCKED_BUILTINS[node.id])
@@ -131,8 +364,9 @@ def describe(violations: list[Violation]) -> str:
             continue
         seen.add((v.line, v.what))
         lines.append(f"  line {v.line}: `{v.what}` is not allowed ({v.why}).")
-    lines.append("Work only with the data file(s) in the current working directory, using pandas/numpy "
-                 "and relative paths.")
+    lines.append(
+        "Work only with the data file(s) in the current working directory, using pandas/numpy and relative paths."
+    )
     return "\n".join(lines)
 
 
@@ -218,8 +452,11 @@ def _check_call(node: ast.Call, aliases: dict[str, str], add) -> None:
     if name in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) >= 2:
         target, attr = node.args[0], node.args[1]
         if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
-            if attr.value in BLOCKED_ATTRS or attr.value.startswith("__") or (
-                    f"{_dotted(target, aliases)}.{attr.value}" in BLOCKED_NAMES):
+            if (
+                attr.value in BLOCKED_ATTRS
+                or attr.value.startswith("__")
+                or (f"{_dotted(target, aliases)}.{attr.value}" in BLOCKED_NAMES)
+            ):
                 add(node, f"{name}(..., {attr.value!r})", _DYNAMIC)
         elif isinstance(target, ast.Name) and target.id in aliases:
             add(node, f"{name}({target.id}, <computed name>)", _DYNAMIC)
@@ -238,8 +475,11 @@ def _check_call(node: ast.Call, aliases: dict[str, str], add) -> None:
 
 def _is_file_call(name: str, dotted: str) -> bool:
     root = dotted.split(".")[0]
-    return (name in _FILE_CALLS or name.startswith(("read_", "to_", "load")) or
-            root in ("os", "shutil", "glob", "pathlib", "io", "codecs"))
+    return (
+        name in _FILE_CALLS
+        or name.startswith(("read_", "to_", "load"))
+        or root in ("os", "shutil", "glob", "pathlib", "io", "codecs")
+    )
 
 
 def _literal_text(node: ast.AST) -> str | None:

@@ -57,12 +57,12 @@ def prctl(option: int, arg: int = 0) -> None:
 
 def drop_all_capabilities() -> None:
     """capset(2) with empty sets: a namespace-root cell can no longer unmount or reconfigure anything."""
+
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
     header = Header(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (Data * 2)()
@@ -139,8 +139,9 @@ def _unshare_user_with_helper(id_map: str) -> None:
         raise OSError(errno.EPERM, "could not write the user-namespace id map")
 
 
-def hide_and_expose(hide: list[str], expose: list[tuple[str, bool]], *, tmp_mb: int,
-                    check_traversal: bool) -> list[str]:
+def hide_and_expose(
+    hide: list[str], expose: list[tuple[str, bool]], *, tmp_mb: int, check_traversal: bool
+) -> list[str]:
     """Cover `hide` with empty tmpfs mounts, bind `expose` (path, writable) back in. Returns notes."""
     notes: list[str] = []
     exposes = [(os.path.realpath(p), w) for p, w in expose if os.path.exists(p)]

@@ -61,13 +61,39 @@ class SandboxLimits:
     pids_cgroup: bool = True  # use a pids cgroup per cell when the host lets us create one
     hide_paths: tuple[str, ...] = ()  # extra host paths to hide (data root, AIRFLOW_HOME... are default)
     preload: tuple[str, ...] = field(
-        default=("numpy", "pandas", "sqlite3", "csv", "json", "math", "statistics", "re", "datetime",
-                 "collections", "itertools", "functools", "decimal", "fractions", "random", "string")
+        default=(
+            "numpy",
+            "pandas",
+            "sqlite3",
+            "csv",
+            "json",
+            "math",
+            "statistics",
+            "re",
+            "datetime",
+            "collections",
+            "itertools",
+            "functools",
+            "decimal",
+            "fractions",
+            "random",
+            "string",
+        )
     )
 
     def __post_init__(self) -> None:
-        for name in ("cpu_s", "wall_s", "memory_mb", "max_procs", "max_file_mb", "max_open_files",
-                     "max_output_bytes", "sql_timeout_s", "tmp_mb", "max_code_chars"):
+        for name in (
+            "cpu_s",
+            "wall_s",
+            "memory_mb",
+            "max_procs",
+            "max_file_mb",
+            "max_open_files",
+            "max_output_bytes",
+            "sql_timeout_s",
+            "tmp_mb",
+            "max_code_chars",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)!r}")
         if self.head_chars < 0 or self.tail_chars < 0:

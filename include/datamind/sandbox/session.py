@@ -66,8 +66,12 @@ class Observation:
 class Sandbox:
     """Owns the zygote process; hands out sessions (one per trajectory)."""
 
-    def __init__(self, limits: SandboxLimits | None = None, mode: Literal["chunked", "live"] = "chunked",
-                 workdir_root: str | None = None) -> None:
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        mode: Literal["chunked", "live"] = "chunked",
+        workdir_root: str | None = None,
+    ) -> None:
         if mode not in ("chunked", "live"):
             raise ValueError(f"mode must be 'chunked' or 'live', got {mode!r}")
         if not sys.platform.startswith("linux"):
@@ -85,9 +89,14 @@ class Sandbox:
         self.hidden_paths = _default_hidden_paths(self.limits)
         self._sessions: set[Session] = set()
         self._closed = False
-        config = {"mode": self.isolation_mode, "hide": self.hidden_paths, "expose": [(str(self.workdir_root), True)],
-                  "tmp_mb": self.limits.tmp_mb, "preload": list(self.limits.preload),
-                  "pids_cgroup": self.limits.pids_cgroup}
+        config = {
+            "mode": self.isolation_mode,
+            "hide": self.hidden_paths,
+            "expose": [(str(self.workdir_root), True)],
+            "tmp_mb": self.limits.tmp_mb,
+            "preload": list(self.limits.preload),
+            "pids_cgroup": self.limits.pids_cgroup,
+        }
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **SINGLE_THREAD_ENV}
         try:
             self._client = ZygoteClient(config, env)
@@ -102,10 +111,14 @@ class Sandbox:
             self.close()
             raise SandboxUnavailable(
                 f"isolation policy 'strict' not met: missing {missing}; active layers {self.layers}; "
-                f"notes {self.notes}. Fix the host or set isolation='best_effort' explicitly.")
+                f"notes {self.notes}. Fix the host or set isolation='best_effort' explicitly."
+            )
         if missing:
-            log.warning("sandbox running with degraded isolation (policy best_effort): missing %s, active %s",
-                        missing, self.layers)
+            log.warning(
+                "sandbox running with degraded isolation (policy best_effort): missing %s, active %s",
+                missing,
+                self.layers,
+            )
 
     def _pick_isolation_mode(self) -> str:
         wanted = self.limits.isolation_mode
@@ -116,16 +129,19 @@ class Sandbox:
         return wanted
 
     # -- public -----------------------------------------------------------------------------------
-    def session(self, data_files: list[str], workdir_parent: str | None = None,
-                language: Literal["python", "sql"] = "python") -> "Session":
+    def session(
+        self, data_files: list[str], workdir_parent: str | None = None, language: Literal["python", "sql"] = "python"
+    ) -> "Session":
         if self._closed:
             raise RuntimeError("sandbox is closed")
         if language not in ("python", "sql"):
             raise ValueError(f"language must be 'python' or 'sql', got {language!r}")
         parent = Path(workdir_parent).resolve() if workdir_parent else self.workdir_root
         if not _visible_inside(parent, self.workdir_root, self.hidden_paths):
-            raise ValueError(f"workdir_parent {parent} is hidden inside the sandbox; use a directory under "
-                             f"{self.workdir_root} or pass Sandbox(workdir_root=...)")
+            raise ValueError(
+                f"workdir_parent {parent} is hidden inside the sandbox; use a directory under "
+                f"{self.workdir_root} or pass Sandbox(workdir_root=...)"
+            )
         parent.mkdir(parents=True, exist_ok=True)
         db_path = None
         if language == "sql":
@@ -165,8 +181,15 @@ class Sandbox:
     def _spawn(self, sess: "Session", kind: str) -> "_Cell":
         out_host, out_cell = socket.socketpair()
         ctl_host, ctl_cell = socket.socketpair()
-        request = {"workdir": str(sess.workspace.path), "uid": sess.uid, "gid": sess.uid, "kind": kind,
-                   "language": sess.language, "db_path": sess.db_path, "limits": asdict(self.limits)}
+        request = {
+            "workdir": str(sess.workspace.path),
+            "uid": sess.uid,
+            "gid": sess.uid,
+            "kind": kind,
+            "language": sess.language,
+            "db_path": sess.db_path,
+            "limits": asdict(self.limits),
+        }
         try:
             pid = self._client.spawn(request, [out_cell.fileno(), ctl_cell.fileno()])
         except BaseException:
@@ -276,8 +299,9 @@ def _drain(sock: socket.socket, output: bytearray, max_bytes: int, *, block: boo
 class Session:
     """One trajectory: a working directory, its history of successful chunks, and (live mode) an interpreter."""
 
-    def __init__(self, sandbox: Sandbox, workspace: Workspace, language: str, uid: int | None,
-                 db_path: str | None) -> None:
+    def __init__(
+        self, sandbox: Sandbox, workspace: Workspace, language: str, uid: int | None, db_path: str | None
+    ) -> None:
         self.sandbox, self.workspace, self.language = sandbox, workspace, language
         self.uid, self.db_path = uid, db_path
         self.history: list[str] = []  # successful chunks, prints stripped
@@ -296,8 +320,13 @@ class Session:
         refusal = self._refuse(code, limits)
         if refusal is not None:
             kind, text = refusal
-            return Observation(False, truncate_head_tail(text, limits.head_chars, limits.tail_chars), kind,
-                               time.monotonic() - started, 0)
+            return Observation(
+                False,
+                truncate_head_tail(text, limits.head_chars, limits.tail_chars),
+                kind,
+                time.monotonic() - started,
+                0,
+            )
         prelude = "\n".join(self.history)
         if self.sandbox.mode == "chunked":
             self.workspace.reset()
@@ -390,7 +419,7 @@ def _sweep_stale_roots() -> None:
     """Remove working-directory roots left by sandbox owners that died without closing (SIGKILL, OOM)."""
     tmp = Path(tempfile.gettempdir())
     for path in tmp.glob(f"{_ROOT_PREFIX}*-*"):
-        pid = path.name[len(_ROOT_PREFIX):].split("-", 1)[0]
+        pid = path.name[len(_ROOT_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
@@ -407,8 +436,11 @@ def _sweep_stale_roots() -> None:
 def _default_hidden_paths(limits: SandboxLimits) -> list[str]:
     from datamind.settings import REPO_ROOT, Settings
 
-    hidden = [str(REPO_ROOT), os.path.expanduser("~"),
-              os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")]
+    hidden = [
+        str(REPO_ROOT),
+        os.path.expanduser("~"),
+        os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"),
+    ]
     data_root = Settings.from_env().data_root
     if "://" not in data_root or data_root.startswith("file://"):
         hidden.append(data_root.removeprefix("file://"))
@@ -421,5 +453,6 @@ def _visible_inside(path: Path, workdir_root: Path, hidden: list[str]) -> bool:
 
     if path == workdir_root or workdir_root in path.parents:
         return True
-    return not any(path == Path(h) or Path(h) in path.parents
-                   for h in [*hidden, *(os.path.realpath(d) for d in SCRATCH_DIRS)])
+    return not any(
+        path == Path(h) or Path(h) in path.parents for h in [*hidden, *(os.path.realpath(d) for d in SCRATCH_DIRS)]
+    )

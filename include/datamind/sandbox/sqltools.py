@@ -66,8 +66,9 @@ class ReadOnlyDatabase:
 
     def get_db_info(self) -> str:
         """Tables with their columns, types, keys and row counts."""
-        _, tables = self._run("SELECT name FROM sqlite_master WHERE type IN ('table','view') "
-                              "AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        _, tables = self._run(
+            "SELECT name FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        )
         parts = [f"Database: {os.path.basename(self.path)}"]
         for (name,) in tables:
             quoted = '"' + name.replace('"', '""') + '"'

@@ -10,5 +10,5 @@ def truncate_head_tail(text: str, head_chars: int, tail_chars: int) -> str:
     if len(text) <= head_chars + tail_chars:
         return text
     omitted = len(text) - head_chars - tail_chars
-    tail = text[len(text) - tail_chars:] if tail_chars else ""
+    tail = text[len(text) - tail_chars :] if tail_chars else ""
     return f"{text[:head_chars]}\n... [{omitted} characters truncated] ...\n{tail}"

@@ -57,6 +57,6 @@ class FrameBuffer:
                 raise ValueError(f"frame of {size} bytes exceeds {self.max_frame}")
             if len(self._buf) < _HEADER.size + size:
                 break
-            frames.append(json.loads(bytes(self._buf[_HEADER.size:_HEADER.size + size])))
-            del self._buf[:_HEADER.size + size]
+            frames.append(json.loads(bytes(self._buf[_HEADER.size : _HEADER.size + size])))
+            del self._buf[: _HEADER.size + size]
         return frames

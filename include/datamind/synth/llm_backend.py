@@ -36,7 +36,9 @@ def parse_query_output(text: str, category_id: str) -> dict[str, str]:
         raise ValueError("several <question> blocks; exactly one question is required")
     question = " ".join(tags["question"].split())
     if not MIN_QUESTION_CHARS <= len(question) <= MAX_QUESTION_CHARS:
-        raise ValueError(f"question length {len(question)} outside {MIN_QUESTION_CHARS}-{MAX_QUESTION_CHARS} characters")
+        raise ValueError(
+            f"question length {len(question)} outside {MIN_QUESTION_CHARS}-{MAX_QUESTION_CHARS} characters"
+        )
     cat = categories.get(category_id)
     got = _norm(tags["type"])
     if got not in (_norm(cat.id), _norm(cat.name)):
@@ -50,44 +52,85 @@ class LLMTableOutput:
     rejections: list[dict] = field(default_factory=list)
 
 
-async def _ask(client: LLMClient, out: LLMTableOutput, prompt, category_id: str, key: tuple, table: dict,
-               run_id: str | None):
+async def _ask(
+    client: LLMClient, out: LLMTableOutput, prompt, category_id: str, key: tuple, table: dict, run_id: str | None
+):
     """One parsed question, or None with a rejection recorded."""
     messages = [{"role": "user", "content": prompt.text}]
     parser = functools.partial(parse_query_output, category_id=category_id)
     try:
         res = await client.chat_parsed(ROLE, messages, parser, template_version=prompt.version)
     except ParseFailure as exc:
-        out.rejections.append(R.rejection_row(key=key, reason_code=exc.reason_code, reason=exc.reason,
-                                              file_id=table["file_id"], raw=exc.raw, run_id=run_id))
+        out.rejections.append(
+            R.rejection_row(
+                key=key,
+                reason_code=exc.reason_code,
+                reason=exc.reason,
+                file_id=table["file_id"],
+                raw=exc.raw,
+                run_id=run_id,
+            )
+        )
         return None
     except LLMCallError as exc:
-        out.rejections.append(R.rejection_row(key=key, reason_code=exc.reason_code, reason=str(exc),
-                                              file_id=table["file_id"], run_id=run_id))
+        out.rejections.append(
+            R.rejection_row(
+                key=key, reason_code=exc.reason_code, reason=str(exc), file_id=table["file_id"], run_id=run_id
+            )
+        )
         return None
     return res
 
 
-async def synthesize_table_llm(client: LLMClient, table: dict, tables: list[str], params, fingerprint: str,
-                               seeds: list[list[dict]], run_id: str | None,
-                               gate: asyncio.Semaphore | None = None) -> LLMTableOutput:
+async def synthesize_table_llm(
+    client: LLMClient,
+    table: dict,
+    tables: list[str],
+    params,
+    fingerprint: str,
+    seeds: list[list[dict]],
+    run_id: str | None,
+    gate: asyncio.Semaphore | None = None,
+) -> LLMTableOutput:
     """LLM questions for one table. ``seeds``: offline chains (rows, hop order) to compose from."""
     out = LLMTableOutput()
     tid = table["table_id"]
     try:
         meta = meta_for_prompt(table.get("meta_info"))
     except PromptError as exc:
-        out.rejections.append(R.rejection_row(key=(fingerprint, tid, "meta_info"), reason_code="bad_meta_info",
-                                              reason=str(exc), file_id=table["file_id"], run_id=run_id))
+        out.rejections.append(
+            R.rejection_row(
+                key=(fingerprint, tid, "meta_info"),
+                reason_code="bad_meta_info",
+                reason=str(exc),
+                file_id=table["file_id"],
+                run_id=run_id,
+            )
+        )
         return out
     gate = gate or asyncio.Semaphore(params.llm_concurrency)
 
     def row(category, hop, parents, root_id, parsed, res, version):
-        return R.query_row(fingerprint=fingerprint, table=table, tables=tables, category=category, hop=hop,
-                           parents=parents, root_id=root_id, question=parsed["question"],
-                           description=parsed["description"], lang=None, solution=None, answer=None,
-                           backend="llm", model=res.model, template_version=version,
-                           prompt_tokens=res.prompt_tokens, completion_tokens=res.completion_tokens, run_id=run_id)
+        return R.query_row(
+            fingerprint=fingerprint,
+            table=table,
+            tables=tables,
+            category=category,
+            hop=hop,
+            parents=parents,
+            root_id=root_id,
+            question=parsed["question"],
+            description=parsed["description"],
+            lang=None,
+            solution=None,
+            answer=None,
+            backend="llm",
+            model=res.model,
+            template_version=version,
+            prompt_tokens=res.prompt_tokens,
+            completion_tokens=res.completion_tokens,
+            run_id=run_id,
+        )
 
     async def singles(category: str) -> list[dict]:
         made: list[dict] = []
@@ -107,7 +150,9 @@ async def synthesize_table_llm(client: LLMClient, table: dict, tables: list[str]
             category = seed[hop - 1]["category"]
             prompt = render_compose_prompt(meta, category, prev_q, prev_result, hop, params.max_hops)
             async with gate:
-                res = await _ask(client, out, prompt, category, (fingerprint, tid, "chain", root["query_id"], hop), table, run_id)
+                res = await _ask(
+                    client, out, prompt, category, (fingerprint, tid, "chain", root["query_id"], hop), table, run_id
+                )
             if res is None:
                 break  # a chain cannot skip a hop: later hops would lose their input
             r = row(category, hop, [prev_id], root["query_id"], res.value, res, prompt.version)

@@ -126,30 +126,49 @@ class RenderedPrompt:
     version: str  # "<template>@<v>+<category>@<v>"
 
 
-def render_query_prompt(meta: dict[str, str], category_id: str, template_index: int = 0,
-                        avoid: list[str] | tuple = (), root: str | None = None) -> RenderedPrompt:
+def render_query_prompt(
+    meta: dict[str, str],
+    category_id: str,
+    template_index: int = 0,
+    avoid: list[str] | tuple = (),
+    root: str | None = None,
+) -> RenderedPrompt:
     spec = category_spec(category_id, root)
-    text = environment(root).get_template(QUERY_TEMPLATE).render(
-        meta=meta,
-        categories=all_category_specs(root),
-        target=spec,
-        question_template=spec.question_templates[template_index % len(spec.question_templates)],
-        exemplars=spec.exemplars,
-        avoid=list(avoid),
+    text = (
+        environment(root)
+        .get_template(QUERY_TEMPLATE)
+        .render(
+            meta=meta,
+            categories=all_category_specs(root),
+            target=spec,
+            question_template=spec.question_templates[template_index % len(spec.question_templates)],
+            exemplars=spec.exemplars,
+            avoid=list(avoid),
+        )
     )
     return RenderedPrompt(text, f"query@{template_version(QUERY_TEMPLATE, root)}+{spec.id}@{spec.version}")
 
 
-def render_compose_prompt(meta: dict[str, str], category_id: str, previous_question: str,
-                          previous_result: str | None, hop: int, max_hops: int,
-                          root: str | None = None) -> RenderedPrompt:
+def render_compose_prompt(
+    meta: dict[str, str],
+    category_id: str,
+    previous_question: str,
+    previous_result: str | None,
+    hop: int,
+    max_hops: int,
+    root: str | None = None,
+) -> RenderedPrompt:
     spec = category_spec(category_id, root)
-    text = environment(root).get_template(COMPOSE_TEMPLATE).render(
-        meta=meta,
-        target=spec,
-        previous_question=previous_question,
-        previous_result=previous_result,
-        hop=hop,
-        max_hops=max_hops,
+    text = (
+        environment(root)
+        .get_template(COMPOSE_TEMPLATE)
+        .render(
+            meta=meta,
+            target=spec,
+            previous_question=previous_question,
+            previous_result=previous_result,
+            hop=hop,
+            max_hops=max_hops,
+        )
     )
     return RenderedPrompt(text, f"compose@{template_version(COMPOSE_TEMPLATE, root)}+{spec.id}@{spec.version}")

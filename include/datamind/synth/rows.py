@@ -14,18 +14,35 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def query_id(fingerprint: str, table_id: str, backend: str, hop: int, question: str,
-             parents: list[str], solution: str | None) -> str:
+def query_id(
+    fingerprint: str, table_id: str, backend: str, hop: int, question: str, parents: list[str], solution: str | None
+) -> str:
     """Same table, parameters, question, lineage and solution -> same id, on every rerun."""
     return stable_id("query", fingerprint, table_id, backend, hop, question, sorted(parents), solution or "")
 
 
-def query_row(*, fingerprint: str, table: dict, tables: list[str], category: str, hop: int,
-              parents: list[str], root_id: str | None, question: str, description: str | None,
-              lang: str | None, solution: str | None, answer: str | None, backend: str,
-              model: str | None, template_version: str, prompt_tokens: int | None = None,
-              completion_tokens: int | None = None, run_id: str | None = None,
-              variants: list[str] | None = None) -> dict:
+def query_row(
+    *,
+    fingerprint: str,
+    table: dict,
+    tables: list[str],
+    category: str,
+    hop: int,
+    parents: list[str],
+    root_id: str | None,
+    question: str,
+    description: str | None,
+    lang: str | None,
+    solution: str | None,
+    answer: str | None,
+    backend: str,
+    model: str | None,
+    template_version: str,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+    run_id: str | None = None,
+    variants: list[str] | None = None,
+) -> dict:
     qid = query_id(fingerprint, table["table_id"], backend, hop, question, parents, solution)
     return {
         "query_id": qid,
@@ -53,8 +70,16 @@ def query_row(*, fingerprint: str, table: dict, tables: list[str], category: str
     }
 
 
-def rejection_row(*, key: tuple, reason_code: str, reason: str, file_id: str | None = None,
-                  query_id: str | None = None, raw: str | None = None, run_id: str | None = None) -> dict:
+def rejection_row(
+    *,
+    key: tuple,
+    reason_code: str,
+    reason: str,
+    file_id: str | None = None,
+    query_id: str | None = None,
+    raw: str | None = None,
+    run_id: str | None = None,
+) -> dict:
     return {
         "item_id": stable_id(STAGE, *key),
         "stage": STAGE,

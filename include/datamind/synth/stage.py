@@ -68,14 +68,25 @@ def plan_synthesis(root: DataRoot, shard_size: int, params: SynthParams | dict |
             done.update(json.load(fh)["table_ids"])
     todo = sorted(tid for tid in catalog_by_id(root) if tid not in done)
     return [
-        {"shard_id": stable_id("synthesis", params.fingerprint, part), "table_ids": part,
-         "params_fingerprint": params.fingerprint}
+        {
+            "shard_id": stable_id("synthesis", params.fingerprint, part),
+            "table_ids": part,
+            "params_fingerprint": params.fingerprint,
+        }
         for part in chunk(todo, shard_size)
     ]
 
 
-def _summary(shard_id: str, params: SynthParams, run_id: str | None, table_ids: list[str], queries: list[dict],
-             rejections: list[dict], skips: list[dict], llm: dict) -> dict[str, Any]:
+def _summary(
+    shard_id: str,
+    params: SynthParams,
+    run_id: str | None,
+    table_ids: list[str],
+    queries: list[dict],
+    rejections: list[dict],
+    skips: list[dict],
+    llm: dict,
+) -> dict[str, Any]:
     by_cat_hop: dict[str, Counter] = defaultdict(Counter)
     for q in queries:
         by_cat_hop[q["category"]][str(q["hop"])] += 1
@@ -103,8 +114,9 @@ def _summary(shard_id: str, params: SynthParams, run_id: str | None, table_ids: 
     }
 
 
-def synthesize_shard(root: DataRoot, shard_spec: dict[str, Any], params: SynthParams | dict | None, run_id: str | None,
-                     llm_client=None) -> dict[str, Any]:
+def synthesize_shard(
+    root: DataRoot, shard_spec: dict[str, Any], params: SynthParams | dict | None, run_id: str | None, llm_client=None
+) -> dict[str, Any]:
     """Synthesize queries for the shard's tables; returns the shard summary (also written as JSON)."""
     params = _params(params)
     if shard_spec.get("params_fingerprint", params.fingerprint) != params.fingerprint:
@@ -128,13 +140,21 @@ def synthesize_shard(root: DataRoot, shard_spec: dict[str, Any], params: SynthPa
     for tid in shard_spec["table_ids"]:
         table = catalog.get(tid)
         if table is None:
-            rejections.append(R.rejection_row(key=(params.fingerprint, tid, "missing"), reason_code="table_not_in_catalog",
-                                              reason=f"table {tid} is not in catalog_tables", run_id=run_id))
+            rejections.append(
+                R.rejection_row(
+                    key=(params.fingerprint, tid, "missing"),
+                    reason_code="table_not_in_catalog",
+                    reason=f"table {tid} is not in catalog_tables",
+                    run_id=run_id,
+                )
+            )
             continue
         offline = synthesize_table_offline(root, table, params, run_id, with_singles=params.backend == "offline")
         rejections.extend(offline.rejections)
-        skips.extend({"table_id": tid, "category": s.category, "reason_code": s.reason_code, "reason": s.reason}
-                     for s in offline.skips)
+        skips.extend(
+            {"table_id": tid, "category": s.category, "reason_code": s.reason_code, "reason": s.reason}
+            for s in offline.skips
+        )
         if params.backend == "offline":
             kept, dropped = dedup_rows(offline.rows, params.dedup_threshold, params.fingerprint, run_id)
             queries.extend(kept)
@@ -150,9 +170,12 @@ def synthesize_shard(root: DataRoot, shard_spec: dict[str, Any], params: SynthPa
         async def run_all() -> list:
             gate = asyncio.Semaphore(params.llm_concurrency)
             try:
-                return await asyncio.gather(*(
-                    synthesize_table_llm(llm_client, t, tabs, params, params.fingerprint, seeds, run_id, gate)
-                    for t, tabs, seeds, _ in work))
+                return await asyncio.gather(
+                    *(
+                        synthesize_table_llm(llm_client, t, tabs, params, params.fingerprint, seeds, run_id, gate)
+                        for t, tabs, seeds, _ in work
+                    )
+                )
             finally:
                 await llm_client.aclose()
 
@@ -164,7 +187,9 @@ def synthesize_shard(root: DataRoot, shard_spec: dict[str, Any], params: SynthPa
             queries.extend(kept)
             rejections.extend(out.rejections + dropped)
         # Paid calls and tokens of this shard (cached answers are free and counted apart).
-        llm_stats.update({k: after[k] - before[k] for k in ("calls", "cached_calls", "prompt_tokens", "completion_tokens")})
+        llm_stats.update(
+            {k: after[k] - before[k] for k in ("calls", "cached_calls", "prompt_tokens", "completion_tokens")}
+        )
 
     n_verified = 0
     if params.verify_solutions and queries:
@@ -174,21 +199,37 @@ def synthesize_shard(root: DataRoot, shard_spec: dict[str, Any], params: SynthPa
 
     q_path = write_shard(root, QUERIES, output_dir(params), queries, f"{name}.parquet")
     r_path = write_shard(root, REJECTIONS, rejections_dir(params), rejections, f"{name}.parquet")
-    summary = _summary(shard_id, params, run_id, list(shard_spec["table_ids"]), queries, rejections, skips,
-                       dict(llm_stats))
+    summary = _summary(
+        shard_id, params, run_id, list(shard_spec["table_ids"]), queries, rejections, skips, dict(llm_stats)
+    )
     summary["outputs"] = {"queries": q_path, "rejections": r_path}
     summary["n_verified_solutions"] = n_verified
     root.write_text(summary_rel, json.dumps(summary, indent=2, sort_keys=True, default=str))
-    log.info("synthesis shard %s: %d tables, %d queries %s, %d rejections %s, skips %s", shard_id, len(shard_spec["table_ids"]),
-             len(queries), summary["by_category"], len(rejections), summary["rejections"], summary["skips"])
+    log.info(
+        "synthesis shard %s: %d tables, %d queries %s, %d rejections %s, skips %s",
+        shard_id,
+        len(shard_spec["table_ids"]),
+        len(queries),
+        summary["by_category"],
+        len(rejections),
+        summary["rejections"],
+        summary["skips"],
+    )
     return {**summary, "reused": False}
 
 
 def summarize_run(root: DataRoot, params: SynthParams | dict | None, run_id: str | None = None) -> dict[str, Any]:
     """Merge the shard summaries of these parameters (optionally one run) and write the run summary."""
     params = _params(params)
-    total: dict[str, Any] = {"params_fingerprint": params.fingerprint, "params": params.to_dict(), "run_id": run_id,
-                             "n_shards": 0, "n_tables": 0, "n_queries": 0, "n_rejections": 0}
+    total: dict[str, Any] = {
+        "params_fingerprint": params.fingerprint,
+        "params": params.to_dict(),
+        "run_id": run_id,
+        "n_shards": 0,
+        "n_tables": 0,
+        "n_queries": 0,
+        "n_rejections": 0,
+    }
     counters = {k: Counter() for k in ("by_category", "by_hop", "by_backend", "rejections", "llm")}
     skips: dict[str, Counter] = defaultdict(Counter)
     for path in _summary_paths(root, params):
@@ -207,7 +248,14 @@ def summarize_run(root: DataRoot, params: SynthParams | dict | None, run_id: str
     total["skips"] = {c: dict(r) for c, r in sorted(skips.items())}
     rel = posixpath.join(output_dir(params), f"run-{run_id or 'all'}.summary.json")
     root.write_text(rel, json.dumps(total, indent=2, sort_keys=True))
-    log.info("synthesis run %s: %d tables, %d queries by category %s by hop %s; skips %s; rejections %s",
-             run_id, total["n_tables"], total["n_queries"], total["by_category"], total["by_hop"], total["skips"],
-             total["rejections"])
+    log.info(
+        "synthesis run %s: %d tables, %d queries by category %s by hop %s; skips %s; rejections %s",
+        run_id,
+        total["n_tables"],
+        total["n_queries"],
+        total["by_category"],
+        total["by_hop"],
+        total["skips"],
+        total["rejections"],
+    )
     return total

@@ -128,7 +128,9 @@ def load_view(root: DataRoot, table: dict) -> tuple[Source, TableView]:
             if expected is not None and len(expected) and own.shape[1] != len(expected):
                 errors.append(f"{reader}: reads {own.shape[1]} columns, catalog has {len(expected)}")
                 continue
-            keys = {j.fk_column for j in source.joins} | {fk.get("from_column") for fk in table.get("foreign_keys") or []}
+            keys = {j.fk_column for j in source.joins} | {
+                fk.get("from_column") for fk in table.get("foreign_keys") or []
+            }
             return source, build_view(df, table.get("column_profiles"), keys)
         errors.append(f"{reader}: frame differs from the ingest loader's")
     raise TableUnusable("table_unreadable", "; ".join(errors)[:1000])
@@ -138,30 +140,45 @@ def _tables_of(table: dict, source: Source) -> list[str]:
     return [table["table_name"]] + [j.parent_table for j in source.joins]
 
 
-def synthesize_table_offline(root: DataRoot, table: dict, params: SynthParams, run_id: str | None,
-                             with_singles: bool = True) -> TableOutput:
+def synthesize_table_offline(
+    root: DataRoot, table: dict, params: SynthParams, run_id: str | None, with_singles: bool = True
+) -> TableOutput:
     """Offline questions for one table; a failure on this table is a rejection, never a lost shard."""
     try:
         return _synthesize_table_offline(root, table, params, run_id, with_singles)
     except Exception as exc:  # noqa: BLE001 - recorded with the traceback in the log
         log.exception("offline synthesis failed for table %s", table.get("table_id"))
         out = TableOutput()
-        out.rejections.append(R.rejection_row(
-            key=(params.fingerprint, table.get("table_id"), "table"), reason_code="synthesis_error",
-            reason=f"{type(exc).__name__}: {exc}"[:1000], file_id=table.get("file_id"), run_id=run_id))
+        out.rejections.append(
+            R.rejection_row(
+                key=(params.fingerprint, table.get("table_id"), "table"),
+                reason_code="synthesis_error",
+                reason=f"{type(exc).__name__}: {exc}"[:1000],
+                file_id=table.get("file_id"),
+                run_id=run_id,
+            )
+        )
         return out
 
 
-def _synthesize_table_offline(root: DataRoot, table: dict, params: SynthParams, run_id: str | None,
-                              with_singles: bool) -> TableOutput:
+def _synthesize_table_offline(
+    root: DataRoot, table: dict, params: SynthParams, run_id: str | None, with_singles: bool
+) -> TableOutput:
     out = TableOutput()
     fp = params.fingerprint
     tid = table["table_id"]
     try:
         source, view = load_view(root, table)
     except TableUnusable as exc:
-        out.rejections.append(R.rejection_row(key=(fp, tid, "table"), reason_code=exc.reason_code, reason=exc.reason,
-                                              file_id=table.get("file_id"), run_id=run_id))
+        out.rejections.append(
+            R.rejection_row(
+                key=(fp, tid, "table"),
+                reason_code=exc.reason_code,
+                reason=exc.reason,
+                file_id=table.get("file_id"),
+                run_id=run_id,
+            )
+        )
         return out
     tables = _tables_of(table, source)
     version = OFFLINE_TEMPLATES_VERSION
@@ -170,8 +187,18 @@ def _synthesize_table_offline(root: DataRoot, table: dict, params: SynthParams, 
     return out
 
 
-def _offline_rows(out: "TableOutput", table: dict, source, view, tables: list[str], version: str,
-                  params: SynthParams, run_id: str | None, with_singles: bool, scratch: str) -> None:
+def _offline_rows(
+    out: "TableOutput",
+    table: dict,
+    source,
+    view,
+    tables: list[str],
+    version: str,
+    params: SynthParams,
+    run_id: str | None,
+    with_singles: bool,
+    scratch: str,
+) -> None:
     fp = params.fingerprint
     tid = table["table_id"]
     if with_singles:
@@ -179,12 +206,27 @@ def _offline_rows(out: "TableOutput", table: dict, source, view, tables: list[st
         out.skips.extend(result.skips)
         for category in params.categories:
             for cand in result.candidates.get(category, []):
-                out.rows.append(R.query_row(
-                    fingerprint=fp, table=table, tables=tables, category=category, hop=1, parents=[], root_id=None,
-                    question=cand.task.question, description=cand.task.description, lang=cand.lang,
-                    solution=cand.solution, answer=cand.answer, backend="offline", model=None,
-                    template_version=f"{version}/{cand.task.template}", run_id=run_id,
-                    variants=runnable_variants(cand.task, source, cand.lang, scratch)))
+                out.rows.append(
+                    R.query_row(
+                        fingerprint=fp,
+                        table=table,
+                        tables=tables,
+                        category=category,
+                        hop=1,
+                        parents=[],
+                        root_id=None,
+                        question=cand.task.question,
+                        description=cand.task.description,
+                        lang=cand.lang,
+                        solution=cand.solution,
+                        answer=cand.answer,
+                        backend="offline",
+                        model=None,
+                        template_version=f"{version}/{cand.task.template}",
+                        run_id=run_id,
+                        variants=runnable_variants(cand.task, source, cand.lang, scratch),
+                    )
+                )
         for task, error in result.failures:
             level = logging.WARNING if error.startswith("template error") else logging.DEBUG
             log.log(level, "table %s: %s/%s dropped: %s", tid, task.category, task.template, error)
@@ -192,68 +234,113 @@ def _offline_rows(out: "TableOutput", table: dict, source, view, tables: list[st
     if params.n_chains:
         chains = build_chains(view, source, params.n_chains, params.min_hops, params.max_hops, params.seed, tid)
         if not chains:
-            out.skips.append(Skip("composition", "unsupported_table",
-                                  f"no chain of {params.min_hops}-{params.max_hops} hops fits this table"))
+            out.skips.append(
+                Skip(
+                    "composition",
+                    "unsupported_table",
+                    f"no chain of {params.min_hops}-{params.max_hops} hops fits this table",
+                )
+            )
         for chain in chains:
             chain_rows: list[dict] = []
             for k, hop in enumerate(chain, start=1):
                 parents = [chain_rows[-1]["query_id"]] if chain_rows else []
-                chain_rows.append(R.query_row(
-                    fingerprint=fp, table=table, tables=tables, category=hop.task.category, hop=k, parents=parents,
-                    root_id=chain_rows[0]["query_id"] if chain_rows else None, question=hop.task.question,
-                    description=hop.task.description, lang=hop.lang, solution=hop.solution, answer=hop.answer,
-                    backend="offline", model=None, template_version=f"{version}/{hop.task.template}", run_id=run_id,
-                    variants=runnable_variants(hop.task, source, hop.lang, scratch)))
+                chain_rows.append(
+                    R.query_row(
+                        fingerprint=fp,
+                        table=table,
+                        tables=tables,
+                        category=hop.task.category,
+                        hop=k,
+                        parents=parents,
+                        root_id=chain_rows[0]["query_id"] if chain_rows else None,
+                        question=hop.task.question,
+                        description=hop.task.description,
+                        lang=hop.lang,
+                        solution=hop.solution,
+                        answer=hop.answer,
+                        backend="offline",
+                        model=None,
+                        template_version=f"{version}/{hop.task.template}",
+                        run_id=run_id,
+                        variants=runnable_variants(hop.task, source, hop.lang, scratch),
+                    )
+                )
             out.chains.append(chain)
             out.chain_rows.append(chain_rows)
             out.rows.extend(chain_rows)
 
 
-def dedup_rows(rows: list[dict], threshold: float, fingerprint: str, run_id: str | None) -> tuple[list[dict], list[dict]]:
+def dedup_rows(
+    rows: list[dict], threshold: float, fingerprint: str, run_id: str | None
+) -> tuple[list[dict], list[dict]]:
     """Merge identical ids, drop near-duplicate questions (never a chain parent); rejections for drops."""
     by_id: dict[str, dict] = {}
     for row in rows:
         by_id.setdefault(row["query_id"], row)
     ordered = sorted(by_id.values(), key=lambda r: r["hop"])  # stable: singles, then chain hops in order
     parents = {p for r in ordered for p in r["parent_query_ids"]}
-    kept, dropped = near_duplicates(ordered, lambda r: r["question"], threshold,
-                                    protected=lambda r: r["query_id"] in parents)
+    kept, dropped = near_duplicates(
+        ordered, lambda r: r["question"], threshold, protected=lambda r: r["query_id"] in parents
+    )
     # A chain hop whose parent was merged away keeps its lineage, since merging only removes exact copies.
     rejections = [
-        R.rejection_row(key=(fingerprint, row["query_id"], "near_duplicate"), reason_code="near_duplicate",
-                        reason=f"Jaccard {sim:.2f} >= {threshold} with query {other['query_id']}: {other['question'][:200]}",
-                        file_id=row["file_id"], query_id=row["query_id"], raw=row["question"], run_id=run_id)
+        R.rejection_row(
+            key=(fingerprint, row["query_id"], "near_duplicate"),
+            reason_code="near_duplicate",
+            reason=f"Jaccard {sim:.2f} >= {threshold} with query {other['query_id']}: {other['question'][:200]}",
+            file_id=row["file_id"],
+            query_id=row["query_id"],
+            raw=row["question"],
+            run_id=run_id,
+        )
         for row, other, sim in dropped
     ]
     return kept, rejections
 
 
-def verify_rows(root: DataRoot, rows: list[dict], tables: dict[str, dict], params: SynthParams,
-                run_id: str | None) -> tuple[list[dict], list[dict]]:
+def verify_rows(
+    root: DataRoot, rows: list[dict], tables: dict[str, dict], params: SynthParams, run_id: str | None
+) -> tuple[list[dict], list[dict]]:
     """Run every stored reference program from its own text in one fresh interpreter.
 
     A row whose program fails, or prints something other than its stored answer, is dropped with a
     ``reference_unverified`` rejection, and so are the chain hops built on it.
     """
     checked = [r for r in rows if r.get("reference_solution")]
-    jobs = [{"lang": r["solution_lang"], "solution": r["reference_solution"],
-             "db_path": data_path(root, tables[r["table_id"]]["staged_uri"])} for r in checked]
+    jobs = [
+        {
+            "lang": r["solution_lang"],
+            "solution": r["reference_solution"],
+            "db_path": data_path(root, tables[r["table_id"]]["staged_uri"]),
+        }
+        for r in checked
+    ]
     results = run_in_subprocess(jobs, per_job_timeout_s=params.solution_timeout_s)
     bad: dict[str, str] = {}
     for row, res in zip(checked, results):
         if not res["ok"]:
             bad[row["query_id"]] = f"reference solution failed when run on its own: {res['error']}"[:1000]
         elif res["answer"] != row["reference_answer"]:
-            bad[row["query_id"]] = f"run on its own it printed {res['answer'][:200]!r}, expected {row['reference_answer'][:200]!r}"
+            bad[row["query_id"]] = (
+                f"run on its own it printed {res['answer'][:200]!r}, expected {row['reference_answer'][:200]!r}"
+            )
     for row in sorted(rows, key=lambda r: r["hop"]):
         if row["query_id"] not in bad and any(p in bad for p in row["parent_query_ids"]):
             bad[row["query_id"]] = "built on a parent query whose reference solution did not verify"
     kept = [r for r in rows if r["query_id"] not in bad]
     rejections = [
-        R.rejection_row(key=(params.fingerprint, r["query_id"], "verify"), reason_code="reference_unverified",
-                        reason=bad[r["query_id"]], file_id=r["file_id"], query_id=r["query_id"],
-                        raw=r["reference_solution"], run_id=run_id)
-        for r in rows if r["query_id"] in bad
+        R.rejection_row(
+            key=(params.fingerprint, r["query_id"], "verify"),
+            reason_code="reference_unverified",
+            reason=bad[r["query_id"]],
+            file_id=r["file_id"],
+            query_id=r["query_id"],
+            raw=r["reference_solution"],
+            run_id=run_id,
+        )
+        for r in rows
+        if r["query_id"] in bad
     ]
     return kept, rejections
 
@@ -267,5 +354,3 @@ def replay_chain(chain_rows: list[dict], db_path: str | None = None) -> list[str
         except ExecutionError as exc:
             answers.append(f"error: {exc}")
     return answers
-
-

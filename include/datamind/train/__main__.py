@@ -44,8 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--phase", choices=["sft", "sft+rl"])
     t.add_argument("--run-id")
     t.add_argument("--data-root")
-    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override, e.g. --set rl.learning_rate=2e-6 (repeatable)")
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override, e.g. --set rl.learning_rate=2e-6 (repeatable)",
+    )
     return p
 
 
@@ -75,8 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.config_json:
         data = json.loads(args.config_json)
     cfg = TrainConfig.from_dict(data)
-    flags = {"base_model_path": args.base_model_path, "export_dir": args.export_dir, "phase": args.phase,
-             "run_id": args.run_id, "data_root": args.data_root}
+    flags = {
+        "base_model_path": args.base_model_path,
+        "export_dir": args.export_dir,
+        "phase": args.phase,
+        "run_id": args.run_id,
+        "data_root": args.data_root,
+    }
     cfg = cfg.with_overrides({k: v for k, v in flags.items() if v is not None} | _parse_set(args.set))
 
     from datamind.train.trainer import TrainingError, train

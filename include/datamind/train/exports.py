@@ -56,9 +56,7 @@ class ExportResult:
 
 def dataset_version(rows: list[dict]) -> str:
     """Content hash of dataset rows, independent of shard layout, row order and ``created_at``."""
-    canon = sorted(
-        ({k: v for k, v in r.items() if k != "created_at"} for r in rows), key=lambda r: r["sample_id"]
-    )
+    canon = sorted(({k: v for k, v in r.items() if k != "created_at"} for r in rows), key=lambda r: r["sample_id"])
     return "ds-" + stable_id(EXPORT_FORMAT_VERSION, canon)
 
 

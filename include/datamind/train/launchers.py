@@ -73,8 +73,13 @@ def prepare_config(cfg: TrainConfig) -> TrainConfig:
 
 
 def trainer_args(cfg: TrainConfig) -> list[str]:
-    return ["-m", "datamind.train", "train", "--config-json",
-            json.dumps(cfg.to_dict(), sort_keys=True, separators=(",", ":"))]
+    return [
+        "-m",
+        "datamind.train",
+        "train",
+        "--config-json",
+        json.dumps(cfg.to_dict(), sort_keys=True, separators=(",", ":")),
+    ]
 
 
 def train_argv(cfg: TrainConfig, nproc_per_node: int, torchrun: list[str]) -> list[str]:
@@ -118,13 +123,14 @@ class RunHandle:
         code = self._exit_code()
         if code != 0:
             tail = "\n".join(self.tail)
-            raise LaunchError(f"training run {self.cfg.run_id} on {self.describe} exited with code {code}; "
-                              f"last output:\n{tail}")
+            raise LaunchError(
+                f"training run {self.cfg.run_id} on {self.describe} exited with code {code}; last output:\n{tail}"
+            )
         return self._result(code)
 
     def _result(self, code: int) -> LaunchResult:
         if self._result_line:
-            data = json.loads(self._result_line[len(RESULT_PREFIX):])
+            data = json.loads(self._result_line[len(RESULT_PREFIX) :])
         else:  # output was lost (e.g. log stream cut): the manifest in the data root is the record
             root = DataRoot(self.cfg.data_root)
             manifest = json.loads(root.read_text("runs", "train", self.cfg.run_id, "manifest.json"))
@@ -132,15 +138,19 @@ class RunHandle:
                 raise LaunchError(f"run {self.cfg.run_id} exited 0 but its manifest says {manifest.get('status')!r}")
             data = manifest["result"]
         return LaunchResult(
-            run_id=data["run_id"], exit_code=code, checkpoint_uri=data["checkpoint_uri"],
-            metrics_uri=data["metrics_uri"], manifest_uri=data["manifest_uri"],
-            dataset_version=data["dataset_version"], final_metrics=data.get("final_metrics") or {},
+            run_id=data["run_id"],
+            exit_code=code,
+            checkpoint_uri=data["checkpoint_uri"],
+            metrics_uri=data["metrics_uri"],
+            manifest_uri=data["manifest_uri"],
+            dataset_version=data["dataset_version"],
+            final_metrics=data.get("final_metrics") or {},
         )
 
 
 def progress(line: str) -> dict | None:
     """The metrics dict of a ``DATAMIND_PROGRESS`` line, else None."""
-    return json.loads(line[len(PROGRESS_PREFIX):]) if line.startswith(PROGRESS_PREFIX) else None
+    return json.loads(line[len(PROGRESS_PREFIX) :]) if line.startswith(PROGRESS_PREFIX) else None
 
 
 class Launcher(Protocol):
@@ -214,9 +224,17 @@ class LocalLauncher:
     def start(self, cfg: TrainConfig) -> RunHandle:
         cfg = prepare_config(cfg)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", **self.env}
-        proc = subprocess.Popen(self.command(cfg), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1, env=env, start_new_session=True, errors="replace",
-                                preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            self.command(cfg),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env=env,
+            start_new_session=True,
+            errors="replace",
+            preexec_fn=_die_with_parent,
+        )
         return _ProcessHandle(cfg, "local worker", proc)
 
 
@@ -257,8 +275,18 @@ class SSHLauncher:
 
     def command(self, cfg: TrainConfig) -> list[str]:
         c = self.connection
-        argv = [self.ssh_binary, "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
-                "-o", "ServerAliveInterval=30", "-p", str(c.get("port") or 22)]
+        argv = [
+            self.ssh_binary,
+            "-T",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=accept-new",
+            "-o",
+            "ServerAliveInterval=30",
+            "-p",
+            str(c.get("port") or 22),
+        ]
         if self._extra.get("key_file"):
             argv += ["-i", self._extra["key_file"]]
         target = f"{c['login']}@{c['host']}" if c.get("login") else c["host"]
@@ -270,11 +298,21 @@ class SSHLauncher:
         if self.prefer_paramiko and importlib.util.find_spec("paramiko") is not None:
             return _ParamikoHandle(cfg, describe, self.connection, self.remote_command(cfg))
         if self.connection.get("password"):
-            raise LaunchError("ssh launcher: password authentication needs paramiko (not installed); "
-                              "use a key file (extra.key_file) or install paramiko")
-        proc = subprocess.Popen(self.command(cfg), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1, start_new_session=True, errors="replace", stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent)
+            raise LaunchError(
+                "ssh launcher: password authentication needs paramiko (not installed); "
+                "use a key file (extra.key_file) or install paramiko"
+            )
+        proc = subprocess.Popen(
+            self.command(cfg),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
         return _ProcessHandle(cfg, describe, proc)
 
 
@@ -287,9 +325,14 @@ class _ParamikoHandle(RunHandle):
         self.client.set_missing_host_key_policy(paramiko.WarningPolicy())
         self.client.load_system_host_keys()
         try:
-            self.client.connect(conn["host"], port=int(conn.get("port") or 22), username=conn.get("login"),
-                                password=conn.get("password") or None,
-                                key_filename=_extra(conn).get("key_file"), timeout=30)
+            self.client.connect(
+                conn["host"],
+                port=int(conn.get("port") or 22),
+                username=conn.get("login"),
+                password=conn.get("password") or None,
+                key_filename=_extra(conn).get("key_file"),
+                timeout=30,
+            )
         except Exception as exc:  # paramiko's messages do not contain the password
             raise LaunchError(f"ssh connection to {conn['host']} failed: {type(exc).__name__}: {exc}") from None
         self.channel = self.client.get_transport().open_session()
@@ -365,23 +408,30 @@ class KubernetesLauncher:
             raise LaunchError("pod_manifest needs a config with a run id (use prepare_config)")
         env = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "DATAMIND_DATA_ROOT": cfg.data_root, **self.env}
         resources = {"cpu": self.cpu, "memory": self.memory, self.gpu_resource: str(self.gpus)}
-        labels = {"app.kubernetes.io/name": "datamind", "app.kubernetes.io/component": "trainer",
-                  "datamind/run-id": _DNS.sub("-", cfg.run_id.lower())[:63].strip("-")}
+        labels = {
+            "app.kubernetes.io/name": "datamind",
+            "app.kubernetes.io/component": "trainer",
+            "datamind/run-id": _DNS.sub("-", cfg.run_id.lower())[:63].strip("-"),
+        }
         spec: dict[str, Any] = {
             "restartPolicy": "Never",
-            "containers": [{
-                "name": "trainer",
-                "image": self.image,
-                "imagePullPolicy": "IfNotPresent",
-                "command": train_argv(cfg, self.gpus, ["torchrun"]),
-                "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-                "resources": {"limits": dict(resources), "requests": dict(resources)},
-                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *self.volume_mounts],
-            }],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": self.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": train_argv(cfg, self.gpus, ["torchrun"]),
+                    "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+                    "resources": {"limits": dict(resources), "requests": dict(resources)},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *self.volume_mounts],
+                }
+            ],
             # NCCL and dataloader workers need more shared memory than a container's 64 MiB default.
             "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": self.shm_size}}, *self.volumes],
-            "tolerations": [{"key": self.gpu_resource, "operator": "Exists", "effect": "NoSchedule"},
-                            *self.tolerations],
+            "tolerations": [
+                {"key": self.gpu_resource, "operator": "Exists", "effect": "NoSchedule"},
+                *self.tolerations,
+            ],
         }
         if self.node_selector:
             spec["nodeSelector"] = dict(self.node_selector)
@@ -400,9 +450,11 @@ class KubernetesLauncher:
 
     def _api(self):
         if importlib.util.find_spec("kubernetes") is None:
-            raise LaunchError("kubernetes launcher needs the 'kubernetes' Python client, which is not installed "
-                              "on this worker (pip install kubernetes); the pod manifest itself is available "
-                              "from KubernetesLauncher.pod_manifest()")
+            raise LaunchError(
+                "kubernetes launcher needs the 'kubernetes' Python client, which is not installed "
+                "on this worker (pip install kubernetes); the pod manifest itself is available "
+                "from KubernetesLauncher.pod_manifest()"
+            )
         from kubernetes import client, config
 
         extra = _extra(self.connection)
@@ -460,11 +512,14 @@ class _PodHandle(RunHandle):
         deadline = time.monotonic() + self.startup_timeout_s
         while self._phase() == "Pending":
             if time.monotonic() > deadline:
-                raise LaunchError(f"{self.describe} still Pending after {self.startup_timeout_s:g} s "
-                                  "(no GPU node free, or the image cannot be pulled)")
+                raise LaunchError(
+                    f"{self.describe} still Pending after {self.startup_timeout_s:g} s "
+                    "(no GPU node free, or the image cannot be pulled)"
+                )
             time.sleep(self.poll_s)
-        resp = self.api.read_namespaced_pod_log(self.name, self.ns, container="trainer", follow=True,
-                                                _preload_content=False)
+        resp = self.api.read_namespaced_pod_log(
+            self.name, self.ns, container="trainer", follow=True, _preload_content=False
+        )
         buf = ""
         for chunk in resp.stream():
             buf += chunk.decode("utf-8", "replace")

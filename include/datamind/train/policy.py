@@ -18,7 +18,7 @@ class _StopOnStrings(StoppingCriteria):
         self.tokenizer, self.prompt_width, self.stops, self.tail = tokenizer, prompt_width, tuple(stops), tail_tokens
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-        tails = self.tokenizer.batch_decode(input_ids[:, max(self.prompt_width, input_ids.shape[1] - self.tail):])
+        tails = self.tokenizer.batch_decode(input_ids[:, max(self.prompt_width, input_ids.shape[1] - self.tail) :])
         return torch.tensor([any(s in t for s in self.stops) for t in tails], device=input_ids.device)
 
 

@@ -1,4 +1,4 @@
-"""The agent's turn format: ``<think>`` reasoning, then ``<code>`` or ``<answer>``; ``<interpreter>`` is the environment.
+"""The agent's turn format: ``<think>``, then ``<code>`` or ``<answer>``; ``<interpreter>`` is the environment.
 
 Shared by the rollout loop (what to execute, when to stop, what is a void turn) and the reward
 (is the format intact, what is the final answer).

@@ -92,7 +92,9 @@ def score(
     else:
         length = sum(count_tokens(m["content"]) for m in messages if m["role"] == "assistant")
     r_length = length_factor(length, cfg.l_min, cfg.l_max)
-    return RewardBreakdown(combine_reward(r_format, r_answer, r_length, cfg.format_penalty), r_format, r_answer, r_length, length)
+    return RewardBreakdown(
+        combine_reward(r_format, r_answer, r_length, cfg.format_penalty), r_format, r_answer, r_length, length
+    )
 
 
 def void_turns(messages: list[dict]) -> int:

@@ -118,18 +118,30 @@ class SubprocessPythonExecutor:
 
     def __call__(self, req: ExecRequest) -> ExecResult:
         if req.language != "python":
-            raise ValueError(f"SubprocessPythonExecutor runs Python only; a {req.language!r} trajectory needs "
-                             "the sandbox executor (rl.executor='sandbox') for its SQL tools")
+            raise ValueError(
+                f"SubprocessPythonExecutor runs Python only; a {req.language!r} trajectory needs "
+                "the sandbox executor (rl.executor='sandbox') for its SQL tools"
+            )
         cell_path = os.path.join(req.workdir, ".cell.json")
         with open(cell_path, "w", encoding="utf-8") as fh:
             json.dump({"code": req.code, "history": list(req.history)}, fh)
         # A clean environment: nothing of the worker's (credentials included) leaks into agent code.
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": req.workdir, "LANG": "C.UTF-8",
-               "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg", **self.extra_env}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": req.workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONHASHSEED": "0",
+            "MPLBACKEND": "Agg",
+            **self.extra_env,
+        }
         proc = subprocess.Popen(
             [self.python, "-I", "-c", _RUNNER, cell_path],
-            cwd=req.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=self._limits if self.memory_mb else None,
+            cwd=req.workdir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=self._limits if self.memory_mb else None,
         )
         try:
             out, _ = proc.communicate(timeout=req.timeout_s)
@@ -232,8 +244,9 @@ class AgentLoopRollout:
             state.n_void += 1
             state.status = "void"
             return
-        result = execute(ExecRequest(turn.code, tuple(state.history), state.workdir, self.exec_timeout_s,
-                                     state.language))
+        result = execute(
+            ExecRequest(turn.code, tuple(state.history), state.workdir, self.exec_timeout_s, state.language)
+        )
         if result.ok:
             state.history.append(turn.code)
         obs = interpreter_message(result.output)

@@ -56,7 +56,8 @@ class SandboxExecutor:
         if len(req.history) != len(session.history):
             raise RuntimeError(
                 f"trajectory {req.workdir}: the request carries {len(req.history)} earlier cells but its sandbox "
-                f"session ran {len(session.history)}; one SandboxExecutor session serves one trajectory")
+                f"session ran {len(session.history)}; one SandboxExecutor session serves one trajectory"
+            )
         obs = session.run(req.code)
         # Imported here: datamind.rollout pulls in the LLM client (openai), ~1.5 s the trainer pays only
         # once a cell actually runs.
@@ -105,6 +106,7 @@ class SandboxExecutor:
                 raise SandboxUnavailable(
                     f"{exc} -- rollouts execute model-written code and need the sandbox. On a host that cannot "
                     "provide it, set DATAMIND_SANDBOX_ISOLATION=best_effort (degraded isolation, logged) or, "
-                    "on trusted workers only, rl.executor='subprocess' (no isolation).") from exc
+                    "on trusted workers only, rl.executor='subprocess' (no isolation)."
+                ) from exc
             log.info("rollout sandbox started: mode %s, isolation layers %s", self.mode, self._sandbox.layers)
         return self._sandbox

@@ -76,8 +76,9 @@ class Sample:
     data_format: str | None = None
 
     def rollout_prompt(self) -> RolloutPrompt:
-        return RolloutPrompt(self.sample_id, self.prompt, self.question, self.ground_truth, self.data_uri,
-                             self.data_format)
+        return RolloutPrompt(
+            self.sample_id, self.prompt, self.question, self.ground_truth, self.data_uri, self.data_format
+        )
 
 
 @dataclass
@@ -156,7 +157,8 @@ class _Dist:
         keys = sorted(values)
         t = torch.tensor(
             [[0.0 if values[k] is None else float(values[k]), 0.0 if values[k] is None else 1.0] for k in keys],
-            dtype=torch.float64, device=self.device,
+            dtype=torch.float64,
+            device=self.device,
         )
         torch.distributed.all_reduce(t)
         return {k: (float(t[i, 0] / t[i, 1]) if t[i, 1] > 0 else None) for i, k in enumerate(keys)}
@@ -218,14 +220,14 @@ class Trainer:
         try:
             self._load_model()
             torch.manual_seed(cfg.seed + self.dist.rank)
-            expert = [
-                encode(self.tokenizer, s.prompt + s.target, len(s.prompt), cfg.sft.cutoff_len) for s in samples
-            ]
+            expert = [encode(self.tokenizer, s.prompt + s.target, len(s.prompt), cfg.sft.cutoff_len) for s in samples]
             usable = [i for i, e in enumerate(expert) if sum(e.agent_mask[1:]) > 0]
             if not usable:
                 raise TrainingError("no sample keeps any agent token within sft.cutoff_len")
-            self._note(f"{len(samples)} samples from dataset {self.dataset_version}; "
-                       f"{len(samples) - len(usable)} dropped (no agent tokens within cutoff); device {self.dist.device}")
+            self._note(
+                f"{len(samples)} samples from dataset {self.dataset_version}; "
+                f"{len(samples) - len(usable)} dropped (no agent tokens within cutoff); device {self.dist.device}"
+            )
             if cfg.phase == "sft" or cfg.cold_start:
                 self._sft_phase([expert[i] for i in usable])
                 if cfg.phase == "sft+rl":
@@ -325,8 +327,11 @@ class Trainer:
         total = self._total_steps(len(data), c.batch_size, c.epochs, c.max_steps)
         opt = self._optim(c.learning_rate)
         warmup = math.ceil(c.warmup_ratio * total)
-        sched = (get_cosine_schedule_with_warmup(opt, warmup, total) if c.lr_scheduler == "cosine"
-                 else get_constant_schedule_with_warmup(opt, warmup))
+        sched = (
+            get_cosine_schedule_with_warmup(opt, warmup, total)
+            if c.lr_scheduler == "cosine"
+            else get_constant_schedule_with_warmup(opt, warmup)
+        )
         self._perms: dict[int, list[int]] = {}
         pad = self.tokenizer.pad_token_id
         self._note(f"phase sft: {total} steps of {c.batch_size} sequences, lr {c.learning_rate:g}")
@@ -345,8 +350,18 @@ class Trainer:
                 ent_v += float((ent * mask).sum()) / max(n_tok, 1)
             lr = sched.get_last_lr()[0]
             norm = self._update(opt, sched)
-            self._log("sft", step, (step + 1) * c.batch_size / len(data), t0,
-                      loss=loss_v, sft_loss=loss_v, entropy=ent_v, lr=lr, grad_norm=norm, n_tokens=n_tok)
+            self._log(
+                "sft",
+                step,
+                (step + 1) * c.batch_size / len(data),
+                t0,
+                loss=loss_v,
+                sft_loss=loss_v,
+                entropy=ent_v,
+                lr=lr,
+                grad_norm=norm,
+                n_tokens=n_tok,
+            )
             if self.cfg.save_every and (step + 1) % self.cfg.save_every == 0 and step + 1 < total:
                 self._save(f"sft-step-{step + 1}")
 
@@ -373,8 +388,10 @@ class Trainer:
         )
         executor = self.executor or self._default_executor()
         n_updates = c.batch_size // c.mini_batch_size
-        self._note(f"phase sft+rl: {total} steps of {c.batch_size} prompts x G={c.group_size}, "
-                   f"{n_updates} updates/step, lr {c.learning_rate:g}")
+        self._note(
+            f"phase sft+rl: {total} steps of {c.batch_size} prompts x G={c.group_size}, "
+            f"{n_updates} updates/step, lr {c.learning_rate:g}"
+        )
         try:
             for step in range(total):
                 t0 = time.perf_counter()
@@ -391,8 +408,10 @@ class Trainer:
     def _default_executor(self) -> Executor:
         c = self.cfg.rl
         if c.executor == "subprocess":
-            msg = ("rl.executor='subprocess': rollout code runs in plain python subprocesses WITHOUT the "
-                   "sandbox (no network, filesystem or privilege isolation); use only on trusted workers")
+            msg = (
+                "rl.executor='subprocess': rollout code runs in plain python subprocesses WITHOUT the "
+                "sandbox (no network, filesystem or privilege isolation); use only on trusted workers"
+            )
             log.warning(msg)
             self._note(f"WARNING: {msg}")
             return SubprocessPythonExecutor()
@@ -410,8 +429,10 @@ class Trainer:
         trajs = rollout(s.rollout_prompt(), group_size=c.group_size, generate=policy, execute=executor)
         if len(trajs) != c.group_size:
             raise TrainingError(f"rollout returned {len(trajs)} trajectories, expected G={c.group_size}")
-        scores = [score(t.messages, s.question, s.ground_truth, self.judge, self._count_tokens, self.cfg.reward)
-                  for t in trajs]
+        scores = [
+            score(t.messages, s.question, s.ground_truth, self.judge, self._count_tokens, self.cfg.reward)
+            for t in trajs
+        ]
         max_len = c.max_prompt_length + c.max_response_length
         return _Group(
             sample=i,
@@ -477,10 +498,12 @@ class Trainer:
                     batch = collate([groups[gi].encoded[j] for gi, j in micro], pad)
                     logp, _ = self._forward(batch)
                     width = logp.shape[1]
-                    old = torch.stack([torch.nn.functional.pad(old_logp[k], (0, width - old_logp[k].shape[0]))
-                                       for k in micro])
-                    weights = torch.tensor([1.0 / (k_groups * tok_per_group[gi]) for gi, _ in micro],
-                                           device=self.dist.device).unsqueeze(-1)
+                    old = torch.stack(
+                        [torch.nn.functional.pad(old_logp[k], (0, width - old_logp[k].shape[0])) for k in micro]
+                    )
+                    weights = torch.tensor(
+                        [1.0 / (k_groups * tok_per_group[gi]) for gi, _ in micro], device=self.dist.device
+                    ).unsqueeze(-1)
                     mask = batch.agent_mask.to(self.dist.device)
                     a = torch.stack([adv[gi, j] for gi, j in micro]).to(self.dist.device)
                     loss, stats = dapo_loss(logp, old, a, mask * weights, c.clip_low, c.clip_high, normalizer=1.0)
@@ -500,14 +523,25 @@ class Trainer:
         r = rewards.flatten()
         void_frac = sum(sum(g.void) for g in groups) / max(1, len(groups) * c.group_size)
         self._log(
-            "sft+rl", step, (step + 1) * c.batch_size / n_samples, t0,
-            loss=_mean(losses), sft_loss=_mean(sft_vals), dapo_loss=_mean(dapo_vals), gamma=gamma,
-            reward_mean=float(r.mean()), reward_std=float(r.std(unbiased=False)),
+            "sft+rl",
+            step,
+            (step + 1) * c.batch_size / n_samples,
+            t0,
+            loss=_mean(losses),
+            sft_loss=_mean(sft_vals),
+            dapo_loss=_mean(dapo_vals),
+            gamma=gamma,
+            reward_mean=float(r.mean()),
+            reward_std=float(r.std(unbiased=False)),
             answer_acc=_mean([a for g in groups for a in g.answers]),
             format_rate=_mean([f for g in groups for f in g.formats]),
             entropy=ent_sum / ent_tok if ent_tok else None,
-            filtered_group_frac=1.0 - float(has_signal.float().mean()), void_turn_frac=void_frac,
-            clip_frac=_mean(clip_vals), lr=lr, grad_norm=_mean(norms), n_tokens=n_tokens,
+            filtered_group_frac=1.0 - float(has_signal.float().mean()),
+            void_turn_frac=void_frac,
+            clip_frac=_mean(clip_vals),
+            lr=lr,
+            grad_norm=_mean(norms),
+            n_tokens=n_tokens,
         )
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -517,8 +551,14 @@ class Trainer:
         if values.get("n_tokens") is not None:
             values["n_tokens"] *= self.dist.world  # a count: summed over ranks, not averaged
         self.global_step += 1
-        row = {"run_id": self.run_id, "phase": phase, "step": step + 1, "global_step": self.global_step,
-               "epoch": epoch, **values}
+        row = {
+            "run_id": self.run_id,
+            "phase": phase,
+            "step": step + 1,
+            "global_step": self.global_step,
+            "epoch": epoch,
+            **values,
+        }
         row["n_tokens"] = int(row["n_tokens"]) if row.get("n_tokens") is not None else None
         row["logged_at"] = datetime.now(timezone.utc)
         self.metrics.append(row)
@@ -526,10 +566,14 @@ class Trainer:
             return
         last = (step + 1) % max(1, self.cfg.log_every) == 0
         if last:
-            self.emit(PROGRESS_PREFIX + json.dumps({k: v for k, v in row.items() if v is not None and k != "logged_at"},
-                                                   sort_keys=True))
-        self.root.write_bytes(posixpath.join(self.run_dir, "metrics.parquet"),
-                              table_to_parquet_bytes(TRAIN_METRICS.to_table(self.metrics)))
+            self.emit(
+                PROGRESS_PREFIX
+                + json.dumps({k: v for k, v in row.items() if v is not None and k != "logged_at"}, sort_keys=True)
+            )
+        self.root.write_bytes(
+            posixpath.join(self.run_dir, "metrics.parquet"),
+            table_to_parquet_bytes(TRAIN_METRICS.to_table(self.metrics)),
+        )
 
     def _note(self, text: str) -> None:
         if self.dist.main:
@@ -546,8 +590,14 @@ class Trainer:
                 self.root.remove(rel)
                 for name in files:
                     self.root.put_file(os.path.join(tmp, name), posixpath.join(rel, name))
-            meta = {"run_id": self.run_id, "tag": tag, "global_step": self.global_step, "files": files,
-                    "dataset_version": self.dataset_version, "base_model_path": self.cfg.base_model_path}
+            meta = {
+                "run_id": self.run_id,
+                "tag": tag,
+                "global_step": self.global_step,
+                "files": files,
+                "dataset_version": self.dataset_version,
+                "base_model_path": self.cfg.base_model_path,
+            }
             self.root.write_text(posixpath.join(rel, "checkpoint.json"), json.dumps(meta, indent=2, sort_keys=True))
             self._note(f"checkpoint {tag} -> {self.root.uri(rel)}")
         self.dist.barrier()
@@ -575,8 +625,9 @@ class Trainer:
             manifest["result"] = result.to_dict()
         if error is not None:
             manifest["error"] = error[:2000]
-        self.root.write_text(posixpath.join(self.run_dir, "manifest.json"),
-                             json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        self.root.write_text(
+            posixpath.join(self.run_dir, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True, default=str)
+        )
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

@@ -54,8 +54,10 @@ class LLMExpertPolicy:
         if getattr(res, "finish_reason", None) == "length":
             # Whatever the cut text holds (an <answer> that stops mid-number, code that stops mid-line),
             # it is not what the model meant: the trajectory ends here with the cause recorded.
-            raise PolicyGaveUp("reply_truncated", f"the {self.role} reply was cut at max_tokens "
-                                                  f"({self.params.get('max_tokens')}): {res.text[-80:]!r}")
+            raise PolicyGaveUp(
+                "reply_truncated",
+                f"the {self.role} reply was cut at max_tokens ({self.params.get('max_tokens')}): {res.text[-80:]!r}",
+            )
         return PolicyReply(
             text=_restore_stop(res.text, getattr(res, "finish_reason", None)),
             model=res.model,

@@ -84,8 +84,10 @@ def read_problem(view: ReadView) -> str | None:
         return f"everything landed in one column named {short(names[0], 60)!r}: the fields are separated by {shown}"
     if unnamed and len(unnamed) * 2 >= len(names):
         first = short(names[0], 70)
-        return (f"{len(unnamed)} of {len(names)} columns came out as 'Unnamed: n' and the first is called {first!r}, "
-                "so the top rows are a title, not the header")
+        return (
+            f"{len(unnamed)} of {len(names)} columns came out as 'Unnamed: n' and the first is called {first!r}, "
+            "so the top rows are a title, not the header"
+        )
     if unnamed:
         return f"columns such as {unnamed[0]!r} have no name, so the header row is not the first line"
     return None
@@ -134,8 +136,10 @@ def columns_used(program: str, known: list[str]) -> list[str]:
     for name in known:
         if name in found:
             continue
-        if name in literals or re.search(r'"' + re.escape(name) + r'"', text) or re.search(
-            r"(?<![\w.])" + re.escape(name) + r"(?![\w.])", text
+        if (
+            name in literals
+            or re.search(r'"' + re.escape(name) + r'"', text)
+            or re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w.])", text)
         ):
             found.append(name)
     return found
@@ -151,18 +155,35 @@ def name_list(names: list[str], limit: int = 3) -> str:
 
 
 FORMULATION = {
-    "pandas": ("work on the DataFrame with pandas", "compute it with pandas operations on `df`",
-               "do it in pandas directly", "use pandas indexing and aggregation"),
-    "duckdb-sql": ("write it as one SQL query that DuckDB runs over `df`", "let DuckDB evaluate a SQL query on the frame",
-                   "express it in SQL and run it on the DataFrame with DuckDB"),
-    "sqlite-sql": ("load the frame into an in-memory SQLite table and query it",
-                   "copy `df` into SQLite and answer with a SQL statement"),
-    "sql-tool": ("query the database through `execute_sql`", "run a SQL statement with the `execute_sql` tool",
-                 "ask the database directly with `execute_sql`"),
-    "sql-tool+pandas": ("pull the rows with `execute_sql` and finish in pandas",
-                        "fetch the relation with `execute_sql`, then compute in pandas"),
+    "pandas": (
+        "work on the DataFrame with pandas",
+        "compute it with pandas operations on `df`",
+        "do it in pandas directly",
+        "use pandas indexing and aggregation",
+    ),
+    "duckdb-sql": (
+        "write it as one SQL query that DuckDB runs over `df`",
+        "let DuckDB evaluate a SQL query on the frame",
+        "express it in SQL and run it on the DataFrame with DuckDB",
+    ),
+    "sqlite-sql": (
+        "load the frame into an in-memory SQLite table and query it",
+        "copy `df` into SQLite and answer with a SQL statement",
+    ),
+    "sql-tool": (
+        "query the database through `execute_sql`",
+        "run a SQL statement with the `execute_sql` tool",
+        "ask the database directly with `execute_sql`",
+    ),
+    "sql-tool+pandas": (
+        "pull the rows with `execute_sql` and finish in pandas",
+        "fetch the relation with `execute_sql`, then compute in pandas",
+    ),
     "numpy": ("use numpy on the column values", "compute it with numpy arrays"),
-    "polars": ("run the SQL through a polars SQLContext over an Arrow copy of `df`",
-               "let polars evaluate the query on the frame", "hand the frame to polars and query it in SQL"),
+    "polars": (
+        "run the SQL through a polars SQLContext over an Arrow copy of `df`",
+        "let polars evaluate the query on the frame",
+        "hand the frame to polars and query it in SQL",
+    ),
     "stdlib": ("use the standard library on the values",),
 }

@@ -257,8 +257,12 @@ class OfflineExpertPolicy:
 
     def _names_in_schema(self) -> list[str]:
         """Column names a database schema print showed (quoted or bare identifiers on its lines)."""
-        names = re.findall(r"[\"`']?([A-Za-z_][\w ]{1,40}?)[\"`']?\s+(?:INTEGER|TEXT|REAL|NUMERIC|VARCHAR|INT|"
-                           r"FLOAT|DOUBLE|DATE|DATETIME|BOOLEAN|CHAR|DECIMAL|BIGINT)", self._schema, re.IGNORECASE)
+        names = re.findall(
+            r"[\"`']?([A-Za-z_][\w ]{1,40}?)[\"`']?\s+(?:INTEGER|TEXT|REAL|NUMERIC|VARCHAR|INT|"
+            r"FLOAT|DOUBLE|DATE|DATETIME|BOOLEAN|CHAR|DECIMAL|BIGINT)",
+            self._schema,
+            re.IGNORECASE,
+        )
         return list(dict.fromkeys(n.strip() for n in names))
 
     # -- narration --------------------------------------------------------------------------------
@@ -270,7 +274,7 @@ class OfflineExpertPolicy:
             if cols:
                 return narration.name_list(cols, 2)
         words = self._question.split()
-        return "\"" + " ".join(words[:7]) + (" ..." if len(words) > 7 else "") + "\""
+        return '"' + " ".join(words[:7]) + (" ..." if len(words) > 7 else "") + '"'
 
     def _q_short(self, question: str | None = None) -> str:
         words = without_format(question or self._question).split()
@@ -282,18 +286,20 @@ class OfflineExpertPolicy:
         f, q = self._file_name, narration.short(self._question, 110)
         if self._data_format == "sqlite":
             options = (
-                f"\"{q}\" needs data from {f}, so before writing SQL I list its tables, columns and keys.",
-                f"For \"{q}\" I first look at the schema of {f}, so that the queries use real names.",
-                f"{f} is a database I have not seen, so for \"{q}\" its schema comes first, then the queries.",
-                f"To answer \"{q}\" I have to know which tables of {f} hold the data, so I start with the schema.",
+                f'"{q}" needs data from {f}, so before writing SQL I list its tables, columns and keys.',
+                f'For "{q}" I first look at the schema of {f}, so that the queries use real names.',
+                f'{f} is a database I have not seen, so for "{q}" its schema comes first, then the queries.',
+                f'To answer "{q}" I have to know which tables of {f} hold the data, so I start with the schema.',
             )
         else:
             options = (
-                f"\"{q}\" is about {f}, so I load it with default settings and look at its shape, types and first rows.",
-                f"A plain read of {f} comes first for \"{q}\", to see what its columns are called and how they are typed.",
-                f"Nothing is known about {f} yet, and \"{q}\" depends on its columns, so a default read and its structure come first.",
-                f"To answer \"{q}\" I first need the layout of {f}: a default read, then shape, dtypes and the head.",
-                f"First step for \"{q}\": open {f}, print the size and the column types, and check a few rows.",
+                f'"{q}" is about {f}, so I load it with default settings and look at its shape, types and first rows.',
+                f'A plain read of {f} comes first for "{q}", to see what its columns are called and how they are '
+                "typed.",
+                f'Nothing is known about {f} yet, and "{q}" depends on its columns, so a default read and its '
+                "structure come first.",
+                f'To answer "{q}" I first need the layout of {f}: a default read, then shape, dtypes and the head.',
+                f'First step for "{q}": open {f}, print the size and the column types, and check a few rows.',
             )
         return narration.pick(options, self._seed, "explore")
 
@@ -301,11 +307,17 @@ class OfflineExpertPolicy:
         how = narration.describe_fix(self._fixed_read or "")
         seen = problem or (f"the read failed ({error})" if error else "the first read does not look like a clean table")
         q = self._q_short()
-        return narration.pick((
-            f"The output shows a problem: {seen}; before working on \"{q}\" I read it again with {how} and check the structure.",
-            f"Looking at that output, {seen}, so for \"{q}\" I need a second read with {how}.",
-            f"That read is not usable for \"{q}\" yet, because {seen}; reading it again with {how} should give a proper table.",
-        ), self._seed, "fix")
+        return narration.pick(
+            (
+                f'The output shows a problem: {seen}; before working on "{q}" I read it again with {how} and check '
+                "the structure.",
+                f'Looking at that output, {seen}, so for "{q}" I need a second read with {how}.',
+                f'That read is not usable for "{q}" yet, because {seen}; reading it again with {how} should give a '
+                "proper table.",
+            ),
+            self._seed,
+            "fix",
+        )
 
     def _think_hop(self, step: _Step) -> str:
         k = len(self._hops)
@@ -317,45 +329,79 @@ class OfflineExpertPolicy:
         q = without_format(h.question.strip()).rstrip()
         prev = narration.short(self._outputs[-1], 80) if step.index > 1 and self._outputs else None
         if k == 1:
-            lead = narration.pick((f"Now the question itself: {q}", f"With the data read correctly: {q}",
-                                   f"Question: {q}", f"What is asked: {q}"), self._seed, "q")
+            lead = narration.pick(
+                (
+                    f"Now the question itself: {q}",
+                    f"With the data read correctly: {q}",
+                    f"Question: {q}",
+                    f"What is asked: {q}",
+                ),
+                self._seed,
+                "q",
+            )
         elif prev is not None:
-            lead = narration.pick((f"With {prev} from the previous step, step {step.index} of {k} asks: {q}",
-                                   f"Building on {prev}, part {step.index} of {k}: {q}",
-                                   f"So far I have {prev}; next ({step.index}/{k}): {q}"), self._seed, f"q-{step.index}")
+            lead = narration.pick(
+                (
+                    f"With {prev} from the previous step, step {step.index} of {k} asks: {q}",
+                    f"Building on {prev}, part {step.index} of {k}: {q}",
+                    f"So far I have {prev}; next ({step.index}/{k}): {q}",
+                ),
+                self._seed,
+                f"q-{step.index}",
+            )
         else:
-            lead = narration.pick((f"Step {step.index} of {k}: {q}", f"Part {step.index} of {k}: {q}",
-                                   f"First ({step.index}/{k}): {q}"), self._seed, f"q-{step.index}")
-        plan = narration.pick((f"it depends on {focus}, so I {how} and print the result",
-                               f"for {focus} I {how} and print the value",
-                               f"using {focus}, I {how}",
-                               f"I {how} over {focus} and print what comes out"), self._seed, f"p-{step.index}")
+            lead = narration.pick(
+                (f"Step {step.index} of {k}: {q}", f"Part {step.index} of {k}: {q}", f"First ({step.index}/{k}): {q}"),
+                self._seed,
+                f"q-{step.index}",
+            )
+        plan = narration.pick(
+            (
+                f"it depends on {focus}, so I {how} and print the result",
+                f"for {focus} I {how} and print the value",
+                f"using {focus}, I {how}",
+                f"I {how} over {focus} and print what comes out",
+            ),
+            self._seed,
+            f"p-{step.index}",
+        )
         return f"{lead} - {plan}."
 
     def _think_after_blunder(self, step: _Step, obs: Any) -> str:
         q = self._q_short(step.hop.question if step.hop else None)
         if step.wrong_output is not None:
-            return (f"The output {narration.short(step.wrong_output, 60)!r} cannot be right for \"{q}\": {step.wrong!r} "
-                    f"is not a column of the data, the name is {step.right!r}, so I run the step again with it.")
+            return (
+                f'The output {narration.short(step.wrong_output, 60)!r} cannot be right for "{q}": {step.wrong!r} '
+                f"is not a column of the data, the name is {step.right!r}, so I run the step again with it."
+            )
         error = narration.read_view(getattr(obs, "output", "") or "").error or "an error"
-        return narration.pick((
-            f"That failed with {error}: there is no column {step.wrong!r}, the data calls it {step.right!r}, "
-            f"so I rerun the step for \"{q}\" with the right name.",
-            f"The cell raised {error} because I mistyped the column ({step.wrong!r} instead of {step.right!r}); "
-            f"same computation for \"{q}\", fixed name.",
-            f"{error} - the name is {step.right!r} in the data, not {step.wrong!r}, so I repeat the step for \"{q}\" with it.",
-        ), self._seed, "err")
+        return narration.pick(
+            (
+                f"That failed with {error}: there is no column {step.wrong!r}, the data calls it {step.right!r}, "
+                f'so I rerun the step for "{q}" with the right name.',
+                f"The cell raised {error} because I mistyped the column ({step.wrong!r} instead of {step.right!r}); "
+                f'same computation for "{q}", fixed name.',
+                f"{error} - the name is {step.right!r} in the data, not {step.wrong!r}, so I repeat the step for "
+                f'"{q}" with it.',
+            ),
+            self._seed,
+            "err",
+        )
 
     def _think_answer(self, answer: str) -> str:
         a = narration.short(answer, 100)
         q = self._q_short()
         return narration.pick(
-            (f"The last output, {a}, answers \"{q}\".",
-             f"The computation for \"{q}\" returned {a}, which is the answer.",
-             f"For \"{q}\" the printed result is {a}, straight from the last step.",
-             f"{a} is what \"{q}\" asks for, computed above.",
-             f"So the answer to \"{q}\" is {a}, taken from the printed result."),
-            self._seed, "answer")
+            (
+                f'The last output, {a}, answers "{q}".',
+                f'The computation for "{q}" returned {a}, which is the answer.',
+                f'For "{q}" the printed result is {a}, straight from the last step.',
+                f'{a} is what "{q}" asks for, computed above.',
+                f'So the answer to "{q}" is {a}, taken from the printed result.',
+            ),
+            self._seed,
+            "answer",
+        )
 
     # -- the loop ---------------------------------------------------------------------------------
     async def next_turn(self, messages: list[dict], last_observation: Any | None) -> PolicyReply:
@@ -385,12 +431,17 @@ class OfflineExpertPolicy:
             elif step.kind in ("hop", "blunder") and step_no > 0 and self._plan[step_no - 1].kind == "blunder":
                 think = self._think_after_blunder(self._plan[step_no - 1], last_observation)
             elif step.kind == "check":
-                think = narration.pick((
-                    "Before answering I recompute the final value with an independent formulation, "
-                    "so the result does not hinge on one way of writing it.",
-                    f"A second, independent computation of the last step guards against a slip in {describe_program(step.code)}.",
-                    "I cross-check the final number with another formulation before reporting it.",
-                ), self._seed, "check")
+                think = narration.pick(
+                    (
+                        "Before answering I recompute the final value with an independent formulation, "
+                        "so the result does not hinge on one way of writing it.",
+                        f"A second, independent computation of the last step guards against a slip in "
+                        f"{describe_program(step.code)}.",
+                        "I cross-check the final number with another formulation before reporting it.",
+                    ),
+                    self._seed,
+                    "check",
+                )
             else:
                 think = self._think_hop(step)
             return PolicyReply(protocol.format_code_turn(think, step.code), model=OFFLINE_MODEL)
@@ -402,9 +453,15 @@ class OfflineExpertPolicy:
         if self._cross_checked:
             first = self._outputs[-2]
             if first == answer:
-                think = narration.pick(("Both formulations print the same result, so it is reliable.",
-                                        f"The recomputation agrees ({narration.short(answer, 60)}), so I report it.",
-                                        "Same value both ways; that settles it."), self._seed, "agree")
+                think = narration.pick(
+                    (
+                        "Both formulations print the same result, so it is reliable.",
+                        f"The recomputation agrees ({narration.short(answer, 60)}), so I report it.",
+                        "Same value both ways; that settles it.",
+                    ),
+                    self._seed,
+                    "agree",
+                )
             else:
                 think = (
                     f"The two computations disagree: {first[:200]!r} first, {answer[:200]!r} on re-computation. "

@@ -107,7 +107,9 @@ def _kind_agrees(kind: str, s: pd.Series) -> bool:
     return True
 
 
-def build_view(df: pd.DataFrame, profiles: list[dict] | None = None, keys: set[str] | frozenset = frozenset()) -> TableView:
+def build_view(
+    df: pd.DataFrame, profiles: list[dict] | None = None, keys: set[str] | frozenset = frozenset()
+) -> TableView:
     """Column roles of ``df``; ``keys`` are key columns (e.g. foreign keys), never measures or groups."""
     by_name = {str(p.get("name")): p for p in (profiles or []) if p.get("name") is not None}
     columns: dict[str, Column] = {}
@@ -130,7 +132,9 @@ def build_view(df: pd.DataFrame, profiles: list[dict] | None = None, keys: set[s
             view.measures.append(name)
         # Integers group only when they are codes with a handful of levels (class, rating), not counts.
         max_groups = MAX_INTEGER_GROUPS if col.kind == "integer" else MAX_GROUPS
-        if col.kind in ("categorical", "boolean", "integer", "text") and 2 <= col.n_unique <= min(max_groups, max(2, n // 2)):
+        if col.kind in ("categorical", "boolean", "integer", "text") and 2 <= col.n_unique <= min(
+            max_groups, max(2, n // 2)
+        ):
             counts = s.dropna().value_counts()
             if (counts >= 2).sum() >= 2:
                 view.groups.append(name)

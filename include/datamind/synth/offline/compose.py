@@ -59,15 +59,20 @@ def _pick(items, rng):
 
 # -- roots (hop 1) -----------------------------------------------------------------------------
 
+
 def root_top_count(view, rng):
     g = _pick([g for g in view.groups if unique_top(view.df[g].value_counts())], rng)
     if g is None:
         return None
-    task = Task("ranking", "chain_top_count", f"Which {g} value has the most records?",
-                f"Mode of {g}.",
-                f"answer = {c(g)}.value_counts().idxmax()",
-                f"SELECT {qi(g)} FROM {{src}} WHERE {qi(g)} IS NOT NULL GROUP BY {qi(g)} ORDER BY COUNT(*) DESC LIMIT 1",
-                params={"g": g})
+    task = Task(
+        "ranking",
+        "chain_top_count",
+        f"Which {g} value has the most records?",
+        f"Mode of {g}.",
+        f"answer = {c(g)}.value_counts().idxmax()",
+        f"SELECT {qi(g)} FROM {{src}} WHERE {qi(g)} IS NOT NULL GROUP BY {qi(g)} ORDER BY COUNT(*) DESC LIMIT 1",
+        params={"g": g},
+    )
     return task, "group", g, f"the {g} value with the most records"
 
 
@@ -77,11 +82,16 @@ def root_top_mean(view, rng):
     if pick is None:
         return None
     g, m = pick
-    task = Task("ranking", "chain_top_mean", f"Which {g} has the highest average {m}?",
-                f"Group by {g}, rank by mean {m}.",
-                f"answer = df.groupby({g!r})[{m!r}].mean().idxmax()",
-                f"SELECT {qi(g)} FROM {{src}} WHERE {qi(g)} IS NOT NULL AND {qi(m)} IS NOT NULL GROUP BY {qi(g)} "
-                f"ORDER BY AVG({qi(m)}) DESC LIMIT 1", params={"g": g, "m": m})
+    task = Task(
+        "ranking",
+        "chain_top_mean",
+        f"Which {g} has the highest average {m}?",
+        f"Group by {g}, rank by mean {m}.",
+        f"answer = df.groupby({g!r})[{m!r}].mean().idxmax()",
+        f"SELECT {qi(g)} FROM {{src}} WHERE {qi(g)} IS NOT NULL AND {qi(m)} IS NOT NULL GROUP BY {qi(g)} "
+        f"ORDER BY AVG({qi(m)}) DESC LIMIT 1",
+        params={"g": g, "m": m},
+    )
     return task, "group", g, f"the {g} with the highest average {m}"
 
 
@@ -89,8 +99,15 @@ def root_mean(view, rng):
     m = _pick(view.measures, rng)
     if m is None:
         return None
-    task = Task("aggregation", "chain_mean", f"What is the average {m} across all records?", f"Mean of {m}.",
-                f"answer = round(float({c(m)}.mean()), 4)", f"SELECT ROUND(AVG({qi(m)}), 4) FROM {{src}}", params={"m": m})
+    task = Task(
+        "aggregation",
+        "chain_mean",
+        f"What is the average {m} across all records?",
+        f"Mean of {m}.",
+        f"answer = round(float({c(m)}.mean()), 4)",
+        f"SELECT ROUND(AVG({qi(m)}), 4) FROM {{src}}",
+        params={"m": m},
+    )
     return task, "level", m, f"the average {m} across all records"
 
 
@@ -99,15 +116,21 @@ ROOTS = (root_top_count, root_top_mean, root_mean)
 
 # -- transitions -------------------------------------------------------------------------------
 
+
 def group_mean(view, prev: Value, rng):
     g, v = prev.col, prev.value
     m = _pick([m for m in view.measures if m != g and view.df.loc[view.df[g] == v, m].notna().any()], rng)
     if m is None:
         return None
-    task = Task("aggregation", "chain_group_mean", f"What is the average {m} among records whose {g} is {prev.phrase}?",
-                f"Average {m} inside the {g} group found by the previous step.",
-                f"answer = round(float(df.loc[{c(g)} == {v!r}, {m!r}].mean()), 4)",
-                f"SELECT ROUND(AVG({qi(m)}), 4) FROM {{src}} WHERE {qi(g)} = {ql(v)}", params={"g": g, "v": v, "m": m})
+    task = Task(
+        "aggregation",
+        "chain_group_mean",
+        f"What is the average {m} among records whose {g} is {prev.phrase}?",
+        f"Average {m} inside the {g} group found by the previous step.",
+        f"answer = round(float(df.loc[{c(g)} == {v!r}, {m!r}].mean()), 4)",
+        f"SELECT ROUND(AVG({qi(m)}), 4) FROM {{src}} WHERE {qi(g)} = {ql(v)}",
+        params={"g": g, "v": v, "m": m},
+    )
     return task, "level", m, f"the average {m} among records whose {g} is {prev.phrase}"
 
 
@@ -117,20 +140,30 @@ def group_mode(view, prev: Value, rng):
     g2 = _pick([x for x in view.groups if x != g and unique_top(sub[x].value_counts())], rng)
     if g2 is None:
         return None
-    task = Task("ranking", "chain_group_mode", f"Among records whose {g} is {prev.phrase}, which {g2} value is most common?",
-                f"Restrict to the previous step's {g} group, then take the mode of {g2}.",
-                f"answer = df.loc[{c(g)} == {v!r}, {g2!r}].value_counts().idxmax()",
-                f"SELECT {qi(g2)} FROM {{src}} WHERE {qi(g)} = {ql(v)} AND {qi(g2)} IS NOT NULL GROUP BY {qi(g2)} "
-                f"ORDER BY COUNT(*) DESC LIMIT 1", params={"g": g, "v": v, "g2": g2})
+    task = Task(
+        "ranking",
+        "chain_group_mode",
+        f"Among records whose {g} is {prev.phrase}, which {g2} value is most common?",
+        f"Restrict to the previous step's {g} group, then take the mode of {g2}.",
+        f"answer = df.loc[{c(g)} == {v!r}, {g2!r}].value_counts().idxmax()",
+        f"SELECT {qi(g2)} FROM {{src}} WHERE {qi(g)} = {ql(v)} AND {qi(g2)} IS NOT NULL GROUP BY {qi(g2)} "
+        f"ORDER BY COUNT(*) DESC LIMIT 1",
+        params={"g": g, "v": v, "g2": g2},
+    )
     return task, "group", g2, f"the most common {g2} among records whose {g} is {prev.phrase}"
 
 
 def group_count(view, prev: Value, rng):
     g, v = prev.col, prev.value
-    task = Task("counting", "chain_group_count", f"How many records have {an(g)} {g} equal to {prev.phrase}?",
-                f"Count the rows of the {g} group found by the previous step.",
-                f"answer = int(({c(g)} == {v!r}).sum())",
-                f"SELECT COUNT(*) FROM {{src}} WHERE {qi(g)} = {ql(v)}", params={"g": g, "v": v})
+    task = Task(
+        "counting",
+        "chain_group_count",
+        f"How many records have {an(g)} {g} equal to {prev.phrase}?",
+        f"Count the rows of the {g} group found by the previous step.",
+        f"answer = int(({c(g)} == {v!r}).sum())",
+        f"SELECT COUNT(*) FROM {{src}} WHERE {qi(g)} = {ql(v)}",
+        params={"g": g, "v": v},
+    )
     return task, "count", None, f"the number of records whose {g} is {prev.phrase}"
 
 
@@ -139,10 +172,15 @@ def level_count_above(view, prev: Value, rng):
     n = int((view.df[m] > x).sum())
     if n == 0:
         return None
-    task = Task("counting", "chain_count_above", f"How many records have {an(m)} {m} greater than {prev.phrase}?",
-                f"Use the previous result as a threshold on {m}.",
-                f"answer = int(({c(m)} > {x!r}).sum())",
-                f"SELECT COUNT(*) FROM {{src}} WHERE {qi(m)} > {ql(x)}", params={"m": m, "x": x})
+    task = Task(
+        "counting",
+        "chain_count_above",
+        f"How many records have {an(m)} {m} greater than {prev.phrase}?",
+        f"Use the previous result as a threshold on {m}.",
+        f"answer = int(({c(m)} > {x!r}).sum())",
+        f"SELECT COUNT(*) FROM {{src}} WHERE {qi(m)} > {ql(x)}",
+        params={"m": m, "x": x},
+    )
     return task, "count", None, f"the number of records with {an(m)} {m} greater than {prev.phrase}"
 
 
@@ -154,19 +192,29 @@ def level_mode_above(view, prev: Value, rng):
     g = _pick([g for g in view.groups if g != m and unique_top(sub[g].value_counts())], rng)
     if g is None:
         return None
-    task = Task("ranking", "chain_mode_above", f"Among records with {an(m)} {m} above {prev.phrase}, which {g} value is most common?",
-                f"Filter {m} by the previous result, then take the mode of {g}.",
-                f"answer = df.loc[{c(m)} > {x!r}, {g!r}].value_counts().idxmax()",
-                f"SELECT {qi(g)} FROM {{src}} WHERE {qi(m)} > {ql(x)} AND {qi(g)} IS NOT NULL GROUP BY {qi(g)} "
-                f"ORDER BY COUNT(*) DESC LIMIT 1", params={"m": m, "x": x, "g": g})
+    task = Task(
+        "ranking",
+        "chain_mode_above",
+        f"Among records with {an(m)} {m} above {prev.phrase}, which {g} value is most common?",
+        f"Filter {m} by the previous result, then take the mode of {g}.",
+        f"answer = df.loc[{c(m)} > {x!r}, {g!r}].value_counts().idxmax()",
+        f"SELECT {qi(g)} FROM {{src}} WHERE {qi(m)} > {ql(x)} AND {qi(g)} IS NOT NULL GROUP BY {qi(g)} "
+        f"ORDER BY COUNT(*) DESC LIMIT 1",
+        params={"m": m, "x": x, "g": g},
+    )
     return task, "group", g, f"the most common {g} among records with {an(m)} {m} above {prev.phrase}"
 
 
 def level_diff_median(view, prev: Value, rng):
     m, x = prev.col, prev.value
-    task = Task("comparison", "chain_diff_median", f"How much does {prev.phrase} differ from the overall median {m} (first minus second)?",
-                f"Compare the previous result with the median of {m}.",
-                f"answer = round(float({x!r} - {c(m)}.median()), 4)", params={"m": m, "x": x})
+    task = Task(
+        "comparison",
+        "chain_diff_median",
+        f"How much does {prev.phrase} differ from the overall median {m} (first minus second)?",
+        f"Compare the previous result with the median of {m}.",
+        f"answer = round(float({x!r} - {c(m)}.median()), 4)",
+        params={"m": m, "x": x},
+    )
     return task, "diff", m, f"the difference between {prev.phrase} and the overall median {m}"
 
 
@@ -174,18 +222,28 @@ def level_fact(view, prev: Value, rng):
     m, x = prev.col, prev.value
     if np.isclose(x, view.df[m].median()):
         return None
-    task = Task("fact_checking", "chain_fact_level", f"Is {prev.phrase} higher than the overall median {m}? Answer Yes or No.",
-                f"Check a claim about the previous result against the median of {m}.",
-                f"answer = 'Yes' if {x!r} > {c(m)}.median() else 'No'", params={"m": m, "x": x})
+    task = Task(
+        "fact_checking",
+        "chain_fact_level",
+        f"Is {prev.phrase} higher than the overall median {m}? Answer Yes or No.",
+        f"Check a claim about the previous result against the median of {m}.",
+        f"answer = 'Yes' if {x!r} > {c(m)}.median() else 'No'",
+        params={"m": m, "x": x},
+    )
     return task, "bool", None, ""
 
 
 def count_pct(view, prev: Value, rng):
     n = prev.value
-    task = Task("arithmetic_calculation", "chain_count_pct", f"What percentage of all records is {prev.phrase}?",
-                "Divide the previous count by the number of records.",
-                f"answer = round({n!r} / len(df) * 100, 2)",
-                f"SELECT ROUND(100.0 * {ql(n)} / COUNT(*), 2) FROM {{src}}", params={"n": n})
+    task = Task(
+        "arithmetic_calculation",
+        "chain_count_pct",
+        f"What percentage of all records is {prev.phrase}?",
+        "Divide the previous count by the number of records.",
+        f"answer = round({n!r} / len(df) * 100, 2)",
+        f"SELECT ROUND(100.0 * {ql(n)} / COUNT(*), 2) FROM {{src}}",
+        params={"n": n},
+    )
     return task, "pct", None, f"the percentage of all records represented by {prev.phrase}"
 
 
@@ -193,10 +251,15 @@ def count_fact(view, prev: Value, rng):
     n = prev.value
     if n * 2 == view.n_rows:
         return None
-    task = Task("fact_checking", "chain_fact_count", f"Is {prev.phrase} more than half of all records? Answer Yes or No.",
-                "Compare the previous count with half the table.",
-                f"answer = 'Yes' if {n!r} > len(df) / 2 else 'No'",
-                f"SELECT CASE WHEN {ql(n)} > COUNT(*) / 2.0 THEN 'Yes' ELSE 'No' END FROM {{src}}", params={"n": n})
+    task = Task(
+        "fact_checking",
+        "chain_fact_count",
+        f"Is {prev.phrase} more than half of all records? Answer Yes or No.",
+        "Compare the previous count with half the table.",
+        f"answer = 'Yes' if {n!r} > len(df) / 2 else 'No'",
+        f"SELECT CASE WHEN {ql(n)} > COUNT(*) / 2.0 THEN 'Yes' ELSE 'No' END FROM {{src}}",
+        params={"n": n},
+    )
     return task, "bool", None, ""
 
 
@@ -205,9 +268,14 @@ def diff_pct(view, prev: Value, rng):
     mean = view.df[m].mean()
     if np.isclose(mean, 0):
         return None
-    task = Task("arithmetic_calculation", "chain_diff_pct", f"Express {prev.phrase} as a percentage of the overall average {m}.",
-                f"Scale the previous difference by the mean of {m}.",
-                f"answer = round(float({d!r} / {c(m)}.mean() * 100), 2)", params={"m": m, "d": d})
+    task = Task(
+        "arithmetic_calculation",
+        "chain_diff_pct",
+        f"Express {prev.phrase} as a percentage of the overall average {m}.",
+        f"Scale the previous difference by the mean of {m}.",
+        f"answer = round(float({d!r} / {c(m)}.mean() * 100), 2)",
+        params={"m": m, "d": d},
+    )
     return task, "pct", None, f"{prev.phrase} as a percentage of the overall average {m}"
 
 
@@ -215,10 +283,15 @@ def pct_fact(view, prev: Value, rng):
     p = prev.value
     if p == 50:
         return None
-    task = Task("fact_checking", "chain_fact_pct", f"Is {prev.phrase} above 50 percent? Answer Yes or No.",
-                "Compare the previous percentage with one half.",
-                f"answer = 'Yes' if {p!r} > 50 else 'No'",
-                f"SELECT CASE WHEN {ql(p)} > 50 THEN 'Yes' ELSE 'No' END", params={"p": p})
+    task = Task(
+        "fact_checking",
+        "chain_fact_pct",
+        f"Is {prev.phrase} above 50 percent? Answer Yes or No.",
+        "Compare the previous percentage with one half.",
+        f"answer = 'Yes' if {p!r} > 50 else 'No'",
+        f"SELECT CASE WHEN {ql(p)} > 50 THEN 'Yes' ELSE 'No' END",
+        params={"p": p},
+    )
     return task, "bool", None, ""
 
 
@@ -233,6 +306,7 @@ TRANSITIONS: dict[str, tuple] = {
 
 
 # -- chain building ----------------------------------------------------------------------------
+
 
 def _typed(kind: str, answer: str, col: str | None, view: TableView):
     """The printed answer as the typed value the next hop embeds."""
@@ -302,8 +376,9 @@ def build_chain(view: TableView, source: Source, length: int, rng: random.Random
     return []
 
 
-def build_chains(view: TableView, source: Source, n_chains: int, min_hops: int, max_hops: int,
-                 seed: int, table_key: str) -> list[list[Hop]]:
+def build_chains(
+    view: TableView, source: Source, n_chains: int, min_hops: int, max_hops: int, seed: int, table_key: str
+) -> list[list[Hop]]:
     chains: list[list[Hop]] = []
     seen: set[str] = set()
     for i in range(n_chains * 3):  # a few extra attempts: random walks can repeat or dead-end

@@ -29,7 +29,9 @@ REQUIREMENTS = {
     "ranking": "a numeric measure plus a grouping or label column with a unique leader",
     "counting": "a numeric measure or a grouping column",
     "comparison": "a numeric measure and a grouping column with two populated groups",
-    "domain_specific": "a non-negative measure with a grouping column, a price series with dates, or a measure with non-zero mean",
+    "domain_specific": (
+        "a non-negative measure with a grouping column, a price series with dates, or a measure with non-zero mean"
+    ),
     "causal_analysis": "two numeric measures (and a grouping column to stratify by)",
     "statistical_analysis": "a numeric measure column",
     "correlation_analysis": "two numeric measures with variance",
@@ -113,8 +115,10 @@ def synthesize_offline(
 ) -> OfflineResult:
     result = OfflineResult()
     for category in categories:
-        iterators = [(gen.__name__, gen(view, random.Random(stable_id(seed, table_key, category, gen.__name__))))
-                     for gen in REGISTRY.get(category, [])]
+        iterators = [
+            (gen.__name__, gen(view, random.Random(stable_id(seed, table_key, category, gen.__name__))))
+            for gen in REGISTRY.get(category, [])
+        ]
         chosen: list[Candidate] = []
         offered = errored = 0
         for task in _round_robin(iterators):
@@ -122,7 +126,9 @@ def synthesize_offline(
                 break
             if isinstance(task, tuple):
                 name, exc = task
-                result.failures.append((Task(category, name, "", "", ""), f"template error: {type(exc).__name__}: {exc}"))
+                result.failures.append(
+                    (Task(category, name, "", "", ""), f"template error: {type(exc).__name__}: {exc}")
+                )
                 errored += 1
                 continue
             offered += 1
@@ -135,11 +141,18 @@ def synthesize_offline(
             task.question = polish_question(task.question, answer)
             chosen.append(Candidate(task, lang, solution, answer))
         if per_category > 0 and not offered and errored:
-            result.skips.append(Skip(category, "template_error", "every applicable template failed on this data (see log)"))
+            result.skips.append(
+                Skip(category, "template_error", "every applicable template failed on this data (see log)")
+            )
         elif per_category > 0 and not offered:
             result.skips.append(Skip(category, "unsupported_table", f"needs {REQUIREMENTS[category]}"))
         elif per_category > 0 and not chosen:
-            result.skips.append(Skip(category, "no_valid_candidate",
-                                     "every candidate question failed to execute or gave a degenerate answer"))
+            result.skips.append(
+                Skip(
+                    category,
+                    "no_valid_candidate",
+                    "every candidate question failed to execute or gave a degenerate answer",
+                )
+            )
         result.candidates[category] = chosen
     return result

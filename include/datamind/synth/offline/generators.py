@@ -57,6 +57,7 @@ def template(category: str):
 
 # -- helpers -----------------------------------------------------------------------------------
 
+
 def c(name: str) -> str:
     """pandas column access with the name as a safe literal."""
     return f"df[{name!r}]"

@@ -7,17 +7,26 @@ import hashlib
 import re
 
 _DOUBLED = re.compile(r"\b(\w+)(\s+)(\1)\b", re.IGNORECASE)
-_SAYS_FORMAT = re.compile(r"\b(separated by|give (?:it|them|the)|answer with|answer yes|round(?:ed)? to|in that order|"
-                          r"as a (?:number|percentage|list)|yes or no)\b", re.IGNORECASE)
+_SAYS_FORMAT = re.compile(
+    r"\b(separated by|give (?:it|them|the)|answer with|answer yes|round(?:ed)? to|in that order|"
+    r"as a (?:number|percentage|list)|yes or no)\b",
+    re.IGNORECASE,
+)
 _NUMBER = re.compile(r"^[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?%?$")
 
 _FORMATS = {
     "number": ("Answer with a single number.", "Reply with just the number.", "The answer is one number."),
     "yesno": ("Answer yes or no.", "Reply with yes or no.", "A yes/no answer is expected."),
-    "label": ("Answer with the value as it is written in the data.", "Reply with that value, spelled as in the data.",
-              "Give the value exactly as the data writes it."),
-    "list": ("List the values separated by commas.", "Give all the values, comma-separated.",
-             "Reply with the values in a comma-separated list."),
+    "label": (
+        "Answer with the value as it is written in the data.",
+        "Reply with that value, spelled as in the data.",
+        "Give the value exactly as the data writes it.",
+    ),
+    "list": (
+        "List the values separated by commas.",
+        "Give all the values, comma-separated.",
+        "Reply with the values in a comma-separated list.",
+    ),
 }
 
 

@@ -85,9 +85,7 @@ class Source:
         cols = ["t.*"] + [f"p{i}.{qi(j.label_column)} AS {qi(j.alias)}" for i, j in enumerate(self.joins)]
         parts = [f"SELECT {', '.join(cols)} FROM {qi(self.table_name)} AS t"]
         for i, j in enumerate(self.joins):
-            parts.append(
-                f"LEFT JOIN {qi(j.parent_table)} AS p{i} ON t.{qi(j.fk_column)} = p{i}.{qi(j.parent_key)}"
-            )
+            parts.append(f"LEFT JOIN {qi(j.parent_table)} AS p{i} ON t.{qi(j.fk_column)} = p{i}.{qi(j.parent_key)}")
         return " ".join(parts)
 
     def sql_from(self) -> str:
@@ -195,7 +193,7 @@ def reading_block(program: str, fmt: str, options: dict, file_name: str) -> str 
             preamble = Source(fmt, file_name, "", options, reader=reader).python_preamble()
         except UnsupportedSource:
             continue
-        block = preamble[preamble.index("DATA_PATH = "):]
+        block = preamble[preamble.index("DATA_PATH = ") :]
         if block in program:
             return "import pandas as pd\n\n" + block
     return None
@@ -247,7 +245,9 @@ def parse_read_options(raw: str | dict | None) -> dict:
 def _label_column(con: sqlite3.Connection, table: str, key: str) -> str | None:
     """The parent column that names a row: a text column, preferring ones called *name*/*title*."""
     info = con.execute(f"PRAGMA table_info({qi(table)})").fetchall()
-    text_cols = [r[1] for r in info if r[1] != key and ("CHAR" in (r[2] or "").upper() or "TEXT" in (r[2] or "").upper())]
+    text_cols = [
+        r[1] for r in info if r[1] != key and ("CHAR" in (r[2] or "").upper() or "TEXT" in (r[2] or "").upper())
+    ]
     if not text_cols:
         return None
 

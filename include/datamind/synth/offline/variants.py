@@ -22,20 +22,20 @@ from datamind.synth.offline.source import Source
 
 # Prints a query result the way reference answers are formatted: one cell as itself, else rows
 # joined by "; " and cells by ", ", floats rounded to 4 places.
-_PRINT_ROWS = '''
+_PRINT_ROWS = """
 def _cell(v):
     return repr(round(v, 4)) if isinstance(v, float) else str(v)
 
-print(_cell(rows[0][0]) if len(rows) == 1 and len(rows[0]) == 1 else "; ".join(", ".join(_cell(v) for v in r) for r in rows))
-'''
+if len(rows) == 1 and len(rows[0]) == 1:
+    print(_cell(rows[0][0]))
+else:
+    print("; ".join(", ".join(_cell(v) for v in r) for r in rows))
+"""
 
 
 def _duckdb_over_frame(preamble: str, sql: str) -> str:
     return (
-        preamble
-        + "import duckdb\n\n"
-        + f"rows = duckdb.sql({sql.replace('{src}', 'df')!r}).fetchall()\n"
-        + _PRINT_ROWS
+        preamble + "import duckdb\n\n" + f"rows = duckdb.sql({sql.replace('{src}', 'df')!r}).fetchall()\n" + _PRINT_ROWS
     )
 
 
@@ -74,8 +74,11 @@ def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
                 out.append(_duckdb_over_frame(preamble, duck_sql))
         elif task.duck:
             preamble = source.python_preamble(task.imports)
-            out += [_duckdb_over_frame(preamble, task.duck), *_alternative_bodies(task, source),
-                    _polars_over_frame(preamble, task.duck)]
+            out += [
+                _duckdb_over_frame(preamble, task.duck),
+                *_alternative_bodies(task, source),
+                _polars_over_frame(preamble, task.duck),
+            ]
         else:
             out += _alternative_bodies(task, source)
         return out

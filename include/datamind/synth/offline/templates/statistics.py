@@ -7,40 +7,64 @@ import itertools
 import pandas as pd
 
 from datamind.synth.offline.generators import (
-    Task, an, c, fmt, sample, template, two_values, unique_top,
+    Task,
+    an,
+    c,
+    fmt,
+    sample,
+    template,
+    two_values,
+    unique_top,
 )
 from datamind.synth.offline.source import qi, ql
 
 
 # -- statistical analysis ----------------------------------------------------------------------
 
+
 @template("statistical_analysis")
 def stat_median(view, rng):
     for m in sample(view.measures, rng):
-        yield Task("statistical_analysis", "stat_median", f"What is the median {m}?", f"50th percentile of {m}.",
-                   f"answer = round(float({c(m)}.median()), 4)", params={"m": m},
-                   duck=f"SELECT ROUND(quantile_cont({qi(m)}, 0.5), 4) FROM {{src}}")
+        yield Task(
+            "statistical_analysis",
+            "stat_median",
+            f"What is the median {m}?",
+            f"50th percentile of {m}.",
+            f"answer = round(float({c(m)}.median()), 4)",
+            params={"m": m},
+            duck=f"SELECT ROUND(quantile_cont({qi(m)}, 0.5), 4) FROM {{src}}",
+        )
 
 
 @template("statistical_analysis")
 def stat_std(view, rng):
     for m in sample(view.measures, rng):
-        yield Task("statistical_analysis", "stat_std", f"What is the sample standard deviation of {m}?",
-                   f"Standard deviation of {m} with n-1 in the denominator.",
-                   f"answer = round(float({c(m)}.std()), 4)", params={"m": m},
-                   duck=f"SELECT ROUND(stddev_samp({qi(m)}), 4) FROM {{src}}")
+        yield Task(
+            "statistical_analysis",
+            "stat_std",
+            f"What is the sample standard deviation of {m}?",
+            f"Standard deviation of {m} with n-1 in the denominator.",
+            f"answer = round(float({c(m)}.std()), 4)",
+            params={"m": m},
+            duck=f"SELECT ROUND(stddev_samp({qi(m)}), 4) FROM {{src}}",
+        )
 
 
 @template("statistical_analysis")
 def stat_iqr(view, rng):
     for m in sample(view.measures, rng):
-        yield Task("statistical_analysis", "stat_iqr",
-                   f"What is the interquartile range (Q3 minus Q1, linear interpolation) of {m}?",
-                   f"Spread of the middle half of {m}.",
-                   f"answer = round(float({c(m)}.quantile(0.75) - {c(m)}.quantile(0.25)), 4)", params={"m": m})
+        yield Task(
+            "statistical_analysis",
+            "stat_iqr",
+            f"What is the interquartile range (Q3 minus Q1, linear interpolation) of {m}?",
+            f"Spread of the middle half of {m}.",
+            f"answer = round(float({c(m)}.quantile(0.75) - {c(m)}.quantile(0.25)), 4)",
+            params={"m": m},
+        )
 
 
 # -- correlation -------------------------------------------------------------------------------
+
 
 @template("correlation_analysis")
 def corr_pearson(view, rng):
@@ -49,12 +73,16 @@ def corr_pearson(view, rng):
         t = df[[x, y]].dropna()
         if len(t) < 5 or t[x].std() == 0 or t[y].std() == 0:
             continue
-        yield Task("correlation_analysis", "corr_pearson",
-                   f"What is the Pearson correlation coefficient between {x} and {y}?",
-                   f"Linear correlation of {x} and {y} over rows where both are present.",
-                   f"t = df[[{x!r}, {y!r}]].dropna()\nanswer = round(float(t[{x!r}].corr(t[{y!r}])), 4)",
-                   params={"x": x, "y": y},
-                   duck=f"SELECT ROUND(corr({qi(x)}, {qi(y)}), 4) FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL")
+        yield Task(
+            "correlation_analysis",
+            "corr_pearson",
+            f"What is the Pearson correlation coefficient between {x} and {y}?",
+            f"Linear correlation of {x} and {y} over rows where both are present.",
+            f"t = df[[{x!r}, {y!r}]].dropna()\nanswer = round(float(t[{x!r}].corr(t[{y!r}])), 4)",
+            params={"x": x, "y": y},
+            duck=f"SELECT ROUND(corr({qi(x)}, {qi(y)}), 4) FROM {{src}} "
+            f"WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL",
+        )
 
 
 @template("correlation_analysis")
@@ -67,16 +95,21 @@ def corr_strongest(view, rng):
         cors = pd.Series({m: df[[m, y]].dropna().corr().iloc[0, 1] for m in others}).abs().dropna()
         if not unique_top(cors):
             continue
-        yield Task("correlation_analysis", "corr_strongest",
-                   f"Among the numeric columns {', '.join(others)}, which has the strongest absolute Pearson correlation with {y}?",
-                   f"Correlate each candidate with {y} (pairwise complete rows) and pick the largest |r|.",
-                   f"cands = {others!r}\n"
-                   f"cors = {{m: abs(df[[m, {y!r}]].dropna().corr().iloc[0, 1]) for m in cands}}\n"
-                   "answer = max(cands, key=lambda m: cors[m])",
-                   params={"y": y, "others": others})
+        yield Task(
+            "correlation_analysis",
+            "corr_strongest",
+            f"Among the numeric columns {', '.join(others)}, which has the strongest absolute Pearson correlation "
+            f"with {y}?",
+            f"Correlate each candidate with {y} (pairwise complete rows) and pick the largest |r|.",
+            f"cands = {others!r}\n"
+            f"cors = {{m: abs(df[[m, {y!r}]].dropna().corr().iloc[0, 1]) for m in cands}}\n"
+            "answer = max(cands, key=lambda m: cors[m])",
+            params={"y": y, "others": others},
+        )
 
 
 # -- causal analysis ---------------------------------------------------------------------------
+
 
 @template("causal_analysis")
 def causal_median_split(view, rng):
@@ -86,15 +119,23 @@ def causal_median_split(view, rng):
         hi = t[x] > t[x].median()
         if hi.sum() < 3 or (~hi).sum() < 3:
             continue
-        yield Task("causal_analysis", "causal_median_split",
-                   f"Treating records with {x} above its median as 'high {x}', how much higher or lower is their average {y} than that of the remaining records?",
-                   f"Naive effect estimate: difference in mean {y} between the above-median and the other {x} records (rows with both values present).",
-                   f"t = df[[{x!r}, {y!r}]].dropna()\nhigh = t[{x!r}] > t[{x!r}].median()\n"
-                   f"answer = round(float(t.loc[high, {y!r}].mean() - t.loc[~high, {y!r}].mean()), 4)",
-                   params={"x": x, "y": y},
-                   duck=(f"WITH t AS (SELECT {qi(x)} AS x, {qi(y)} AS y FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL), "
-                         "md AS (SELECT quantile_cont(x, 0.5) AS m FROM t) "
-                         "SELECT ROUND(AVG(y) FILTER (WHERE x > m) - AVG(y) FILTER (WHERE NOT x > m), 4) FROM t, md"))
+        yield Task(
+            "causal_analysis",
+            "causal_median_split",
+            f"Treating records with {x} above its median as 'high {x}', how much higher or lower is their average "
+            f"{y} than that of the remaining records?",
+            f"Naive effect estimate: difference in mean {y} between the above-median and the other {x} records (rows "
+            "with both values present).",
+            f"t = df[[{x!r}, {y!r}]].dropna()\nhigh = t[{x!r}] > t[{x!r}].median()\n"
+            f"answer = round(float(t.loc[high, {y!r}].mean() - t.loc[~high, {y!r}].mean()), 4)",
+            params={"x": x, "y": y},
+            duck=(
+                f"WITH t AS (SELECT {qi(x)} AS x, {qi(y)} AS y FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS "
+                "NOT NULL), "
+                "md AS (SELECT quantile_cont(x, 0.5) AS m FROM t) "
+                "SELECT ROUND(AVG(y) FILTER (WHERE x > m) - AVG(y) FILTER (WHERE NOT x > m), 4) FROM t, md"
+            ),
+        )
 
 
 @template("causal_analysis")
@@ -114,16 +155,25 @@ def causal_stratified(view, rng):
             "answer = round(float(sum(e * w for e, w in zip(effects, weights)) / sum(weights)), 4)"
         )
         t = df[[x, y, g]].dropna()
-        usable = sum(1 for _, p in t.groupby(g) if (p[x] > p[x].median()).sum() >= 2 and (p[x] <= p[x].median()).sum() >= 2)
+        usable = sum(
+            1 for _, p in t.groupby(g) if (p[x] > p[x].median()).sum() >= 2 and (p[x] <= p[x].median()).sum() >= 2
+        )
         if usable < 2:
             continue
-        yield Task("causal_analysis", "causal_stratified",
-                   f"Controlling for {g}, what is the effect of high {x} on {y}? Within each {g} group, take the difference in mean {y} between records above and not above the group's median {x}, then average these differences weighted by group size (skip groups with fewer than 2 records on either side).",
-                   f"Stratified (adjusted) difference in means, using {g} as the confounder.",
-                   body, params={"x": x, "y": y, "g": g})
+        yield Task(
+            "causal_analysis",
+            "causal_stratified",
+            f"Controlling for {g}, what is the effect of high {x} on {y}? Within each {g} group, take the difference "
+            f"in mean {y} between records above and not above the group's median {x}, then average these "
+            "differences weighted by group size (skip groups with fewer than 2 records on either side).",
+            f"Stratified (adjusted) difference in means, using {g} as the confounder.",
+            body,
+            params={"x": x, "y": y, "g": g},
+        )
 
 
 # -- impact ------------------------------------------------------------------------------------
+
 
 @template("impact_analysis")
 def impact_slope(view, rng):
@@ -132,20 +182,33 @@ def impact_slope(view, rng):
         t = df[[x, y]].dropna()
         if len(t) < 5 or t[x].std() == 0:
             continue
-        yield Task("impact_analysis", "impact_slope",
-                   f"By how much does {y} change on average for each one-unit increase in {x}, according to a least-squares linear fit?",
-                   f"Slope of the ordinary least squares line of {y} on {x}.",
-                   f"t = df[[{x!r}, {y!r}]].dropna()\n"
-                   f"slope = np.polyfit(t[{x!r}].astype(float), t[{y!r}].astype(float), 1)[0]\n"
-                   "answer = round(float(slope), 4)",
-                   imports=("import numpy as np",), params={"x": x, "y": y},
-                   duck=f"SELECT ROUND(regr_slope({qi(y)}, {qi(x)}), 4) FROM {{src}} WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL",
-                   alt=((f"t = df[[{x!r}, {y!r}]].dropna().astype(float)\n"
-                         f"dx = t[{x!r}] - t[{x!r}].mean()\n"
-                         f"answer = round(float((dx * (t[{y!r}] - t[{y!r}].mean())).sum() / (dx ** 2).sum()), 4)", ()),
-                        (f"from scipy import stats\n\nt = df[[{x!r}, {y!r}]].dropna()\n"
-                         f"answer = round(float(stats.linregress(t[{x!r}].astype(float), t[{y!r}].astype(float)).slope), 4)",
-                         ())))
+        yield Task(
+            "impact_analysis",
+            "impact_slope",
+            f"By how much does {y} change on average for each one-unit increase in {x}, according to a least-squares "
+            "linear fit?",
+            f"Slope of the ordinary least squares line of {y} on {x}.",
+            f"t = df[[{x!r}, {y!r}]].dropna()\n"
+            f"slope = np.polyfit(t[{x!r}].astype(float), t[{y!r}].astype(float), 1)[0]\n"
+            "answer = round(float(slope), 4)",
+            imports=("import numpy as np",),
+            params={"x": x, "y": y},
+            duck=f"SELECT ROUND(regr_slope({qi(y)}, {qi(x)}), 4) FROM {{src}} "
+            f"WHERE {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL",
+            alt=(
+                (
+                    f"t = df[[{x!r}, {y!r}]].dropna().astype(float)\n"
+                    f"dx = t[{x!r}] - t[{x!r}].mean()\n"
+                    f"answer = round(float((dx * (t[{y!r}] - t[{y!r}].mean())).sum() / (dx ** 2).sum()), 4)",
+                    (),
+                ),
+                (
+                    f"from scipy import stats\n\nt = df[[{x!r}, {y!r}]].dropna()\n"
+                    f"answer = round(float(stats.linregress(t[{x!r}].astype(float), t[{y!r}].astype(float)).slope), 4)",
+                    (),
+                ),
+            ),
+        )
 
 
 @template("impact_analysis")
@@ -154,59 +217,88 @@ def impact_group_lift(view, rng):
         if m == g:
             continue
         for v in view.group_values(g)[:1]:
-            yield Task("impact_analysis", "impact_group_lift",
-                       f"How much does belonging to {g} {fmt(v)} raise or lower the average {m} compared with the overall average {m}?",
-                       f"Group mean minus overall mean of {m}.",
-                       f"answer = round(float(df.loc[{c(g)} == {v!r}, {m!r}].mean() - {c(m)}.mean()), 4)",
-                       f"SELECT ROUND((SELECT AVG({qi(m)}) FROM {{src}} WHERE {qi(g)} = {ql(v)}) - (SELECT AVG({qi(m)}) FROM {{src}}), 4)",
-                       params={"m": m, "g": g, "v": v})
+            yield Task(
+                "impact_analysis",
+                "impact_group_lift",
+                f"How much does belonging to {g} {fmt(v)} raise or lower the average {m} compared with the overall "
+                f"average {m}?",
+                f"Group mean minus overall mean of {m}.",
+                f"answer = round(float(df.loc[{c(g)} == {v!r}, {m!r}].mean() - {c(m)}.mean()), 4)",
+                f"SELECT ROUND((SELECT AVG({qi(m)}) FROM {{src}} WHERE {qi(g)} = {ql(v)}) - (SELECT AVG({qi(m)}) "
+                f"FROM {{src}}), 4)",
+                params={"m": m, "g": g, "v": v},
+            )
 
 
 # -- anomaly detection -------------------------------------------------------------------------
 
+
 @template("anomaly_detection")
 def anom_iqr(view, rng):
     for m in sample(view.measures, rng):
-        yield Task("anomaly_detection", "anom_iqr",
-                   f"How many {m} values lie more than 1.5 interquartile ranges below the first quartile or above the third quartile?",
-                   f"Tukey fences on {m}; count the outliers.",
-                   f"s = {c(m)}.dropna()\nq1, q3 = s.quantile(0.25), s.quantile(0.75)\niqr = q3 - q1\n"
-                   "answer = int(((s < q1 - 1.5 * iqr) | (s > q3 + 1.5 * iqr)).sum())", params={"m": m},
-                   duck=(f"WITH s AS (SELECT {qi(m)} AS v FROM {{src}} WHERE {qi(m)} IS NOT NULL), "
-                         "q AS (SELECT quantile_cont(v, 0.25) AS q1, quantile_cont(v, 0.75) AS q3 FROM s) "
-                         "SELECT COUNT(*) FROM s, q WHERE v < q1 - 1.5 * (q3 - q1) OR v > q3 + 1.5 * (q3 - q1)"))
+        yield Task(
+            "anomaly_detection",
+            "anom_iqr",
+            f"How many {m} values lie more than 1.5 interquartile ranges below the first quartile or above the third "
+            "quartile?",
+            f"Tukey fences on {m}; count the outliers.",
+            f"s = {c(m)}.dropna()\nq1, q3 = s.quantile(0.25), s.quantile(0.75)\niqr = q3 - q1\n"
+            "answer = int(((s < q1 - 1.5 * iqr) | (s > q3 + 1.5 * iqr)).sum())",
+            params={"m": m},
+            duck=(
+                f"WITH s AS (SELECT {qi(m)} AS v FROM {{src}} WHERE {qi(m)} IS NOT NULL), "
+                "q AS (SELECT quantile_cont(v, 0.25) AS q1, quantile_cont(v, 0.75) AS q3 FROM s) "
+                "SELECT COUNT(*) FROM s, q WHERE v < q1 - 1.5 * (q3 - q1) OR v > q3 + 1.5 * (q3 - q1)"
+            ),
+        )
 
 
 @template("anomaly_detection")
 def anom_z(view, rng):
     for m in sample(view.measures, rng):
         k = 3 if view.n_rows >= 100 else 2
-        yield Task("anomaly_detection", "anom_z",
-                   f"How many records have {an(m)} {m} more than {k} sample standard deviations away from the mean?",
-                   f"Z-score outliers of {m} at threshold {k}.",
-                   f"s = {c(m)}.dropna()\nz = (s - s.mean()) / s.std()\nanswer = int((z.abs() > {k}).sum())",
-                   params={"m": m, "k": k})
+        yield Task(
+            "anomaly_detection",
+            "anom_z",
+            f"How many records have {an(m)} {m} more than {k} sample standard deviations away from the mean?",
+            f"Z-score outliers of {m} at threshold {k}.",
+            f"s = {c(m)}.dropna()\nz = (s - s.mean()) / s.std()\nanswer = int((z.abs() > {k}).sum())",
+            params={"m": m, "k": k},
+        )
 
 
 # -- distribution ------------------------------------------------------------------------------
+
 
 @template("distribution_analysis")
 def dist_skew(view, rng):
     for m in sample(view.measures, rng):
         if view.df[m].dropna().std() == 0:
             continue
-        yield Task("distribution_analysis", "dist_skew",
-                   f"What is the skewness of {m}, and is its distribution right-skewed (above 0.5), left-skewed (below -0.5) or roughly symmetric?",
-                   f"Sample skewness of {m} and a label from the +/-0.5 rule of thumb.",
-                   f"sk = float({c(m)}.skew())\n"
-                   "label = 'right-skewed' if sk > 0.5 else ('left-skewed' if sk < -0.5 else 'roughly symmetric')\n"
-                   "answer = f'{round(sk, 4)}, {label}'", params={"m": m},
-                   duck=(f"WITH k AS (SELECT skewness({qi(m)}) AS sk FROM {{src}}) "
-                         "SELECT ROUND(sk, 4), CASE WHEN sk > 0.5 THEN 'right-skewed' WHEN sk < -0.5 THEN 'left-skewed' "
-                         "ELSE 'roughly symmetric' END FROM k"),
-                   alt=((f"from scipy import stats\n\nsk = float(stats.skew({c(m)}.dropna().astype(float), bias=False))\n"
-                         "label = 'right-skewed' if sk > 0.5 else ('left-skewed' if sk < -0.5 else 'roughly symmetric')\n"
-                         "answer = f'{round(sk, 4)}, {label}'", ()),))
+        yield Task(
+            "distribution_analysis",
+            "dist_skew",
+            f"What is the skewness of {m}, and is its distribution right-skewed (above 0.5), left-skewed (below "
+            "-0.5) or roughly symmetric?",
+            f"Sample skewness of {m} and a label from the +/-0.5 rule of thumb.",
+            f"sk = float({c(m)}.skew())\n"
+            "label = 'right-skewed' if sk > 0.5 else ('left-skewed' if sk < -0.5 else 'roughly symmetric')\n"
+            "answer = f'{round(sk, 4)}, {label}'",
+            params={"m": m},
+            duck=(
+                f"WITH k AS (SELECT skewness({qi(m)}) AS sk FROM {{src}}) "
+                "SELECT ROUND(sk, 4), CASE WHEN sk > 0.5 THEN 'right-skewed' WHEN sk < -0.5 THEN 'left-skewed' "
+                "ELSE 'roughly symmetric' END FROM k"
+            ),
+            alt=(
+                (
+                    f"from scipy import stats\n\nsk = float(stats.skew({c(m)}.dropna().astype(float), bias=False))\n"
+                    "label = 'right-skewed' if sk > 0.5 else ('left-skewed' if sk < -0.5 else 'roughly symmetric')\n"
+                    "answer = f'{round(sk, 4)}, {label}'",
+                    (),
+                ),
+            ),
+        )
 
 
 @template("distribution_analysis")
@@ -215,12 +307,17 @@ def dist_shapiro(view, rng):
         n = view.df[m].notna().sum()
         if not 3 <= n <= 5000 or view.df[m].dropna().std() == 0:
             continue
-        yield Task("distribution_analysis", "dist_shapiro",
-                   f"Does {m} follow a normal distribution according to a Shapiro-Wilk test at the 0.05 significance level? Report the p-value and the verdict.",
-                   f"Shapiro-Wilk on the non-missing {m} values.",
-                   f"p = float(stats.shapiro({c(m)}.dropna()).pvalue)\n"
-                   "answer = f\"{round(p, 4)}, {'normal' if p >= 0.05 else 'not normal'}\"",
-                   imports=("from scipy import stats",), params={"m": m})
+        yield Task(
+            "distribution_analysis",
+            "dist_shapiro",
+            f"Does {m} follow a normal distribution according to a Shapiro-Wilk test at the 0.05 significance level? "
+            "Report the p-value and the verdict.",
+            f"Shapiro-Wilk on the non-missing {m} values.",
+            f"p = float(stats.shapiro({c(m)}.dropna()).pvalue)\n"
+            "answer = f\"{round(p, 4)}, {'normal' if p >= 0.05 else 'not normal'}\"",
+            imports=("from scipy import stats",),
+            params={"m": m},
+        )
 
 
 @template("distribution_analysis")
@@ -229,10 +326,15 @@ def dist_mannwhitney(view, rng):
         if m == g:
             continue
         for a, b in two_values(view, g, m, min_count=3)[:1]:
-            yield Task("distribution_analysis", "dist_mannwhitney",
-                       f"Do the {m} distributions of {g} {fmt(a)} and {g} {fmt(b)} differ significantly according to a two-sided Mann-Whitney U test at the 0.05 level? Report the p-value and the verdict.",
-                       f"Non-parametric comparison of two {g} groups on {m}.",
-                       f"x = df.loc[{c(g)} == {a!r}, {m!r}].dropna()\ny = df.loc[{c(g)} == {b!r}, {m!r}].dropna()\n"
-                       "p = float(stats.mannwhitneyu(x, y, alternative='two-sided').pvalue)\n"
-                       "answer = f\"{round(p, 4)}, {'different' if p < 0.05 else 'not different'}\"",
-                       imports=("from scipy import stats",), params={"m": m, "g": g, "a": a, "b": b})
+            yield Task(
+                "distribution_analysis",
+                "dist_mannwhitney",
+                f"Do the {m} distributions of {g} {fmt(a)} and {g} {fmt(b)} differ significantly according to a "
+                "two-sided Mann-Whitney U test at the 0.05 level? Report the p-value and the verdict.",
+                f"Non-parametric comparison of two {g} groups on {m}.",
+                f"x = df.loc[{c(g)} == {a!r}, {m!r}].dropna()\ny = df.loc[{c(g)} == {b!r}, {m!r}].dropna()\n"
+                "p = float(stats.mannwhitneyu(x, y, alternative='two-sided').pvalue)\n"
+                "answer = f\"{round(p, 4)}, {'different' if p < 0.05 else 'not different'}\"",
+                imports=("from scipy import stats",),
+                params={"m": m, "g": g, "a": a, "b": b},
+            )
