@@ -108,3 +108,31 @@ def test_fsspec_url_source():
 def test_spec_round_trip():
     f = SourceFile("a/b.csv", "/x/a/b.csv", 10, 100, None, {"dataset": "d"})
     assert SourceFile.from_spec(f.to_spec()) == f
+
+
+def test_symlinks_out_of_the_source_and_escaping_zip_members_are_recorded_not_followed(tmp_path):
+    import zipfile as zf
+
+    from datamind.ingest.sources import list_source_files
+
+    outside = tmp_path / "secret.csv"
+    outside.write_text("k,v\nkey,sk-host-secret\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.csv").write_text("a,b\n1,2\n")
+    (src / "leak.csv").symlink_to(outside)
+    (src / "inner.csv").symlink_to(src / "good.csv")  # a link that stays inside is an ordinary file
+    (src / "linked_dir").symlink_to(tmp_path)
+    with zf.ZipFile(src / "bundle.zip", "w") as z:
+        z.writestr("ok.csv", "a,b\n1,2\n")
+        z.writestr("/etc/abs.csv", "a\n1\n")
+        z.writestr("../up.csv", "a\n1\n")
+    files = {f.rel_path: f for f in list_source_files(str(src))}
+    assert files["leak.csv"].precheck == "unsafe_path" and files["linked_dir"].precheck == "unsafe_path"
+    assert files["good.csv"].precheck is None and files["inner.csv"].precheck is None
+    zipped = {f.rel_path: f for f in list_source_files(str(src / "bundle.zip"))}
+    assert zipped["ok.csv"].precheck is None
+    assert zipped["etc/abs.csv"].precheck == "unsafe_path" and zipped["../up.csv"].precheck == "unsafe_path"
+    for f in (files["leak.csv"], zipped["../up.csv"]):
+        with pytest.raises(Exception):
+            f.read_bytes()  # never read

@@ -29,6 +29,8 @@ File rules (``check_file``), applied before/after the table rules:
 
 =====================  ===============================================================================
 ``file_too_large``     the file is above ``limits.max_file_bytes`` and is never read
+``unsafe_path``        a symlink in a source folder that points outside it (never followed), or a zip
+                       member whose name is absolute or climbs out with ``..`` (never extracted)
 ``archive_bomb``       an archive member (zip, xlsx part, gzip) decompresses past
                        ``limits.max_uncompressed_bytes``, whatever its header declares
 ``unsupported_format`` the content is not delimited text, xlsx or SQLite (the extension is ignored): JSON
@@ -77,6 +79,7 @@ RULES: dict[str, str] = {
     "mixed_types": "most columns mix numbers and text",
     "file_too_large": "the file exceeds the size limit",
     "archive_bomb": "decompressed size exceeds the cap",
+    "unsafe_path": "a symlink leaving the source folder, or an archive member named outside the archive",
     "unsupported_format": "not delimited text, xlsx or SQLite",
     "not_tabular": "text without a consistent delimiter",
     "no_tables": "the file holds no table",

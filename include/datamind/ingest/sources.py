@@ -15,6 +15,7 @@ import hashlib
 import io
 import os
 import posixpath
+import re
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -161,12 +162,28 @@ def _hidden(rel_path: str) -> bool:
     return any(p.startswith(".") or p in _SKIP_DIRS for p in parts)
 
 
+def _unsafe(rel_path: str, uri: str, why: str) -> SourceFile:
+    """An entry recorded as rejected without ever being read."""
+    return SourceFile(rel_path, uri, 0, 0, "unsafe_path", {"read_error": why})
+
+
+def _escapes(member: str) -> bool:
+    name = member.replace("\\", "/")
+    return name.startswith("/") or bool(re.match(r"^[A-Za-z]:", name)) or ".." in name.split("/")
+
+
 def list_zip(archive_uri: str, limits: Limits, prefix: str = "") -> list[SourceFile]:
     """Members of a zip archive; sizes come from the central directory, checked again while reading."""
     out: list[SourceFile] = []
     with _open_archive(archive_uri) as raw, zipfile.ZipFile(raw) as zf:
         for info in zf.infolist():
-            if info.is_dir() or _hidden(info.filename):
+            if info.is_dir():
+                continue
+            if _escapes(info.filename):  # before the hidden-name check: "../x" must not vanish silently
+                why = f"archive member {info.filename!r} is named outside the archive (absolute or '..'); not extracted"
+                out.append(_unsafe(info.filename.lstrip("/"), f"zip://{info.filename}::{archive_uri}", why))
+                continue
+            if _hidden(info.filename):
                 continue
             rel = posixpath.join(prefix, info.filename) if prefix else info.filename
             uri = f"zip://{info.filename}::{archive_uri}"
@@ -187,14 +204,19 @@ def _list_local(path: str, limits: Limits) -> list[SourceFile]:
             return list_zip(path, limits)
         return [_file_entry(os.path.basename(path), path, os.path.getsize(path), limits)]
     out = []
+    inside = os.path.realpath(path) + os.sep
     for dirpath, dirnames, filenames in os.walk(path):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
-        for name in sorted(filenames):
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]  # os.walk never descends them
+        for name in sorted(filenames) + links:
             if name.startswith("."):
                 continue
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, path).replace(os.sep, "/")
-            out.append(_file_entry(rel, full, os.path.getsize(full), limits))
+            if os.path.islink(full) and not os.path.realpath(full).startswith(inside):
+                out.append(_unsafe(rel, full, "symlink pointing outside the source folder; not followed"))
+            elif name not in links:
+                out.append(_file_entry(rel, full, os.path.getsize(full), limits))
     return out
 
 
