@@ -125,6 +125,14 @@ def inspect_code(data_format: str, file_name: str, read_kwargs: dict | None) -> 
 SHOW_FRAME = 'print("shape:", df.shape)\nprint(df.dtypes.to_string())\nprint(df.head(3).to_string())'
 
 
+def without_reading(program: str, fixed_read: str) -> str:
+    """``program`` minus the reading block a previous cell already ran (``df`` lives on in the session)."""
+    block = fixed_read.split("\n\n", 1)[1] if fixed_read.startswith("import pandas as pd\n\n") else fixed_read
+    if block not in program:
+        return program
+    return re.sub(r"\n{3,}", "\n\n", program.replace(block, "", 1)).strip() + "\n"
+
+
 def blunder_of(program: str, known: list[str]) -> tuple[str, str, str] | None:
     """A plausible slip in a program: one column name written the way people mistype it (lower case,
     or a stray plural).  Returns (faulty program, wrong name, right name), or None when no column
@@ -235,16 +243,19 @@ class OfflineExpertPolicy:
         ok = getattr(obs, "ok", False)
         problem = narration.read_problem(view) if self._data_format != "sqlite" else None
         budget = self._budget()
+        hops = self._hops
         if self._fixed_read and (problem or not ok) and budget >= 1:
             self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME))
             budget -= 1
+            # The session keeps the corrected `df`: later steps build on it instead of repeating the read.
+            hops = [HopProgram(h.question, without_reading(h.program, self._fixed_read), h.hop) for h in hops]
         elif not ok:
             kind = getattr(obs, "error_kind", None) or "no_output"
             raise PolicyGaveUp("replay_failed", f"offline step 1 did not run cleanly ({kind})")
         else:
             self._known = view.names
         blunder_at = len(self._hops) if narration.chance(self._seed, "blunder", self._blunder_rate) else 0
-        for i, h in enumerate(self._hops, start=1):
+        for i, h in enumerate(hops, start=1):
             if i == blunder_at and budget >= 1:
                 known = self._known or self._names_in_schema()
                 slip = blunder_of(h.program, known)
@@ -253,7 +264,8 @@ class OfflineExpertPolicy:
                     budget -= 1
             self._plan.append(_Step("hop", h.program, h, i))
         if self._cross_check:
-            self._plan.append(_Step("check", self._cross_check, self._hops[-1], len(self._hops)))
+            check = self._cross_check if hops is self._hops else without_reading(self._cross_check, self._fixed_read)
+            self._plan.append(_Step("check", check, hops[-1], len(hops)))
 
     def _names_in_schema(self) -> list[str]:
         """Column names a database schema print showed (quoted or bare identifiers on its lines)."""
@@ -311,7 +323,7 @@ class OfflineExpertPolicy:
             (
                 f'The output shows a problem: {seen}; before working on "{q}" I read it again with {how} and check '
                 "the structure.",
-                f'Looking at that output, {seen}, so for "{q}" I need a second read with {how}.',
+                f'Looking at that output, {seen}; for "{q}" I need a second read with {how}.',
                 f'That read is not usable for "{q}" yet, because {seen}; reading it again with {how} should give a '
                 "proper table.",
             ),

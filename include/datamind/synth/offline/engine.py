@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from datamind.ids import stable_id
 from datamind.synth.offline.columns import TableView
-from datamind.synth.offline.phrasing import polish_question
 from datamind.synth.offline.execute import ExecutionError, run_body_on_frame, run_solution
 from datamind.synth.offline import templates  # noqa: F401 - registers every template in REGISTRY
 from datamind.synth.offline.generators import REGISTRY, Task
@@ -138,7 +137,6 @@ def synthesize_offline(
             except ExecutionError as exc:
                 result.failures.append((task, str(exc)))
                 continue
-            task.question = polish_question(task.question, answer)
             chosen.append(Candidate(task, lang, solution, answer))
         if per_category > 0 and not offered and errored:
             result.skips.append(
