@@ -92,9 +92,14 @@ def test_error_recovery_turns_come_from_real_failed_cells(release):
 
 def test_no_project_code_and_no_category_hints_in_samples(release):
     _, _, rows = release
+    from datamind.categories import CATEGORIES
+
+    names = [c.name for c in CATEGORIES]
     for r in rows:
         text = "\n".join(m["content"] for m in r["messages"])
         assert "datamind" not in text.lower() and "airflow" not in text.lower()
+        system = r["messages"][0]["content"]  # the plain task prompt the agent gets at test time
+        assert "How to approach" not in system and not any(f"({n})" in system for n in names)
 
 
 def test_the_release_is_portable(release):

@@ -27,7 +27,10 @@ def test_system_prompt_renders_for_each_format(fmt, name, category):
     )
     p = build_prompts(task, max_turns=7)
     assert name in p.system and "at most 7 turns" in p.system
-    assert templates.workflow(category).text.strip() in p.system
+    # the workflow guides sampling (system_view) and never reaches the recorded, trained-on prompt
+    workflow = templates.workflow(category).text.strip()
+    assert workflow in p.system_view and workflow not in p.system and "How to approach" not in p.system
+    assert p.system_view.startswith(p.system.split("## The answer")[0].rstrip())
     assert ("get_db_info()" in p.system) is (fmt == "sqlite")
     if fmt == "xlsx":
         assert "sheet_name='data'" in p.system

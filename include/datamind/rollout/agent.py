@@ -71,6 +71,7 @@ async def run_agent(
     system: str,
     user: str,
     user_view: str | None = None,
+    system_view: str | None = None,
     max_turns: int = 10,
     max_consecutive_void: int = 3,
     executor: Executor | None = None,
@@ -79,7 +80,7 @@ async def run_agent(
     if max_turns < 1:
         raise ValueError("max_turns must be >= 1")
     record: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-    view_head = [{"role": "system", "content": system}, {"role": "user", "content": user_view or user}]
+    view_head = [{"role": "system", "content": system_view or system}, {"role": "user", "content": user_view or user}]
     res = AgentResult(messages=record, final_answer=None, status=STATUS_MAX_TURNS, n_turns=0, n_void_turns=0)
     last_obs: Any | None = None
     consecutive_void = 0

@@ -174,6 +174,7 @@ async def run_one(
             policy,
             sess.run,
             system=prompts.system,
+            system_view=prompts.system_view,
             user=prompts.user,
             user_view=user_view,
             max_turns=params.max_turns + (1 if critique is not None and params.backend == "offline" else 0),

@@ -139,9 +139,10 @@ def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict)
 # -- prompts ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Prompts:
-    system: str
+    system: str  # the task prompt the agent will see at test time: what a trajectory records and trains on
     user: str
     versions: dict[str, str]
+    system_view: str = ""  # ``system`` plus the category's workflow knowledge: guides sampling only
 
 
 def build_prompts(task: QueryTask, max_turns: int) -> Prompts:
@@ -151,15 +152,13 @@ def build_prompts(task: QueryTask, max_turns: int) -> Prompts:
     reader = "pd.read_excel" if task.data_format == "xlsx" else "pd.read_csv"
     args = "".join(f", {k}={v!r}" for k, v in task.read_kwargs.items())
     read_hint = f"`{reader}({task.file_name!r}{args})`" if task.read_kwargs else ""
-    system = system_t.render(
-        max_turns=max_turns,
-        data_format=task.data_format,
-        file_name=task.file_name,
-        read_hint=read_hint,
-        category_name=categories.get(task.query["category"]).name,
-        workflow=wf.text.strip(),
+    common = dict(max_turns=max_turns, data_format=task.data_format, file_name=task.file_name, read_hint=read_hint)
+    # The category and its workflow steer the expert while sampling (the paper's knowledge k) but never
+    # reach a training sample: at test time nobody tells the agent which of the 18 categories it faces.
+    system = system_t.render(**common, category_name="", workflow="")
+    system_view = system_t.render(
+        **common, category_name=categories.get(task.query["category"]).name, workflow=wf.text.strip()
     )
     user = user_t.render(file_name=task.file_name, data_format=task.data_format, question=task.query["question"])
-    return Prompts(
-        system, user, {"rollout_system": system_t.version, "rollout_user": user_t.version, "workflow": wf.version}
-    )
+    versions = {"rollout_system": system_t.version, "rollout_user": user_t.version, "workflow": wf.version}
+    return Prompts(system, user, versions, system_view)
