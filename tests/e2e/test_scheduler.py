@@ -82,7 +82,7 @@ def standalone(tmp_path):
             pytest.fail("api-server never became healthy:\n" + (tmp_path / "standalone.log").read_text()[-3000:])
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
         user, password = next(iter(passwords.items()))
-        token = requests.post(f"{base}/auth/token", json={"username": user, "password": password}, timeout=10).json()[
+        token = requests.post(f"{base}/auth/token", json={"username": user, "password": password}, timeout=60).json()[
             "access_token"
         ]
         session = requests.Session()
@@ -109,7 +109,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
 def _wait_for_dag(session, base, dag_id, timeout=150):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = session.get(f"{base}/api/v2/dags/{dag_id}", timeout=10)
+        r = session.get(f"{base}/api/v2/dags/{dag_id}", timeout=60)
         if r.status_code == 200:
             return
         time.sleep(1)
@@ -117,7 +117,7 @@ def _wait_for_dag(session, base, dag_id, timeout=150):
 
 
 def _runs(session, base, dag_id):
-    r = session.get(f"{base}/api/v2/dags/{dag_id}/dagRuns", timeout=10)
+    r = session.get(f"{base}/api/v2/dags/{dag_id}/dagRuns", timeout=60)
     r.raise_for_status()
     return r.json()["dag_runs"]
 
@@ -131,12 +131,12 @@ def test_ingest_triggers_profiling_through_the_asset(standalone):
 
     for dag_id in ("ingest_files", "profile_files"):
         _wait_for_dag(session, base, dag_id)
-        session.patch(f"{base}/api/v2/dags/{dag_id}", json={"is_paused": False}, timeout=10).raise_for_status()
+        session.patch(f"{base}/api/v2/dags/{dag_id}", json={"is_paused": False}, timeout=60).raise_for_status()
 
     r = session.post(
         f"{base}/api/v2/dags/ingest_files/dagRuns",
         json={"logical_date": None, "conf": {"source_uri": str(source), "source_name": "e2e"}},
-        timeout=10,
+        timeout=60,
     )
     assert r.status_code in (200, 201), r.text
 
