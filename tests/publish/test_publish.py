@@ -169,3 +169,20 @@ def test_killed_publish_leaves_no_partial_or_duplicated_shard(root):
 def test_shard_rows_must_be_positive(root):
     with pytest.raises(ValueError):
         publish_dataset(root, "r", shard_rows=0)
+
+
+def test_the_card_is_parsed_as_hubs_read_it_and_counts_each_row_once(root):
+    import yaml
+
+    rows = [judged_row(i) for i in range(6)]
+    write_judged(root, rows)
+    m = publish_dataset(root, "run-card", shard_rows=4, test_fraction=0.5)
+    text = Path(root.path("dataset", m["version_id"], "README.md")).read_text()
+    header = yaml.safe_load(text.split("---\n")[1])
+    files = [f for c in header["configs"] for f in c["data_files"]]
+    assert [f["path"] for f in files] == ["part-*.parquet"]  # every part listed once
+    assert header["dataset_info"]["splits"] == [{"name": "all", "num_examples": 6}]
+    assert {f["name"] for f in header["dataset_info"]["features"]} == set(DATASET.schema.names)
+    assert m["by_split"] and sum(m["by_split"].values()) == 6
+    split = next(iter(m["by_split"]))  # one source file: all its rows on one side
+    assert m["by_split"] == {split: 6} and "| `f1` | x.csv |" in text and f"| {split} | 6 |" in text

@@ -68,15 +68,12 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         "license": "other",
         "task_categories": ["question-answering", "table-question-answering"],
         "size_categories": [_size_category(len(rows))],
-        "configs": [
-            {
-                "config_name": "default",
-                "data_files": [{"split": s, "path": "part-*.parquet"} for s in SPLITS if by_split.get(s)],
-            },
-        ],
+        # Both splits share the parts (a row's `split` column says which): one hub split holds them all,
+        # so a loader never counts a row twice.
+        "configs": [{"config_name": "default", "data_files": [{"split": "all", "path": "part-*.parquet"}]}],
         "dataset_info": {
             "features": [hf_feature(f.name, f.type) for f in DATASET.schema],
-            "splits": [{"name": s, "num_examples": by_split.get(s, 0)} for s in SPLITS],
+            "splits": [{"name": "all", "num_examples": len(rows)}],
         },
     }
     cats = Counter(r["category"] for r in rows)
