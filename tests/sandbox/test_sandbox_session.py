@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 
 import pandas as pd
 import pytest
@@ -228,3 +229,11 @@ def test_sql_tools_keep_working_once_the_project_is_hidden(sandbox, sqlite_file)
             "print(open('n.csv').read())"
         )
     assert res.ok and "n\n" in res.output, res.output
+
+
+def test_tracebacks_name_library_frames_without_the_workers_install_paths(sandbox, csv_file):
+    with sandbox.session([str(csv_file)]) as s:
+        res = s.run("import pandas as pd\ndf = pd.read_csv('sales.csv')\ndf.dropna(subset=['regions'])")
+    assert not res.ok and "KeyError" in res.output and 'File "<cell>", line 3' in res.output
+    assert "pandas/core/frame.py" in res.output  # the frame is still named...
+    assert "site-packages" not in res.output and sys.prefix not in res.output  # ...but not where it is installed

@@ -11,6 +11,7 @@ import builtins
 import io
 import linecache
 import os
+import re
 import resource
 import socket
 import sys
@@ -146,11 +147,21 @@ def _exec(source: str, filename: str, namespace: dict, display_last: bool = Fals
             print(repr(value))
 
 
+_SITE_FILE = re.compile(r'File "(?:[^"]*/)?(?:site|dist)-packages/([^"]+)"')
+_STDLIB_FILE = re.compile(r'File "' + re.escape(os.path.dirname(os.__file__)) + r'/([^"]+)"')
+
+
+def _without_host_paths(text: str) -> str:
+    """Library frames named relative to their package: the worker's install paths are no part of an
+    observation (they would end up in training samples)."""
+    return _STDLIB_FILE.sub(r'File "\1"', _SITE_FILE.sub(r'File "\1"', text))
+
+
 def _report(exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    text = _without_host_paths("".join(traceback.format_exception(type(exc), exc, tb)))
     try:
         sys.stderr.write(text)
     except MemoryError:

@@ -132,6 +132,8 @@ def columns_used(program: str, known: list[str]) -> list[str]:
                 literals.append(node.value)
     except SyntaxError:
         literals.append(program)
+    # the joined relation's CTE names every column of the join; the statement after it is what the step uses
+    literals = [re.sub(r"^WITH r AS \(.*?\n\)\n", "", lit, flags=re.DOTALL) for lit in literals]
     text = "\n".join(literals)
     for name in known:
         if name in found:
