@@ -12,7 +12,7 @@ samples/files/ (for ingest_files):
   broken_export.xlsx          rejected: truncated workbook (unloadable)
   sensor_dump.csv             rejected: 60 rows whose columns are almost all empty (null_dominated)
 samples/bird/ (for ingest_bird, BIRD layout):
-  retail_shop/retail_shop.sqlite             customers (60), products (40), orders (300) with foreign keys
+  retail_shop/retail_shop.sqlite             customers (60), products (40), orders (2,400) with foreign keys
   retail_shop/database_description/*.csv     column descriptions (products.csv is cp1252-encoded)
   questions.json                             a few questions with db_id
 """
@@ -258,6 +258,10 @@ def rejects(rng: random.Random, report: bytes) -> dict[str, bytes]:
     }
 
 
+# Over the 1,000-row flat-file cap on purpose: a database keeps its large fact table.
+N_ORDERS = 2400
+
+
 def bird_db(rng: random.Random, path: Path) -> None:
     if path.exists():
         path.unlink()
@@ -295,7 +299,7 @@ def bird_db(rng: random.Random, path: Path) -> None:
     catalog += [(f"{n} Refurbished", c, round(p * 0.8, 2)) for n, c, p in PRODUCTS[:4]]
     for i, (name, cat, price) in enumerate(catalog[:40], start=1):
         con.execute("INSERT INTO products VALUES (?,?,?,?)", (i, name, cat, price))
-    for i in range(1, 301):
+    for i in range(1, N_ORDERS + 1):
         pid = rng.randint(1, 40)
         price = con.execute("SELECT list_price FROM products WHERE product_id = ?", (pid,)).fetchone()[0]
         qty = rng.randint(1, 5)

@@ -29,6 +29,9 @@ class Limits:
 
     min_rows: int = 20
     max_rows: int = 1000
+    # A database keeps its big tables (BIRD-style fact tables are what multi-table questions join to); the
+    # 20-1,000-row rule is for flat files. Above this a database table is rejected as too_many_rows.
+    max_db_table_rows: int = 200_000
     max_cols: int = 200
     # Files larger than this are rejected before parsing so a hostile or huge input cannot exhaust memory.
     max_file_bytes: int = 64 * 1024 * 1024
@@ -42,11 +45,15 @@ class Limits:
         return cls(
             min_rows=_env_int("DATAMIND_MIN_ROWS", d.min_rows),
             max_rows=_env_int("DATAMIND_MAX_ROWS", d.max_rows),
+            max_db_table_rows=_env_int("DATAMIND_MAX_DB_TABLE_ROWS", d.max_db_table_rows),
             max_cols=_env_int("DATAMIND_MAX_COLS", d.max_cols),
             max_file_bytes=_env_int("DATAMIND_MAX_FILE_BYTES", d.max_file_bytes),
             max_uncompressed_bytes=_env_int("DATAMIND_MAX_UNCOMPRESSED_BYTES", d.max_uncompressed_bytes),
             max_cell_chars=_env_int("DATAMIND_MAX_CELL_CHARS", d.max_cell_chars),
         )
+
+    def table_row_cap(self, in_database: bool) -> int:
+        return self.max_db_table_rows if in_database else self.max_rows
 
     def with_overrides(self, **overrides: int | None) -> "Limits":
         known = {f.name for f in fields(self)}

@@ -6,15 +6,27 @@ from typing import Any
 
 from airflow.sdk import Param, task
 
+from datamind.settings import Limits
 from datamind_airflow import CATALOG_FILES
 from datamind_airflow import runtime
 
 
 def limit_params(shard_size: int, unit: str = "Files") -> dict[str, Param]:
     """The acceptance limits and shard size every ingest DAG offers in its trigger form."""
+    d = Limits()  # the one place the acceptance defaults live
     return {
-        "min_rows": Param(20, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
-        "max_rows": Param(1000, type="integer", minimum=1, title="Maximum rows per table", section="Limits"),
+        "min_rows": Param(d.min_rows, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
+        "max_rows": Param(
+            d.max_rows, type="integer", minimum=1, title="Maximum rows per CSV/XLSX table", section="Limits"
+        ),
+        "max_db_table_rows": Param(
+            d.max_db_table_rows,
+            type="integer",
+            minimum=1,
+            title="Maximum rows per database table",
+            description="BIRD-style databases keep their large tables up to this size",
+            section="Limits",
+        ),
         "shard_size": Param(
             shard_size, type="integer", minimum=1, maximum=1000, title=f"{unit} per task instance", section="Limits"
         ),
@@ -22,7 +34,11 @@ def limit_params(shard_size: int, unit: str = "Files") -> dict[str, Param]:
 
 
 def limits_from_params(params: dict[str, Any]):
-    return runtime.settings().limits.with_overrides(min_rows=params.get("min_rows"), max_rows=params.get("max_rows"))
+    return runtime.settings().limits.with_overrides(
+        min_rows=params.get("min_rows"),
+        max_rows=params.get("max_rows"),
+        max_db_table_rows=params.get("max_db_table_rows"),
+    )
 
 
 def plan_source_files(files, source_name: str, params: dict[str, Any]) -> list[dict]:

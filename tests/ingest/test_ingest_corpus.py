@@ -91,7 +91,7 @@ def test_dabench_profiles_match_pandas(corpus):
     assert logan["n_rows"] == len(pd.read_csv(DATA / SOURCES["dabench"] / "Current_Logan.csv", skiprows=1))
 
 
-def test_spider_databases_accepted_with_oversized_tables_marked(corpus):
+def test_spider_databases_accepted_with_their_large_tables(corpus):
     _, files, tables = corpus
     rows = by_source(files, "sqlite")
     dbs = {n: r for n, r in rows.items() if n.endswith(".sqlite")}
@@ -104,11 +104,12 @@ def test_spider_databases_accepted_with_oversized_tables_marked(corpus):
         con.close()
         verdicts = {v["table_name"]: v for v in r["table_verdicts"]}
         assert list(verdicts) == names
+        cap = Limits().max_db_table_rows  # a database keeps tables over the flat-file 1,000-row cap
         for n, c in counts.items():
-            want = "too_many_rows" if c > 1000 else ("empty_table" if c == 0 else None)
+            want = "too_many_rows" if c > cap else ("empty_table" if c == 0 else None)
             assert (verdicts[n]["n_rows"], verdicts[n]["reason_code"]) == (c, want), (name, n)
         profiled = {t["table_name"]: t for t in tables if t["file_id"] == r["file_id"]}
-        assert set(profiled) == {n for n, c in counts.items() if 0 < c <= 1000}
+        assert set(profiled) == {n for n, c in counts.items() if 0 < c <= cap}
         for n, t in profiled.items():
             assert t["n_rows"] == counts[n] and t["ddl"].upper().startswith("CREATE TABLE")
             assert sorted((k["from_column"], k["to_table"]) for k in t["foreign_keys"]) == fks[n]

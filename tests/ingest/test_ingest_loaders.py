@@ -136,7 +136,7 @@ def test_sqlite_is_read_only_counts_first_and_skips_huge_tables(tmp_path):
         },
     )
     before = (db.read_bytes(), os.path.getmtime(db))
-    r = load_tables(str(db), Limits(max_rows=100))
+    r = load_tables(str(db), Limits(max_rows=10, max_db_table_rows=100))
     by_name = {t.name: t for t in r.tables}
     assert by_name["events"].n_rows == 500 and by_name["events"].df is None
     assert by_name["customers"].df.shape == (30, 2)

@@ -152,13 +152,19 @@ def test_database_keeps_small_lookup_tables_but_needs_enough_rows_overall(tmp_pa
         {
             "status": ("code TEXT PRIMARY KEY, label TEXT", [("A", "active"), ("C", "closed")]),
             "orders": ("id INTEGER, status TEXT REFERENCES status(code)", [(i, "A") for i in range(30)]),
-            "big": ("id INTEGER", [(i,) for i in range(1500)]),
+            "big": ("id INTEGER, amount REAL", [(i, i * 0.5) for i in range(1500)]),
             "nothing": ("id INTEGER", []),
         },
     )
     verdict, verdicts = judge(db)
     assert verdict.accepted
+    # a database keeps its large tables (the flat-file 1,000-row cap does not apply); its own cap does
+    assert [v.reason_code for v in verdicts] == [None, None, None, "empty_table"]
+    big = [t for t in load_tables(str(db), Limits()).tables if t.name == "big"][0]
+    assert big.n_rows == 1500 and big.df is not None and len(big.df) == 1500
+    _, verdicts = judge(db, Limits(max_db_table_rows=1000))
     assert [v.reason_code for v in verdicts] == [None, None, "too_many_rows", "empty_table"]
+    assert "1,500 rows, more than the 1,000 allowed" in verdicts[2].reason
     tiny = make_sqlite(tmp_path / "tiny.sqlite", {"t": ("a INTEGER, b TEXT", [(1, "x"), (2, "y")])})
     verdict, _ = judge(tiny)
     assert verdict.reason_code == "too_few_rows" and "database" in verdict.reason

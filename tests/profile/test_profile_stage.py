@@ -91,7 +91,7 @@ def test_sqlite_tables_carry_ddl_foreign_keys_and_bird_descriptions(profiled):
     ddl = con.execute("SELECT sql FROM sqlite_master WHERE name = 'orders'").fetchone()[0]
     count = con.execute("SELECT COUNT(*) FROM orders").fetchone()[0]
     con.close()
-    assert orders["ddl"] == ddl and orders["n_rows"] == count == 300
+    assert orders["ddl"] == ddl and orders["n_rows"] == count == 2400
     assert sorted((k["from_column"], k["to_table"], k["to_column"]) for k in orders["foreign_keys"]) == expected_fks
     status = next(p for p in orders["column_profiles"] if p["name"] == "status")
     assert status["description"].startswith("fulfilment status")

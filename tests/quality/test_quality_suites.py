@@ -49,14 +49,14 @@ def test_category_and_hop_vocabularies():
 
 
 def test_limits_flow_into_row_bounds():
-    suite = suite_for("catalog_tables", Limits(min_rows=5, max_rows=7, max_cols=9))
+    suite = suite_for("catalog_tables", Limits(min_rows=5, max_rows=7, max_cols=9, max_db_table_rows=70))
     bounds = {
         (e.when or (None, None))[1]: (e.kwargs["min_value"], e.kwargs["max_value"])
         for e in _find(suite, "ExpectColumnValuesToBeBetween", "n_rows")
     }
     (cols,) = _find(suite, "ExpectColumnValuesToBeBetween", "n_cols")
-    # Spreadsheet tables stand alone; database tables only share the upper bound (judged per database).
-    assert bounds == {None: (1, 7), "csv": (5, 7), "xlsx": (5, 7)}
+    # Spreadsheet tables stand alone; database tables have their own, larger cap (judged per database).
+    assert bounds == {"sqlite": (1, 70), "csv": (5, 7), "xlsx": (5, 7)}
     assert (cols.kwargs["min_value"], cols.kwargs["max_value"]) == (1, 9)
 
 

@@ -15,7 +15,7 @@ What the loaders repair rather than reject (each repair is recorded in ``read_op
 
 Memory guards: files are never read past ``limits.max_file_bytes``; xlsx members are checked against
 ``limits.max_uncompressed_bytes`` before decompressing; SQLite row counts come from ``COUNT(*)`` and a
-table with more than ``limits.max_rows`` rows is never materialized, nor is a sheet whose dimensions
+database table with more than ``limits.max_db_table_rows`` rows is never materialized, nor is a sheet whose dimensions
 say it is far over the limit.
 """
 
@@ -764,7 +764,7 @@ def _load_sqlite(local_path: str, limits: Limits) -> LoadResult:
                     for r in con.execute(f"PRAGMA foreign_key_list({q})")
                 ]
                 n_rows = con.execute(f"SELECT COUNT(*) FROM {q}").fetchone()[0]
-                df = pd.read_sql_query(f"SELECT * FROM {q}", con) if n_rows <= limits.max_rows else None
+                df = pd.read_sql_query(f"SELECT * FROM {q}", con) if n_rows <= limits.max_db_table_rows else None
             except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
                 tables.append(LoadedTable(name, None, 0, 0, opts, ddl=ddl, error=str(exc)[:300]))
                 continue

@@ -8,7 +8,8 @@ Table rules (``check_table``):
 =====================  ===============================================================================
 ``unloadable``         the table could not be read (parser or SQLite error)
 ``too_many_columns``   more than ``limits.max_cols`` columns
-``too_many_rows``      more than ``limits.max_rows`` data rows (default 1,000)
+``too_many_rows``      more than ``limits.max_rows`` data rows (default 1,000); for a table inside a
+                       database, more than ``limits.max_db_table_rows`` (default 200,000)
 ``empty_table``        no data rows or no columns at all
 ``too_few_rows``       fewer than ``limits.min_rows`` data rows (default 20); not applied to tables
                        inside a database, where small lookup tables are normal (see database rules)
@@ -45,7 +46,8 @@ File rules (``check_file``), applied before/after the table rules:
 ``duplicate_content``  the same bytes as a file earlier in the batch or already accepted (stage.py)
 =====================  ===============================================================================
 
-Database rules (SQLite): the table rules apply per table, except ``too_few_rows``; the database is
+Database rules (SQLite): the table rules apply per table, except ``too_few_rows`` and with the database
+row cap (``max_db_table_rows``) in place of ``max_rows``; the database is
 accepted when at least one table passes and its passing tables hold at least ``limits.min_rows`` rows
 together (else ``too_few_rows`` at database level).
 """
@@ -143,9 +145,10 @@ def check_table(t: LoadedTable, limits: Limits, in_database: bool = False) -> Ve
         return Verdict.reject("unloadable", f"cannot read table: {t.error}")
     if t.n_cols > limits.max_cols:
         return Verdict.reject("too_many_columns", f"{t.n_cols:,} columns, more than the {limits.max_cols:,} allowed")
-    if t.n_rows > limits.max_rows:
+    cap = limits.table_row_cap(in_database)
+    if t.n_rows > cap:
         approx = "about " if t.rows_estimated else ""
-        return Verdict.reject("too_many_rows", f"{approx}{t.n_rows:,} rows, more than the {limits.max_rows:,} allowed")
+        return Verdict.reject("too_many_rows", f"{approx}{t.n_rows:,} rows, more than the {cap:,} allowed")
     if t.n_rows == 0 or t.n_cols == 0:
         return Verdict.reject("empty_table", f"{t.n_rows} data rows and {t.n_cols} columns")
     if not in_database and t.n_rows < limits.min_rows:

@@ -94,7 +94,8 @@ def profile_file(
         return [], "no accepted tables recorded at ingestion"
     # The limits only decide what gets materialized: reuse the largest accepted table so nothing accepted is skipped.
     limits = Limits.from_env()
-    limits = limits.with_overrides(max_rows=max([limits.max_rows] + [int(v["n_rows"]) for v in wanted.values()]))
+    largest = max([limits.max_rows] + [int(v["n_rows"]) for v in wanted.values()])
+    limits = limits.with_overrides(max_rows=largest, max_db_table_rows=max(largest, limits.max_db_table_rows))
     provenance = json.loads(file_row.get("provenance") or "{}")
     recorded = [json.loads(v["read_options"]) for v in wanted.values() if v.get("read_options")]
     try:

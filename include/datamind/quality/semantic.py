@@ -82,18 +82,21 @@ def accepted_file_consistent(df: pd.DataFrame, id_col: str) -> list[str | None]:
     return out
 
 
-def accepted_file_within_limits(max_rows: int, max_cols: int):
-    """Per-table limits summed over a file's tables: n_rows <= max_rows * n_tables, n_cols <= max_cols * n_tables."""
+def accepted_file_within_limits(max_rows: int, max_cols: int, max_db_table_rows: int | None = None):
+    """Per-table limits summed over a file's tables: n_rows <= cap * n_tables, n_cols <= max_cols * n_tables,
+    where the row cap of a database's tables is ``max_db_table_rows``."""
 
     def check(df: pd.DataFrame, id_col: str) -> list[str | None]:
         out: list[str | None] = []
-        for fid, status, n_tables, n_rows, n_cols in _rows(df, [id_col, "status", "n_tables", "n_rows", "n_cols"]):
+        cols = [id_col, "status", "n_tables", "n_rows", "n_cols", "format"]
+        for fid, status, n_tables, n_rows, n_cols, fmt in _rows(df, cols):
             if status != "accepted" or is_missing(n_tables):
                 out.append(None)
                 continue
             k = int(n_tables)
-            if not is_missing(n_rows) and int(n_rows) > max_rows * k:
-                out.append(f"{fid}: {int(n_rows)} rows over {k} table(s) exceeds {max_rows} per table")
+            row_cap = max_db_table_rows if fmt == "sqlite" and max_db_table_rows else max_rows
+            if not is_missing(n_rows) and int(n_rows) > row_cap * k:
+                out.append(f"{fid}: {int(n_rows)} rows over {k} table(s) exceeds {row_cap} per table")
             elif not is_missing(n_cols) and int(n_cols) > max_cols * k:
                 out.append(f"{fid}: {int(n_cols)} columns over {k} table(s) exceeds {max_cols} per table")
             else:

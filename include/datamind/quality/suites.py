@@ -161,9 +161,10 @@ def _catalog_files(limits: Limits) -> Suite:
         ),
         _check(
             "within_size_limits",
-            f"accepted tables have <= {limits.max_rows} rows and <= {limits.max_cols} columns each",
-            ("status", "n_tables", "n_rows", "n_cols"),
-            semantic.accepted_file_within_limits(limits.max_rows, limits.max_cols),
+            f"accepted tables have <= {limits.max_rows} rows (database tables <= {limits.max_db_table_rows}) "
+            f"and <= {limits.max_cols} columns each",
+            ("status", "n_tables", "n_rows", "n_cols", "format"),
+            semantic.accepted_file_within_limits(limits.max_rows, limits.max_cols, limits.max_db_table_rows),
         ),
     )
     return Suite(t.name, "file_id", tuple(exps), checks)
@@ -178,7 +179,13 @@ def _catalog_tables(limits: Limits) -> Suite:
             column_list=["file_id", "table_name"],
         ),
         _in_set("format", TABLE_FORMATS, "only csv, xlsx and sqlite tables are catalogued"),
-        _between("n_rows", 1, limits.max_rows, f"acceptance limits: at most {limits.max_rows} rows"),
+        _between(
+            "n_rows",
+            1,
+            limits.max_db_table_rows,
+            f"acceptance limits: at most {limits.max_db_table_rows} rows (database tables; flat files below)",
+            when=("format", "sqlite"),
+        ),
         # Database tables are judged per database (small lookup tables are normal there); spreadsheet
         # tables each stand alone and must meet the minimum.
         *[
