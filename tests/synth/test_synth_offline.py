@@ -128,6 +128,36 @@ def test_chains_feed_each_result_into_the_next_hop(root, small_csv):
             assert prev.answer not in hop.task.question or prev.answer in prev.task.question
 
 
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+
+def test_composition_spans_the_taxonomy_and_reads_as_one_question(root):
+    """Hops 2-5 draw on at least 12 of the 18 categories, and each composed question restates the steps
+    that produce its input in order (so it stands alone), then asks about that value."""
+    from datamind.synth.offline.phrasing import final_ask
+
+    categories, n_hops = set(), 0
+    for path in (SAMPLES / "files" / "sales_orders.csv", SAMPLES / "bird" / "retail_shop" / "retail_shop.sqlite"):
+        for row in catalog_rows(path, max_rows=10**6):
+            source, view = load_view(root, row)
+            for chain in build_chains(view, source, 10, 2, 5, 0, row["table_id"]):
+                for k, hop in enumerate(chain, start=1):
+                    q = hop.task.question
+                    if k == 1:
+                        assert final_ask(q) == q
+                        continue
+                    n_hops += 1
+                    categories.add(hop.task.category)
+                    ask = final_ask(q)
+                    restated = q[: -len(ask)]
+                    # one restated step per earlier hop, in the order the hops ran
+                    assert restated.count(". ") + restated.endswith(".") >= k - 1, q
+                    assert not re.search(r"\b(Then|Next|After that)\b[^.]*\. \1\b", q), q
+                    assert hop.answer not in restated or hop.answer in chain[0].task.question
+    assert n_hops >= 30
+    assert len(categories) >= 12, sorted(categories)
+
+
 def test_chain_rows_keep_lineage_and_replay_to_the_stored_answers(root, small_sqlite):
     rows = {r["table_name"]: r for r in catalog_rows(small_sqlite)}
     params = SynthParams(queries_per_category=0, n_chains=2, min_hops=2, max_hops=5, seed=3)

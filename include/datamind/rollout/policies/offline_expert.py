@@ -24,7 +24,7 @@ from typing import Any
 from datamind.rollout import protocol
 from datamind.rollout.policies import narration
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply
-from datamind.synth.offline.phrasing import without_format
+from datamind.synth.offline.phrasing import final_ask, without_format
 
 OFFLINE_MODEL = "offline-expert"
 
@@ -289,7 +289,7 @@ class OfflineExpertPolicy:
         return '"' + " ".join(words[:7]) + (" ..." if len(words) > 7 else "") + '"'
 
     def _q_short(self, question: str | None = None) -> str:
-        words = without_format(question or self._question).split()
+        words = final_ask(without_format(question or self._question)).split()
         return " ".join(words[:9]) + (" ..." if len(words) > 9 else "")
 
     # Every sentence below names something specific to this trajectory (its question, file, columns or
@@ -339,6 +339,8 @@ class OfflineExpertPolicy:
         form = describe_program(h.program)
         how = narration.pick(narration.FORMULATION.get(form, ("compute it",)), self._seed, f"form-{step.index}")
         q = without_format(h.question.strip()).rstrip()
+        if k > 1:  # each step quotes what its own hop asks, not the steps restated before it
+            q = final_ask(q)
         prev = narration.short(self._outputs[-1], 80) if step.index > 1 and self._outputs else None
         if k == 1:
             lead = narration.pick(

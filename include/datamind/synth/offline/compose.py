@@ -1,42 +1,54 @@
 """Recursive easy-to-hard composition: chains of 2-5 hops where each hop consumes the previous result.
 
-A chain starts from an executed single-hop question (hop 1). Each next hop is a harder question
-whose wording nests the previous question (so answering it requires solving the previous one first),
-while its reference solution embeds the previous hop's *printed result* as a literal: replaying the
-chain turn by turn, the output of one step is exactly the input of the next. Values flow with a type:
+A chain starts from an executed single-hop question (hop 1). Each next hop is a harder question that
+first restates, as ordered steps, how the previous value is obtained, then asks something about that
+value ("First, find the region with the most records. Next, take the average price of that region's
+records. How many records cost more than that average?"), so answering it requires solving every
+earlier step. Its reference solution embeds the previous hop's *printed result* as a literal:
+replaying the chain turn by turn, the output of one step is exactly the input of the next.
 
-    group  (a value of a grouping column)  -> level, group, count
-    level  (a value on a measure's scale)  -> count, group, diff, yes/no
-    count  (a number of records)           -> pct, yes/no
-    diff   (a signed difference)           -> pct
-    pct    (a percentage)                  -> yes/no
+Values flow with a type, and each step names the category of the analysis it performs (17 of the 18
+categories appear; only domain-specific knowledge has no generic step):
+
+    group   (a value of a grouping column)  -> level, group, count, spread, diff, corr, days
+    level   (a value on a measure's scale)  -> count, group, diff, pct, ratio, yes/no
+    spread  (a standard deviation)          -> count (outliers), pct
+    count   (a number of records)           -> pct, yes/no
+    diff    (a signed difference)           -> pct, yes/no
+    pct / ratio / corr / days               -> yes/no
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from datamind.ids import stable_id
 from datamind.synth.offline.columns import TableView
 from datamind.synth.offline.engine import build_solution, execute
 from datamind.synth.offline.execute import ExecutionError
 from datamind.synth.offline.generators import Task, an, c, unique_top
+from datamind.synth.offline.phrasing import STEP_FIRST, STEP_NEXT
 from datamind.synth.offline.source import Source, qi, ql
 
 log = logging.getLogger(__name__)
 
+NP = ("import numpy as np",)
+
 
 @dataclass(frozen=True)
 class Value:
-    kind: str  # group | level | count | diff | pct | bool
+    kind: str  # group | level | spread | count | diff | pct | ratio | corr | days | bool
     value: object
-    col: str | None  # the grouping column (group) or measure (level, diff)
-    phrase: str  # noun phrase that describes how this value was obtained
+    col: str | None  # the grouping column (group) or measure (level, spread, diff)
+    ref: str  # how a later step refers to this value: "that region", "that average"
+    steps: tuple[str, ...]  # the imperative steps that produce it, hop order
 
 
 @dataclass
@@ -48,13 +60,31 @@ class Hop:
     value: Value
 
 
-Step = Callable[[TableView, Value, random.Random], "tuple[Task, str, str | None, str] | None"]
-# A step returns (task, result kind, result column, result phrase), or None when it does not apply.
+@dataclass(frozen=True)
+class Made:
+    """What a step proposes: the task (its question is the final ask only), and the value it yields."""
+
+    task: Task
+    kind: str
+    col: str | None
+    step: str  # this computation as an imperative clause, for the questions of later hops
+    ref: str
+
+
+Step = Callable[[TableView, "Value", random.Random], "Made | None"]
 
 
 def _pick(items, rng):
     items = list(items)
     return items[rng.randrange(len(items))] if items else None
+
+
+def _say(rng: random.Random, *options: str) -> str:
+    return options[rng.randrange(len(options))]
+
+
+def _in_group(g: str, v) -> str:
+    return f"{c(g)} == {v!r}"
 
 
 # -- roots (hop 1) -----------------------------------------------------------------------------
@@ -67,13 +97,18 @@ def root_top_count(view, rng):
     task = Task(
         "ranking",
         "chain_top_count",
-        f"Which {g} value has the most records?",
+        _say(
+            rng,
+            f"Which {g} value has the most records?",
+            f"Which {g} occurs most often?",
+            f"What is the most frequent {g}?",
+        ),
         f"Mode of {g}.",
         f"answer = {c(g)}.value_counts().idxmax()",
         f"SELECT {qi(g)} FROM {{src}} WHERE {qi(g)} IS NOT NULL GROUP BY {qi(g)} ORDER BY COUNT(*) DESC LIMIT 1",
         params={"g": g},
     )
-    return task, "group", g, f"the {g} value with the most records"
+    return Made(task, "group", g, f"find the {g} that occurs most often", f"that {g}")
 
 
 def root_top_mean(view, rng):
@@ -85,14 +120,14 @@ def root_top_mean(view, rng):
     task = Task(
         "ranking",
         "chain_top_mean",
-        f"Which {g} has the highest average {m}?",
+        _say(rng, f"Which {g} has the highest average {m}?", f"For which {g} is the mean {m} highest?"),
         f"Group by {g}, rank by mean {m}.",
         f"answer = df.groupby({g!r})[{m!r}].mean().idxmax()",
         f"SELECT {qi(g)} FROM {{src}} WHERE {qi(g)} IS NOT NULL AND {qi(m)} IS NOT NULL GROUP BY {qi(g)} "
         f"ORDER BY AVG({qi(m)}) DESC LIMIT 1",
         params={"g": g, "m": m},
     )
-    return task, "group", g, f"the {g} with the highest average {m}"
+    return Made(task, "group", g, f"find the {g} with the highest average {m}", f"that {g}")
 
 
 def root_mean(view, rng):
@@ -102,19 +137,59 @@ def root_mean(view, rng):
     task = Task(
         "aggregation",
         "chain_mean",
-        f"What is the average {m} across all records?",
+        _say(rng, f"What is the average {m} across all records?", f"What is the mean {m} over the whole table?"),
         f"Mean of {m}.",
         f"answer = round(float({c(m)}.mean()), 4)",
         f"SELECT ROUND(AVG({qi(m)}), 4) FROM {{src}}",
         params={"m": m},
     )
-    return task, "level", m, f"the average {m} across all records"
+    return Made(task, "level", m, f"compute the overall average {m}", "that average")
 
 
-ROOTS = (root_top_count, root_top_mean, root_mean)
+def root_median(view, rng):
+    m = _pick(view.measures, rng)
+    if m is None:
+        return None
+    task = Task(
+        "statistical_analysis",
+        "chain_median",
+        _say(
+            rng, f"What is the median {m}?", f"What value of {m} splits the records into two equal halves (the median)?"
+        ),
+        f"Median of {m}.",
+        f"answer = round(float({c(m)}.median()), 4)",
+        duck=f"SELECT ROUND(MEDIAN({qi(m)}), 4) FROM {{src}}",
+        imports=NP,
+        alt=((f"vals = {c(m)}.dropna().to_numpy(dtype=float)\nanswer = round(float(np.median(vals)), 4)", NP),),
+        params={"m": m},
+    )
+    return Made(task, "level", m, f"compute the median {m}", "that median")
 
 
-# -- transitions -------------------------------------------------------------------------------
+def root_spread(view, rng):
+    m = _pick([m for m in view.measures if view.df[m].std() > 0], rng)
+    if m is None:
+        return None
+    task = Task(
+        "statistical_analysis",
+        "chain_std",
+        _say(
+            rng, f"What is the standard deviation of {m}?", f"How widely does {m} vary, as a sample standard deviation?"
+        ),
+        f"Sample standard deviation of {m}.",
+        f"answer = round(float({c(m)}.std()), 4)",
+        duck=f"SELECT ROUND(STDDEV_SAMP({qi(m)}), 4) FROM {{src}}",
+        imports=NP,
+        alt=((f"vals = {c(m)}.dropna().to_numpy(dtype=float)\nanswer = round(float(np.std(vals, ddof=1)), 4)", NP),),
+        params={"m": m},
+    )
+    return Made(task, "spread", m, f"compute the standard deviation of {m}", "that standard deviation")
+
+
+ROOTS = (root_top_count, root_top_mean, root_mean, root_median, root_spread)
+
+
+# -- transitions from a group --------------------------------------------------------------------
 
 
 def group_mean(view, prev: Value, rng):
@@ -125,13 +200,17 @@ def group_mean(view, prev: Value, rng):
     task = Task(
         "aggregation",
         "chain_group_mean",
-        f"What is the average {m} among records whose {g} is {prev.phrase}?",
+        _say(
+            rng,
+            f"What is the average {m} of the records of {prev.ref}?",
+            f"What is the mean {m} among records of {prev.ref}?",
+        ),
         f"Average {m} inside the {g} group found by the previous step.",
-        f"answer = round(float(df.loc[{c(g)} == {v!r}, {m!r}].mean()), 4)",
+        f"answer = round(float(df.loc[{_in_group(g, v)}, {m!r}].mean()), 4)",
         f"SELECT ROUND(AVG({qi(m)}), 4) FROM {{src}} WHERE {qi(g)} = {ql(v)}",
         params={"g": g, "v": v, "m": m},
     )
-    return task, "level", m, f"the average {m} among records whose {g} is {prev.phrase}"
+    return Made(task, "level", m, f"take the average {m} of the records of {prev.ref}", "that average")
 
 
 def group_mode(view, prev: Value, rng):
@@ -143,14 +222,18 @@ def group_mode(view, prev: Value, rng):
     task = Task(
         "ranking",
         "chain_group_mode",
-        f"Among records whose {g} is {prev.phrase}, which {g2} value is most common?",
+        _say(
+            rng,
+            f"Among the records of {prev.ref}, which {g2} value is most common?",
+            f"Which {g2} appears most often among records of {prev.ref}?",
+        ),
         f"Restrict to the previous step's {g} group, then take the mode of {g2}.",
-        f"answer = df.loc[{c(g)} == {v!r}, {g2!r}].value_counts().idxmax()",
+        f"answer = df.loc[{_in_group(g, v)}, {g2!r}].value_counts().idxmax()",
         f"SELECT {qi(g2)} FROM {{src}} WHERE {qi(g)} = {ql(v)} AND {qi(g2)} IS NOT NULL GROUP BY {qi(g2)} "
         f"ORDER BY COUNT(*) DESC LIMIT 1",
         params={"g": g, "v": v, "g2": g2},
     )
-    return task, "group", g2, f"the most common {g2} among records whose {g} is {prev.phrase}"
+    return Made(task, "group", g2, f"find the most common {g2} among the records of {prev.ref}", f"that {g2}")
 
 
 def group_count(view, prev: Value, rng):
@@ -158,30 +241,330 @@ def group_count(view, prev: Value, rng):
     task = Task(
         "counting",
         "chain_group_count",
-        f"How many records have {an(g)} {g} equal to {prev.phrase}?",
+        _say(rng, f"How many records belong to {prev.ref}?", f"Count the records of {prev.ref}: how many are there?"),
         f"Count the rows of the {g} group found by the previous step.",
-        f"answer = int(({c(g)} == {v!r}).sum())",
+        f"answer = int(({_in_group(g, v)}).sum())",
         f"SELECT COUNT(*) FROM {{src}} WHERE {qi(g)} = {ql(v)}",
         params={"g": g, "v": v},
     )
-    return task, "count", None, f"the number of records whose {g} is {prev.phrase}"
+    return Made(task, "count", None, f"count the records of {prev.ref}", "that count")
+
+
+def group_distinct(view, prev: Value, rng):
+    g, v = prev.col, prev.value
+    sub = view.df[view.df[g] == v]
+    g2 = _pick([x for x in view.groups if x != g and sub[x].nunique() >= 2], rng)
+    if g2 is None:
+        return None
+    task = Task(
+        "descriptive_analysis",
+        "chain_group_distinct",
+        _say(
+            rng,
+            f"How many distinct {g2} values occur among the records of {prev.ref}?",
+            f"How many different {g2} values do the records of {prev.ref} cover?",
+        ),
+        f"Describe the previous step's {g} group by the number of distinct {g2} values.",
+        f"answer = int(df.loc[{_in_group(g, v)}, {g2!r}].nunique())",
+        f"SELECT COUNT(DISTINCT {qi(g2)}) FROM {{src}} WHERE {qi(g)} = {ql(v)}",
+        params={"g": g, "v": v, "g2": g2},
+    )
+    return Made(task, "count", None, f"count the distinct {g2} values among the records of {prev.ref}", "that number")
+
+
+def group_spread(view, prev: Value, rng):
+    g, v = prev.col, prev.value
+    m = _pick([m for m in view.measures if m != g and view.df.loc[view.df[g] == v, m].dropna().std() > 0], rng)
+    if m is None:
+        return None
+    sel = f"df.loc[{_in_group(g, v)}, {m!r}]"
+    task = Task(
+        "statistical_analysis",
+        "chain_group_std",
+        _say(
+            rng,
+            f"What is the standard deviation of {m} among the records of {prev.ref}?",
+            f"How much does {m} vary within {prev.ref}, as a sample standard deviation?",
+        ),
+        f"Sample standard deviation of {m} inside the previous step's {g} group.",
+        f"answer = round(float({sel}.std()), 4)",
+        duck=f"SELECT ROUND(STDDEV_SAMP({qi(m)}), 4) FROM {{src}} WHERE {qi(g)} = {ql(v)}",
+        imports=NP,
+        alt=((f"vals = {sel}.dropna().to_numpy(dtype=float)\nanswer = round(float(np.std(vals, ddof=1)), 4)", NP),),
+        params={"g": g, "v": v, "m": m},
+    )
+    return Made(
+        task, "spread", m, f"compute the standard deviation of {m} within {prev.ref}", "that standard deviation"
+    )
+
+
+def group_gap(view, prev: Value, rng):
+    g, v = prev.col, prev.value
+    df = view.df
+    inside, outside = df[g] == v, df[g].notna() & (df[g] != v)
+    m = _pick(
+        [m for m in view.measures if m != g and df.loc[inside, m].notna().any() and df.loc[outside, m].notna().any()],
+        rng,
+    )
+    if m is None:
+        return None
+    task = Task(
+        "impact_analysis",
+        "chain_group_gap",
+        _say(
+            rng,
+            f"How much higher or lower is the average {m} of the records of {prev.ref} than that of all other records "
+            "(the group's average minus the others')?",
+            f"By how much does belonging to {prev.ref} shift the average {m}, compared with the records outside it "
+            "(inside minus outside)?",
+        ),
+        f"Difference in mean {m} between the previous step's {g} group and the rest.",
+        f"inside = df.loc[{c(g)} == {v!r}, {m!r}].mean()\n"
+        f"outside = df.loc[{c(g)}.notna() & ({c(g)} != {v!r}), {m!r}].mean()\n"
+        "answer = round(float(inside - outside), 4)",
+        f"SELECT ROUND(AVG(CASE WHEN {qi(g)} = {ql(v)} THEN {qi(m)} END) - "
+        f"AVG(CASE WHEN {qi(g)} <> {ql(v)} THEN {qi(m)} END), 4) FROM {{src}}",
+        params={"g": g, "v": v, "m": m},
+    )
+    return Made(
+        task,
+        "diff",
+        m,
+        f"compute how far the average {m} of {prev.ref} lies above the other records' average",
+        "that gap",
+    )
+
+
+def group_clean_median(view, prev: Value, rng):
+    g, v = prev.col, prev.value
+    m = _pick([m for m in view.measures if m != g and view.df.loc[view.df[g] == v, m].notna().any()], rng)
+    if m is None:
+        return None
+    task = Task(
+        "comprehensive_data_preprocessing",
+        "chain_clean_median",
+        _say(
+            rng,
+            f"After removing exact duplicate rows and rows with no {m}, what is the median {m} of the records "
+            f"of {prev.ref}?",
+            f"Clean the table first (drop fully duplicated rows and rows missing {m}); then what is the median {m} "
+            f"within {prev.ref}?",
+        ),
+        f"Deduplicate, drop missing {m}, then take the median {m} inside the previous step's {g} group.",
+        f"clean = df.drop_duplicates().dropna(subset=[{m!r}])\n"
+        f"answer = round(float(clean.loc[clean[{g!r}] == {v!r}, {m!r}].median()), 4)",
+        duck=f"SELECT ROUND(MEDIAN({qi(m)}), 4) FROM (SELECT DISTINCT * FROM {{src}}) AS t "
+        f"WHERE {qi(m)} IS NOT NULL AND {qi(g)} = {ql(v)}",
+        imports=NP,
+        alt=(
+            (
+                f"clean = df.drop_duplicates()\n"
+                f"vals = clean.loc[clean[{g!r}] == {v!r}, {m!r}].to_numpy(dtype=float)\n"
+                "answer = round(float(np.nanmedian(vals)), 4)",
+                NP,
+            ),
+        ),
+        params={"g": g, "v": v, "m": m},
+    )
+    return Made(
+        task,
+        "level",
+        m,
+        f"take the median {m} of {prev.ref} after dropping duplicate rows and missing {m}",
+        "that median",
+    )
+
+
+def group_flag_count(view, prev: Value, rng):
+    g, v = prev.col, prev.value
+    m = _pick([m for m in view.measures if m != g], rng)
+    if m is None:
+        return None
+    med = view.df[m].median()
+    if not ((view.df[g] == v) & (view.df[m] > med)).any():
+        return None
+    task = Task(
+        "feature_engineering",
+        "chain_flag_count",
+        _say(
+            rng,
+            f"Add a flag that marks records whose {m} is above the overall median {m}. How many records of "
+            f"{prev.ref} carry the flag?",
+            f"Derive a feature 'high_{m}' (true when {m} exceeds its overall median). How many records of "
+            f"{prev.ref} have it set?",
+        ),
+        f"Build a binary feature from {m} and count it inside the previous step's {g} group.",
+        f"flag = {c(m)} > {c(m)}.median()\nanswer = int((flag & ({c(g)} == {v!r})).sum())",
+        duck=f"SELECT COUNT(*) FROM {{src}} WHERE {qi(g)} = {ql(v)} "
+        f"AND {qi(m)} > (SELECT MEDIAN({qi(m)}) FROM {{src}})",
+        imports=NP,
+        alt=(
+            (
+                f"vals = {c(m)}.to_numpy(dtype=float)\n"
+                f"flag = vals > np.nanmedian(vals)\n"
+                f"answer = int(np.sum(flag & ({c(g)} == {v!r}).to_numpy()))",
+                NP,
+            ),
+        ),
+        params={"g": g, "v": v, "m": m},
+    )
+    return Made(
+        task, "count", None, f"count the records of {prev.ref} whose {m} is above the overall median {m}", "that count"
+    )
+
+
+def group_corr(view, prev: Value, rng):
+    g, v = prev.col, prev.value
+    sub = view.df[view.df[g] == v]
+    pairs = []
+    for i, x in enumerate(view.measures):
+        for y in view.measures[i + 1 :]:
+            t = sub[[x, y]].dropna()
+            if x != g and y != g and len(t) >= 5 and t[x].std() > 0 and t[y].std() > 0:
+                pairs.append((x, y))
+    pick = _pick(pairs, rng)
+    if pick is None:
+        return None
+    x, y = pick
+    task = Task(
+        "correlation_analysis",
+        "chain_group_corr",
+        _say(
+            rng,
+            f"Within {prev.ref}, what is the Pearson correlation between {x} and {y}?",
+            f"How strongly are {x} and {y} correlated (Pearson r) among the records of {prev.ref}?",
+        ),
+        f"Pearson correlation of {x} and {y} inside the previous step's {g} group.",
+        f"t = df.loc[{_in_group(g, v)}, [{x!r}, {y!r}]].dropna()\nanswer = round(float(t[{x!r}].corr(t[{y!r}])), 4)",
+        duck=f"SELECT ROUND(CORR({qi(x)}, {qi(y)}), 4) FROM {{src}} WHERE {qi(g)} = {ql(v)} "
+        f"AND {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL",
+        imports=NP,
+        alt=(
+            (
+                f"t = df.loc[{_in_group(g, v)}, [{x!r}, {y!r}]].dropna().to_numpy(dtype=float)\n"
+                "answer = round(float(np.corrcoef(t[:, 0], t[:, 1])[0, 1]), 4)",
+                NP,
+            ),
+        ),
+        params={"g": g, "v": v, "x": x, "y": y},
+    )
+    return Made(
+        task, "corr", None, f"compute the Pearson correlation between {x} and {y} within {prev.ref}", "that correlation"
+    )
+
+
+def group_stratified_gap(view, prev: Value, rng):
+    g, v = prev.col, prev.value
+    sub = view.df[view.df[g] == v]
+    pairs = []
+    for m in view.measures:
+        for x in view.measures:
+            if len({m, x, g}) < 3:
+                continue
+            t = sub[[m, x]].dropna()
+            if len(t) < 6:
+                continue
+            hi = t[x] > t[x].median()
+            if hi.sum() >= 2 and (~hi).sum() >= 2:
+                pairs.append((m, x))
+    pick = _pick(pairs, rng)
+    if pick is None:
+        return None
+    m, x = pick
+    task = Task(
+        "causal_analysis",
+        "chain_stratified_gap",
+        _say(
+            rng,
+            f"Within {prev.ref}, split the records at the median {x} of that group (complete {m} and {x} only). "
+            f"How much higher is the average {m} in the upper half than in the rest?",
+            f"Holding {g} fixed at {prev.ref}: does a high {x} go with a higher {m}? Give the average {m} of records "
+            f"above the group's median {x} minus that of the others (rows with both values only).",
+        ),
+        f"Stratify by the previous step's {g} group, contrast mean {m} above vs at-or-below the median {x}.",
+        f"t = df.loc[{_in_group(g, v)}, [{m!r}, {x!r}]].dropna()\n"
+        f"high = t[{x!r}] > t[{x!r}].median()\n"
+        f"answer = round(float(t.loc[high, {m!r}].mean() - t.loc[~high, {m!r}].mean()), 4)",
+        duck=f"WITH t AS (SELECT {qi(m)} AS m, {qi(x)} AS x FROM {{src}} WHERE {qi(g)} = {ql(v)} "
+        f"AND {qi(m)} IS NOT NULL AND {qi(x)} IS NOT NULL) "
+        "SELECT ROUND(AVG(CASE WHEN x > (SELECT MEDIAN(x) FROM t) THEN m END) - "
+        "AVG(CASE WHEN x <= (SELECT MEDIAN(x) FROM t) THEN m END), 4) FROM t",
+        imports=NP,
+        alt=(
+            (
+                f"t = df.loc[{_in_group(g, v)}, [{m!r}, {x!r}]].dropna().to_numpy(dtype=float)\n"
+                "high = t[:, 1] > np.median(t[:, 1])\n"
+                "answer = round(float(t[high, 0].mean() - t[~high, 0].mean()), 4)",
+                NP,
+            ),
+        ),
+        params={"g": g, "v": v, "m": m, "x": x},
+    )
+    return Made(
+        task, "diff", m, f"compare the average {m} above and below the median {x} within {prev.ref}", "that difference"
+    )
+
+
+def group_span_days(view, prev: Value, rng):
+    g, v = prev.col, prev.value
+    options = []
+    for d in view.dates:
+        if d == g:
+            continue
+        stamps = pd.to_datetime(view.df.loc[view.df[g] == v, d], errors="coerce", format="mixed").dropna()
+        if len(stamps) >= 2 and stamps.max() > stamps.min():
+            options.append(d)
+    d = _pick(options, rng)
+    if d is None:
+        return None
+    sel = f"pd.to_datetime(df.loc[{_in_group(g, v)}, {d!r}], errors='coerce', format='mixed').dropna()"
+    task = Task(
+        "time_based_calculation",
+        "chain_span_days",
+        _say(
+            rng,
+            f"How many days separate the earliest and the latest {d} among the records of {prev.ref}?",
+            f"Over how many days do the {d} values of {prev.ref} extend (latest minus earliest)?",
+        ),
+        f"Date span of {d} inside the previous step's {g} group.",
+        f"stamps = {sel}\nanswer = int((stamps.max() - stamps.min()).days)",
+        alt=(
+            (
+                f"stamps = {sel}\ndays = sorted({{ts.date() for ts in stamps}})\nanswer = (days[-1] - days[0]).days",
+                (),
+            ),
+            (
+                f"stamps = {sel}.sort_values()\n"
+                "answer = int((stamps.iloc[-1].normalize() - stamps.iloc[0].normalize()) / pd.Timedelta(days=1))",
+                (),
+            ),
+        ),
+        params={"g": g, "v": v, "d": d},
+    )
+    return Made(task, "days", None, f"measure how many days the {d} values of {prev.ref} span", "that number of days")
+
+
+# -- transitions from a level on a measure's scale -------------------------------------------------
 
 
 def level_count_above(view, prev: Value, rng):
     m, x = prev.col, prev.value
-    n = int((view.df[m] > x).sum())
-    if n == 0:
+    if int((view.df[m] > x).sum()) == 0:
         return None
     task = Task(
         "counting",
         "chain_count_above",
-        f"How many records have {an(m)} {m} greater than {prev.phrase}?",
+        _say(
+            rng,
+            f"How many records have {an(m)} {m} greater than {prev.ref}?",
+            f"How many records exceed {prev.ref} in {m}?",
+        ),
         f"Use the previous result as a threshold on {m}.",
         f"answer = int(({c(m)} > {x!r}).sum())",
         f"SELECT COUNT(*) FROM {{src}} WHERE {qi(m)} > {ql(x)}",
         params={"m": m, "x": x},
     )
-    return task, "count", None, f"the number of records with {an(m)} {m} greater than {prev.phrase}"
+    return Made(task, "count", None, f"count the records whose {m} is above {prev.ref}", "that count")
 
 
 def level_mode_above(view, prev: Value, rng):
@@ -195,27 +578,83 @@ def level_mode_above(view, prev: Value, rng):
     task = Task(
         "ranking",
         "chain_mode_above",
-        f"Among records with {an(m)} {m} above {prev.phrase}, which {g} value is most common?",
+        _say(
+            rng,
+            f"Among records with {an(m)} {m} above {prev.ref}, which {g} value is most common?",
+            f"Which {g} is most frequent among the records whose {m} exceeds {prev.ref}?",
+        ),
         f"Filter {m} by the previous result, then take the mode of {g}.",
         f"answer = df.loc[{c(m)} > {x!r}, {g!r}].value_counts().idxmax()",
         f"SELECT {qi(g)} FROM {{src}} WHERE {qi(m)} > {ql(x)} AND {qi(g)} IS NOT NULL GROUP BY {qi(g)} "
         f"ORDER BY COUNT(*) DESC LIMIT 1",
         params={"m": m, "x": x, "g": g},
     )
-    return task, "group", g, f"the most common {g} among records with {an(m)} {m} above {prev.phrase}"
+    return Made(task, "group", g, f"find the most common {g} among records whose {m} is above {prev.ref}", f"that {g}")
 
 
 def level_diff_median(view, prev: Value, rng):
     m, x = prev.col, prev.value
+    if np.isclose(x, view.df[m].median()):
+        return None  # the previous value is the median itself: a difference of zero teaches nothing
     task = Task(
         "comparison",
         "chain_diff_median",
-        f"How much does {prev.phrase} differ from the overall median {m} (first minus second)?",
+        _say(
+            rng,
+            f"How much does {prev.ref} differ from the overall median {m} (first minus second)?",
+            f"Compare {prev.ref} with the median {m} of the whole table: what is the difference (it minus the median)?",
+        ),
         f"Compare the previous result with the median of {m}.",
         f"answer = round(float({x!r} - {c(m)}.median()), 4)",
+        duck=f"SELECT ROUND({ql(x)} - MEDIAN({qi(m)}), 4) FROM {{src}}",
+        imports=NP,
+        alt=((f"answer = round(float({x!r} - np.nanmedian({c(m)}.to_numpy(dtype=float))), 4)", NP),),
         params={"m": m, "x": x},
     )
-    return task, "diff", m, f"the difference between {prev.phrase} and the overall median {m}"
+    return Made(task, "diff", m, f"subtract the overall median {m} from {prev.ref}", "that difference")
+
+
+def level_percentile(view, prev: Value, rng):
+    m, x = prev.col, prev.value
+    if view.df[m].notna().sum() == 0:
+        return None
+    task = Task(
+        "distribution_analysis",
+        "chain_percentile_rank",
+        _say(
+            rng,
+            f"What percentage of the records with a {m} have a {m} at or below {prev.ref}?",
+            f"Where does {prev.ref} sit in the distribution of {m}: what share of non-missing {m} values "
+            "(in percent) is at or below it?",
+        ),
+        f"Percentile rank of the previous result within {m}.",
+        f"vals = {c(m)}.dropna()\nanswer = round(float((vals <= {x!r}).mean() * 100), 2)",
+        f"SELECT ROUND(100.0 * SUM(CASE WHEN {qi(m)} <= {ql(x)} THEN 1 ELSE 0 END) / COUNT({qi(m)}), 2) FROM {{src}}",
+        params={"m": m, "x": x},
+    )
+    return Made(
+        task, "pct", None, f"work out what percentage of {m} values are at or below {prev.ref}", "that percentage"
+    )
+
+
+def level_ratio_max(view, prev: Value, rng):
+    m, x = prev.col, prev.value
+    if not x or math.isclose(float(x), 0.0) or not np.isfinite(view.df[m].max()):
+        return None
+    task = Task(
+        "multi_hop_numerical_reasoning",
+        "chain_ratio_max",
+        _say(
+            rng,
+            f"How many times {prev.ref} is the largest {m} in the table?",
+            f"Divide the maximum {m} by {prev.ref}. What ratio do you get?",
+        ),
+        f"Ratio of the maximum {m} to the previous result.",
+        f"answer = round(float({c(m)}.max() / {x!r}), 4)",
+        f"SELECT ROUND(MAX({qi(m)}) / {ql(float(x))}, 4) FROM {{src}}",
+        params={"m": m, "x": x},
+    )
+    return Made(task, "ratio", None, f"divide the maximum {m} by {prev.ref}", "that ratio")
 
 
 def level_fact(view, prev: Value, rng):
@@ -225,12 +664,70 @@ def level_fact(view, prev: Value, rng):
     task = Task(
         "fact_checking",
         "chain_fact_level",
-        f"Is {prev.phrase} higher than the overall median {m}? Answer Yes or No.",
+        _say(
+            rng,
+            f"Is {prev.ref} higher than the overall median {m}?",
+            f"True or not: {prev.ref} exceeds the median {m} of all records?",
+        ),
         f"Check a claim about the previous result against the median of {m}.",
         f"answer = 'Yes' if {x!r} > {c(m)}.median() else 'No'",
+        duck=f"SELECT CASE WHEN {ql(x)} > MEDIAN({qi(m)}) THEN 'Yes' ELSE 'No' END FROM {{src}}",
         params={"m": m, "x": x},
     )
-    return task, "bool", None, ""
+    return Made(task, "bool", None, "", "")
+
+
+# -- transitions from a spread, a count, a difference, a share -----------------------------------
+
+
+def spread_outliers(view, prev: Value, rng):
+    m, s = prev.col, prev.value
+    mean = view.df[m].mean()
+    n = int(((view.df[m] - mean).abs() > 2 * s).sum())
+    if n == 0:
+        return None
+    task = Task(
+        "anomaly_detection",
+        "chain_outliers",
+        _say(
+            rng,
+            f"Flag as outliers the records whose {m} lies more than two times {prev.ref} away from the overall "
+            f"mean {m}. How many are there?",
+            f"Using {prev.ref}, how many records have {an(m)} {m} more than 2 such deviations from the mean {m}?",
+        ),
+        f"Count records beyond mean +/- 2 x the previous spread of {m}.",
+        f"answer = int((({c(m)} - {c(m)}.mean()).abs() > 2 * {s!r}).sum())",
+        f"SELECT COUNT(*) FROM {{src}} WHERE ABS({qi(m)} - (SELECT AVG({qi(m)}) FROM {{src}})) > 2 * {ql(s)}",
+        params={"m": m, "s": s},
+    )
+    return Made(
+        task,
+        "count",
+        None,
+        f"count the {m} outliers more than two times {prev.ref} from the mean",
+        "that number of outliers",
+    )
+
+
+def spread_cv(view, prev: Value, rng):
+    m, s = prev.col, prev.value
+    mean = view.df[m].mean()
+    if not np.isfinite(mean) or math.isclose(float(mean), 0.0):
+        return None
+    task = Task(
+        "arithmetic_calculation",
+        "chain_cv",
+        _say(
+            rng,
+            f"Express {prev.ref} as a percentage of the overall average {m} (the coefficient of variation).",
+            f"What is {prev.ref} divided by the mean {m}, times 100?",
+        ),
+        f"Coefficient of variation of {m} from the previous spread.",
+        f"answer = round(float({s!r} / {c(m)}.mean() * 100), 2)",
+        f"SELECT ROUND({ql(s)} / AVG({qi(m)}) * 100, 2) FROM {{src}}",
+        params={"m": m, "s": s},
+    )
+    return Made(task, "pct", None, f"express {prev.ref} as a percentage of the mean {m}", "that percentage")
 
 
 def count_pct(view, prev: Value, rng):
@@ -238,13 +735,17 @@ def count_pct(view, prev: Value, rng):
     task = Task(
         "arithmetic_calculation",
         "chain_count_pct",
-        f"What percentage of all records is {prev.phrase}?",
+        _say(
+            rng,
+            f"What percentage of all records does {prev.ref} represent?",
+            f"Turn {prev.ref} into a share of the whole table, in percent.",
+        ),
         "Divide the previous count by the number of records.",
         f"answer = round({n!r} / len(df) * 100, 2)",
         f"SELECT ROUND(100.0 * {ql(n)} / COUNT(*), 2) FROM {{src}}",
         params={"n": n},
     )
-    return task, "pct", None, f"the percentage of all records represented by {prev.phrase}"
+    return Made(task, "pct", None, f"express {prev.ref} as a percentage of all records", "that percentage")
 
 
 def count_fact(view, prev: Value, rng):
@@ -254,13 +755,17 @@ def count_fact(view, prev: Value, rng):
     task = Task(
         "fact_checking",
         "chain_fact_count",
-        f"Is {prev.phrase} more than half of all records? Answer Yes or No.",
+        _say(
+            rng,
+            f"Is {prev.ref} more than half of all records?",
+            f"Check the claim that {prev.ref} covers over half of the table.",
+        ),
         "Compare the previous count with half the table.",
         f"answer = 'Yes' if {n!r} > len(df) / 2 else 'No'",
         f"SELECT CASE WHEN {ql(n)} > COUNT(*) / 2.0 THEN 'Yes' ELSE 'No' END FROM {{src}}",
         params={"n": n},
     )
-    return task, "bool", None, ""
+    return Made(task, "bool", None, "", "")
 
 
 def diff_pct(view, prev: Value, rng):
@@ -271,38 +776,108 @@ def diff_pct(view, prev: Value, rng):
     task = Task(
         "arithmetic_calculation",
         "chain_diff_pct",
-        f"Express {prev.phrase} as a percentage of the overall average {m}.",
+        _say(
+            rng,
+            f"Express {prev.ref} as a percentage of the overall average {m}.",
+            f"What is {prev.ref} relative to the mean {m}, in percent?",
+        ),
         f"Scale the previous difference by the mean of {m}.",
         f"answer = round(float({d!r} / {c(m)}.mean() * 100), 2)",
+        f"SELECT ROUND({ql(d)} / AVG({qi(m)}) * 100, 2) FROM {{src}}",
         params={"m": m, "d": d},
     )
-    return task, "pct", None, f"{prev.phrase} as a percentage of the overall average {m}"
+    return Made(task, "pct", None, f"express {prev.ref} as a percentage of the mean {m}", "that percentage")
 
 
-def pct_fact(view, prev: Value, rng):
-    p = prev.value
-    if p == 50:
-        return None
-    task = Task(
-        "fact_checking",
-        "chain_fact_pct",
-        f"Is {prev.phrase} above 50 percent? Answer Yes or No.",
-        "Compare the previous percentage with one half.",
-        f"answer = 'Yes' if {p!r} > 50 else 'No'",
-        f"SELECT CASE WHEN {ql(p)} > 50 THEN 'Yes' ELSE 'No' END",
-        params={"p": p},
-    )
-    return task, "bool", None, ""
+def _threshold_fact(name: str, question: str, threshold: float):
+    """A yes/no claim comparing the previous number with a fixed threshold."""
+
+    def step(view, prev: Value, rng):
+        x = prev.value
+        if math.isclose(float(x), threshold):
+            return None
+        task = Task(
+            "fact_checking",
+            name,
+            question.format(ref=prev.ref),
+            "Check a claim about the previous result.",
+            f"answer = 'Yes' if {x!r} > {threshold!r} else 'No'",
+            f"SELECT CASE WHEN {ql(x)} > {threshold!r} THEN 'Yes' ELSE 'No' END",
+            params={"x": x},
+        )
+        return Made(task, "bool", None, "", "")
+
+    step.__name__ = name
+    return step
+
+
+diff_fact = _threshold_fact("chain_fact_diff", "Is {ref} positive?", 0.0)
+pct_fact = _threshold_fact("chain_fact_pct", "Is {ref} above 50 percent?", 50.0)
+ratio_fact = _threshold_fact("chain_fact_ratio", "Is {ref} greater than 2?", 2.0)
+corr_fact = _threshold_fact(
+    "chain_fact_corr", "Is {ref} above 0.3, a positive association of at least moderate strength?", 0.3
+)
+days_fact = _threshold_fact("chain_fact_days", "Is {ref} more than 30?", 30.0)
 
 
 TRANSITIONS: dict[str, tuple] = {
-    "group": (group_mean, group_mode, group_count),
-    "level": (level_count_above, level_mode_above, level_diff_median, level_fact),
+    "group": (
+        group_mean,
+        group_mode,
+        group_count,
+        group_distinct,
+        group_spread,
+        group_gap,
+        group_clean_median,
+        group_flag_count,
+        group_corr,
+        group_stratified_gap,
+        group_span_days,
+    ),
+    "level": (level_count_above, level_mode_above, level_diff_median, level_percentile, level_ratio_max, level_fact),
+    "spread": (spread_outliers, spread_cv),
     "count": (count_pct, count_fact),
-    "diff": (diff_pct,),
+    "diff": (diff_pct, diff_fact),
     "pct": (pct_fact,),
+    "ratio": (ratio_fact,),
+    "corr": (corr_fact,),
+    "days": (days_fact,),
     "bool": (),
 }
+# The kind each step yields, known before it runs: a chain that must go on never takes a step whose
+# value nothing can build on.
+_YIELDS = {
+    **{s: "group" for s in (group_mode, level_mode_above)},
+    **{s: "level" for s in (group_mean, group_clean_median)},
+    **{s: "count" for s in (group_count, group_distinct, group_flag_count, level_count_above, spread_outliers)},
+    **{s: "spread" for s in (group_spread,)},
+    **{s: "diff" for s in (group_gap, group_stratified_gap, level_diff_median)},
+    **{s: "pct" for s in (level_percentile, spread_cv, count_pct, diff_pct)},
+    **{s: "ratio" for s in (level_ratio_max,)},
+    **{s: "corr" for s in (group_corr,)},
+    **{s: "days" for s in (group_span_days,)},
+    **{s: "bool" for s in (level_fact, count_fact, diff_fact, pct_fact, ratio_fact, corr_fact, days_fact)},
+}
+
+
+def _can_continue(step) -> bool:
+    return bool(TRANSITIONS[_YIELDS[step]])
+
+
+# -- questions ----------------------------------------------------------------------------------
+
+
+def compose_question(steps: tuple[str, ...], ask: str, rng: random.Random) -> str:
+    """One multi-step question: the steps that produce the previous value, in order, then the ask."""
+    if not steps:
+        return ask
+    parts = [_say(rng, *STEP_FIRST).format(steps[0])]
+    last = None
+    for s in steps[1:]:
+        last = _say(rng, *[t for t in STEP_NEXT if t != last])  # no "Then ... Then ..."
+        parts.append(last.format(s))
+    parts.append(ask[0].upper() + ask[1:])
+    return " ".join(parts)
 
 
 # -- chain building ----------------------------------------------------------------------------
@@ -315,10 +890,13 @@ def _typed(kind: str, answer: str, col: str | None, view: TableView):
             if str(v) == answer:
                 return v.item() if hasattr(v, "item") else v
         raise ExecutionError(f"group answer {answer!r} is not a value of {col!r}")
-    if kind == "count":
+    if kind in ("count", "days"):
         return int(answer)
-    if kind in ("level", "diff", "pct"):
-        return float(answer)
+    if kind in ("level", "spread", "diff", "pct", "ratio", "corr"):
+        value = float(answer)
+        if not math.isfinite(value):
+            raise ExecutionError(f"non-finite {kind} {answer!r}")
+        return value
     return answer
 
 
@@ -331,14 +909,18 @@ def _try(step, view: TableView, *args):
         return None
 
 
-def _run(view: TableView, source: Source, made) -> Hop | None:
+def _run(view: TableView, source: Source, made: Made | None, prev: Value | None, rng: random.Random) -> Hop | None:
     if made is None:
         return None
-    task, kind, col, phrase = made
+    task = made.task
+    steps = prev.steps if prev is not None else ()
+    task.question = compose_question(steps, task.question, rng)
+    if prev is not None:
+        task.description = f"{task.description} Builds on the previous question: {prev.steps[-1]}."
     lang, solution = build_solution(task, source)
     try:
         answer = execute(lang, solution, source, task, view)
-        value = Value(kind, _typed(kind, answer, col, view), col, phrase)
+        value = Value(made.kind, _typed(made.kind, answer, made.col, view), made.col, made.ref, (*steps, made.step))
     except (ExecutionError, ValueError):
         return None
     return Hop(task, lang, solution, answer, value)
@@ -348,24 +930,21 @@ def build_chain(view: TableView, source: Source, length: int, rng: random.Random
     """One chain of exactly ``length`` hops, or [] when the table cannot support that many."""
     for root in rng.sample(ROOTS, len(ROOTS)):
         hops: list[Hop] = []
-        hop = _run(view, source, _try(root, view, rng))
+        hop = _run(view, source, _try(root, view, rng), None, rng)
         if hop is None:
             continue
         hops.append(hop)
         while len(hops) < length:
             prev = hops[-1]
             steps = list(TRANSITIONS[prev.value.kind])
-            # A yes/no ends a chain, so only take it as the final hop.
-            if len(hops) + 1 < length:
-                steps = [s for s in steps if not s.__name__.endswith("fact")] or []
+            if len(hops) + 1 < length:  # not the last hop: its value must feed another step
+                steps = [s for s in steps if _can_continue(s)]
             rng.shuffle(steps)
+            if rng.random() < 0.5:  # a yes/no check may close any chain; keep it from closing most of them
+                steps.sort(key=lambda s: _YIELDS[s] == "bool")
             nxt = None
             for step in steps:
-                made = _try(step, view, prev.value, rng)
-                if made is not None:
-                    task, kind, col, phrase = made
-                    task.description = f"{task.description} Builds on the previous question: {prev.task.question}"
-                nxt = _run(view, source, made)
+                nxt = _run(view, source, _try(step, view, prev.value, rng), prev.value, rng)
                 if nxt is not None:
                     break
             if nxt is None:

@@ -64,3 +64,18 @@ def without_format(question: str) -> str:
             if question.endswith(" " + opt):
                 return question[: -len(opt) - 1]
     return question
+
+
+# How a composed question restates the steps before its ask (see compose.compose_question).
+STEP_FIRST = ("First, {}.", "To begin, {}.", "Step one: {}.")
+STEP_NEXT = ("Next, {}.", "Then {}.", "After that, {}.")
+_SENTENCE = re.compile(r"(?<=[.?!])\s+(?=[A-Z])")
+_STEP_LEAD = re.compile("^(?:" + "|".join(re.escape(t.split("{}")[0].strip()) for t in STEP_FIRST + STEP_NEXT) + r")\s")
+
+
+def final_ask(question: str) -> str:
+    """What a multi-step question finally asks: the question without the restated steps before it."""
+    parts = _SENTENCE.split(question.strip())
+    while len(parts) > 1 and _STEP_LEAD.match(parts[0]):
+        parts.pop(0)
+    return " ".join(parts)
