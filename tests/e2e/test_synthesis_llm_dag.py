@@ -28,8 +28,14 @@ def reply(body: dict) -> str:
     kind = found.group(1).strip() if found else "Ranking"
     return (
         f"<question>Which region has the largest total by {kind.lower()}?</question>\n"
-        f"<description>Group and sum, then take the max.</description>\n<type>{kind}</type>"
+        f"<description>Group and sum, then take the max.</description>\n<type>{kind}</type>\n"
+        f"<code>\n{PROGRAM}\n</code>"
     )
+
+
+PROGRAM = (
+    "import pandas as pd\ndf = pd.read_csv('sales_orders.csv')\nprint(df.groupby('region')['revenue'].sum().idxmax())"
+)
 
 
 @pytest.fixture
@@ -77,6 +83,12 @@ def test_llm_backend_through_the_dag_and_cached_rerun(airflow_db, seeded_root, m
             r[4] == len(reply({"messages": [{"content": f"# Target question type\n{r[0]}\n"}]}).split()) for r in rows
         )
         assert all(re.match(r"Which region has the largest total", r[5]) for r in rows)
+        # the model's program ran (in the sandbox, on the staged copy): its output is the reference answer
+        import pandas as pd
+
+        top = pd.read_csv(REPO / "samples" / "files" / "sales_orders.csv").groupby("region")["revenue"].sum().idxmax()
+        refs = duckdb.sql(f"SELECT reference_answer FROM '{seeded_root}/queries/**/*.parquet'").fetchall()
+        assert refs and {r[0] for r in refs} == {top}
 
         # Rerun: the stage plans nothing new, and even a fresh run over the same prompts hits the cache.
         assert _run(conf).state == "success"

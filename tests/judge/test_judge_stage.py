@@ -30,8 +30,8 @@ def test_reflection_loop_feeds_the_critique_and_stops_when_consistent():
     judge = OfflineJudge()
     seen = []
 
-    async def revise(r, answers, verdict):
-        seen.append((r, list(answers), verdict.reasoning))
+    async def revise(r, previous, verdict):
+        seen.append((r, [c.final_answer for c in previous], verdict.reasoning))
         # Round 1 still disagrees, round 2 agrees.
         return [Cand("10"), Cand("11"), Cand("10")] if r == 1 else [Cand("10"), Cand("10.1"), Cand("10")]
 

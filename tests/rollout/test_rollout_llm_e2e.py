@@ -86,6 +86,12 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
         b for b in server.bodies if b["model"] == "expert-model" and "reviewer" in b["messages"][1]["content"]
     ]
     assert reflect_calls and "must be a mean, not a maximum" in reflect_calls[0]["messages"][1]["content"]
+    # ... together with what the earlier attempts did (their code and what it printed), not only their answers
+    shown = reflect_calls[0]["messages"][1]["content"]
+    assert shown.count("Step 2 code:\nprint(f\"{df.loc[df['region'] == 'South', 'price'].max():.2f}\")") == 3
+    assert "Step 1 code:\nimport pandas as pd\ndf = pd.read_csv('sales.csv')" in shown
+    assert "(99, 9)" not in shown  # the invented interpreter reply was clipped, never shown as an output
+    assert shown.count("## Attempt ") == 3 and shown.count("(yours): answered") == 1
     assert "reviewer" not in judged["q3"]["messages"][1]["content"]
 
     calls_before = server.request_count

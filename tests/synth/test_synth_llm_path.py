@@ -15,6 +15,7 @@ from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows
 from datamind.synth import prompts as P
 from datamind.synth.stage import plan_synthesis, synthesize_shard
+from datamind.synth.table import load_view
 
 CATEGORIES = ["ranking", "counting", "causal_analysis"]
 PARAMS = {
@@ -28,7 +29,12 @@ PARAMS = {
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 
 
-def reply_for(prompt: str) -> str:
+def _read_code(prompt: str) -> str:
+    """The read code the prompt tells the model to start from."""
+    return re.search(r"prints only the answer:\n(.*?)\n- ", prompt, re.DOTALL).group(1)
+
+
+def reply_for(prompt: str, code: str | None = None) -> str:
     """A well-formed reply whose question is a deterministic function of the prompt."""
     m = re.search(r"# Target question type\n(.+)\n", prompt) or re.search(
         r"# The new step's question type\n([^:]+):", prompt
@@ -36,16 +42,28 @@ def reply_for(prompt: str) -> str:
     name = m.group(1).strip()
     digest = hashlib.sha256(prompt.encode()).hexdigest()
     words = " ".join(WORDS[int(ch, 16)] for ch in digest[:6])
+    if code is None:
+        previous = re.search(r"# Its result\n(.+)\n", prompt)
+        # a single question sums the units (205 by hand); a chain hop adds the table's 8 rows to the length
+        # of the previous hop's printed result, so each hop's answer proves which result it was given
+        tail = f"print(len({previous.group(1)!r}) + len(df))" if previous else "print(int(df['units'].sum()))"
+        code = _read_code(prompt) + "\n" + tail
     return (
         f"<question>For {name}, which {words} stands out?</question>\n"
-        f"<description>Steps {digest[:8]}.</description>\n<type>{name}</type>"
+        f"<description>Steps {digest[:8]}.</description>\n<type>{name}</type>\n<code>\n```python\n{code}\n```\n</code>"
     )
 
 
 def responder(body: dict) -> str:
     prompt = body["messages"][0]["content"]
+    last = body["messages"][-1]["content"]
     if "# Target question type\nCausal Analysis\n" in prompt:
         return "I cannot help with that."  # always malformed: no tags, every re-ask too
+    if "# Target question type\nCounting\n" in prompt:
+        return reply_for(prompt, _read_code(prompt) + "\nprint(1 / 0)")  # never runs: rejected after one repair
+    if "# Target question type\nRanking\n" in prompt and len(body["messages"]) == 1:
+        return reply_for(prompt, _read_code(prompt) + "\nprint(df['unit'].sum())")  # a typo, fixed when shown
+    assert "Running your <code>" in last or len(body["messages"]) == 1
     return reply_for(prompt)
 
 
@@ -84,23 +102,35 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     rows = read_rows(root, QUERIES, "queries")
     llm_rows = [r for r in rows if r["backend"] == "llm"]
     singles = [r for r in llm_rows if r["hop"] == 1]
-    assert Counter_of(singles) == {"ranking": 2, "counting": 2}  # causal_analysis replies were all malformed
-    assert all(
-        r["model"] == "synth-model" and r["reference_solution"] is None and r["reference_answer"] is None
-        for r in llm_rows
-    )
+    # causal_analysis replies were all malformed; counting programs never ran (rejected below)
+    assert Counter_of(singles) == {"ranking": 2}
+    # every LLM question carries the program the model wrote and what it printed in the sandbox
+    assert all(r["model"] == "synth-model" and r["solution_lang"] == "python" for r in llm_rows)
+    assert all("pd.read_csv(DATA_PATH" in r["reference_solution"] for r in llm_rows)
+    assert [r["reference_answer"] for r in singles] == ["205", "205"]  # sum of units, by hand
 
-    # tokens: the fake counts words, so the first ranking prompt (rendered again here) fixes the expected numbers
+    # tokens: the fake counts words, so the first ranking prompt (rendered again here) fixes the expected numbers;
+    # its first program had a typo, so the kept question cost two exchanges
     (table,) = catalog
     meta = P.meta_for_prompt(table["meta_info"])
-    prompt = P.render_query_prompt(meta, "ranking", 0, avoid=[])
+    source, _ = load_view(root, table)
+    prompt = P.render_query_prompt(meta, "ranking", 0, avoid=[], data=P.program_context(source))
+    assert "pd.read_csv(DATA_PATH" in prompt.text and "sales.csv" in prompt.text
+    bad_reply = reply_for(prompt.text, _read_code(prompt.text) + "\nprint(df['unit'].sum())")
     expected_reply = reply_for(prompt.text)
     question = re.search(r"<question>(.*)</question>", expected_reply).group(1)
     (row,) = [r for r in singles if r["question"] == question]
-    assert row["prompt_tokens"] == len(prompt.text.split()) and row["completion_tokens"] == len(expected_reply.split())
+    repair = next(
+        b["messages"]
+        for b in llm_server.bodies
+        if len(b["messages"]) == 3 and b["messages"][0]["content"] == prompt.text
+    )
+    assert repair[1]["content"] == bad_reply and "KeyError" in repair[2]["content"] and "'unit'" in repair[2]["content"]
+    assert row["prompt_tokens"] == len(prompt.text.split()) + sum(len(m["content"].split()) for m in repair)
+    assert row["completion_tokens"] == len(bad_reply.split()) + len(expected_reply.split())
     assert row["template_version"] == prompt.version
     # the second ranking prompt shows the first question, so the model is steered away from repeating it
-    second = P.render_query_prompt(meta, "ranking", 1, avoid=[question])
+    second = P.render_query_prompt(meta, "ranking", 1, avoid=[question], data=P.program_context(source))
     assert any(b["messages"][0]["content"] == second.text for b in llm_server.bodies)
 
     # chains: an executed offline root, then LLM hops; hop 2 was told the root's computed result
@@ -117,11 +147,18 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     assert any(
         root_row["question"] in p and f"# Its result\n{root_row['reference_answer']}\n" in p for p in compose_prompts
     )
+    # every hop was given the previous hop's executed result (hop 3 too, not only hop 2)
+    hop2 = len(root_row["reference_answer"]) + 8
+    assert [r["reference_answer"] for r in hops] == [str(hop2), str(len(str(hop2)) + 8)]
+    assert any(f"# Its result\n{hop2}\n" in p and hops[0]["question"] in p for p in compose_prompts)
 
     rejections = read_rows(root, REJECTIONS, "rejections")
     parse_failures = [r for r in rejections if r["reason_code"] == "llm_parse_failed"]
     assert len(parse_failures) == 2 and all(r["raw"] == "I cannot help with that." for r in parse_failures)
     assert summary["rejections"]["llm_parse_failed"] == 2
+    never_ran = [r for r in rejections if r["reason_code"] == "reference_failed"]
+    assert len(never_ran) == 2 and all("ZeroDivisionError" in r["reason"] for r in never_ran)
+    assert all("print(1 / 0)" in r["raw"] for r in never_ran)
     assert summary["llm"]["calls"] == first_calls - 2  # every request but the two faulted attempts was counted
 
     # rerun with the same parameters: nothing planned, nothing sent

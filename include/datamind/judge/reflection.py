@@ -1,7 +1,8 @@
 """Reflection rescue (paper eq. 3): for an inconsistent set, show the agent the judge's reasoning and resample.
 
-Round r feeds the round r-1 answers and critique to ``revise``, which returns the N revised candidates
-(each a new trajectory tagged with reflection_round r), and the judge runs again.  The loop stops at the
+Round r feeds the round r-1 candidates (trajectories and answers) and the critique to ``revise``, which
+returns the N revised candidates (each a new trajectory tagged with reflection_round r), and the judge runs
+again.  The loop stops at the
 first consistent set or after ``max_rounds``; every round's candidates and verdict are returned so the
 stage can store all of them (the paper keeps the rescued trajectories as extra thinking patterns).
 """
@@ -34,7 +35,7 @@ async def reflect(
     first: Round[C],
     *,
     judge: ConsistencyJudge,
-    revise: Callable[[int, Sequence[str | None], Verdict], Awaitable[list[C]]],
+    revise: Callable[[int, Sequence[C], Verdict], Awaitable[list[C]]],
     max_rounds: int,
     min_samples: int = 2,
 ) -> list[Round[C]]:
@@ -44,8 +45,7 @@ async def reflect(
     for r in range(1, max_rounds + 1):
         if current.verdict.consistent:
             break
-        answers = [_answer(c) for c in current.candidates]
-        revised = await revise(r, answers, current.verdict)
+        revised = await revise(r, list(current.candidates), current.verdict)
         try:
             verdict = await judge_answers(judge, question, [_answer(c) for c in revised], min_samples)
         except ParseFailure as exc:  # keep the round (its trajectories exist) but stop: no usable verdict

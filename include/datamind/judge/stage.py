@@ -39,6 +39,7 @@ from datamind.judge.llm_judge import LLMJudge
 from datamind.judge.reflection import Round, reflect
 from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.errors import EndpointUnavailable, LLMError, ParseFailure
+from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.params import ORCHESTRATION_KEYS, RolloutParams
 from datamind.rollout.runner import Critique, SandboxPool, run_one, trajectory_row
 from datamind.rollout.tasks import QueryTask, load_tasks
@@ -359,9 +360,15 @@ def judge_shard(
             return pools[0]
 
     def revise_factory(task: QueryTask, rows0: list[dict]):
-        async def revise(r: int, answers, verdict: Verdict) -> list[dict]:
+        async def revise(r: int, previous: list[dict], verdict: Verdict) -> list[dict]:
             pool = await get_pool()
-            critique = Critique(list(answers), verdict.reasoning, r)
+            # the agent sees what each earlier attempt did, not only where it ended (paper eq. 3)
+            critique = Critique(
+                [t.get("final_answer") for t in previous],
+                verdict.reasoning,
+                r,
+                [attempt_digest(t.get("messages") or []) for t in previous],
+            )
             sampled = await asyncio.gather(
                 *(
                     run_one(task, row["sample_index"], rp, pool, llm_client=llm_client, critique=critique)

@@ -145,3 +145,30 @@ def observation_text(ok: bool, output: str, error_kind: str | None) -> str:
         "killed": "Execution was killed",
     }.get(error_kind or "", "Execution failed")
     return f"{label}:\n{out}" if out else label
+
+
+# -- digests for reflection ------------------------------------------------------------------------
+def attempt_digest(messages: list[dict], max_chars: int = 1800, output_chars: int = 300) -> str:
+    """A previous attempt as a reviewer would skim it: each step's code and (clipped) output, then the
+    final answer. What a reflection round shows the agent besides the answers (paper eq. 3)."""
+    parts: list[str] = []
+    step = 0
+    for m in messages:
+        if m["role"] == "assistant":
+            turn = parse_turn(clip_reply(m["content"]))
+            if turn.code:
+                step += 1
+                parts.append(f"Step {step} code:\n{turn.code.strip()}")
+            elif turn.answer:
+                parts.append(f"Final answer: {turn.answer.strip()}")
+        elif m["role"] != "system" and parts:
+            body = interpreter_body(m["content"])
+            if body is not None:
+                out = body.strip()
+                if len(out) > output_chars:
+                    out = out[: output_chars - 5].rstrip() + " ..."
+                parts.append(f"Output:\n{out or '(nothing printed)'}")
+    text = "\n".join(parts) or "(no steps)"
+    if len(text) > max_chars:  # keep the end: the last steps and the answer are what the review is about
+        text = "... (earlier steps omitted)\n" + text[-(max_chars - 30) :]
+    return text

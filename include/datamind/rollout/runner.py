@@ -39,11 +39,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Critique:
-    """What a reflection round shows the agent: all previous answers and the judge's reasoning."""
+    """What a reflection round shows the agent: the previous attempts (their steps and answers) and the
+    judge's reasoning (paper eq. 3)."""
 
     answers: list[str | None]
     reasoning: str
     round: int
+    attempts: list[str] = field(default_factory=list)  # protocol.attempt_digest of each previous trajectory
 
 
 @dataclass
@@ -154,7 +156,11 @@ async def run_one(
         reflect_t = templates.load("rollout/reflect.j2")
         versions["reflect"] = reflect_t.version
         user_view = reflect_t.render(
-            task=prompts.user, answers=critique.answers, own_index=sample_index, critique=critique.reasoning
+            task=prompts.user,
+            answers=critique.answers,
+            attempts=critique.attempts,
+            own_index=sample_index,
+            critique=critique.reasoning,
         )
     n_variants = None
     if params.backend == "offline":

@@ -84,6 +84,12 @@ class ReadOnlyDatabase:
                 parts.append(f"  foreign key {fk[3]} -> {fk[2]}.{fk[4]}")
         return "\n".join(parts)
 
+    def query(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """(column names, rows) of one read-only statement, under the same rules as ``execute_sql``."""
+        if not isinstance(sql, str) or not sql.strip():
+            raise SqlToolError("a query needs a non-empty SQL string")
+        return self._run(sql)
+
     def execute_sql(self, sql: str, output_path: str) -> str:
         """Run one read-only query and write its result as CSV to `output_path` (inside the working dir)."""
         if not isinstance(sql, str) or not sql.strip():

@@ -1,10 +1,16 @@
-"""LLM backend: render the synthesis prompts, ask the model, parse ``<question>/<description>/<type>``.
+"""LLM backend: render the synthesis prompts, ask the model, parse ``<question>/<description>/<type>/<code>``,
+and execute the model's reference program.
 
 Single-hop questions come from ``prompts/synthesis/query.j2`` (one call per requested question, the
 questions already written for the same table and category shown so the next one differs). Multi-hop
 chains start from an executed offline hop-1 question, whose result is known, and grow with
 ``prompts/synthesis/compose.j2``; the category of each further hop follows the offline chain's walk, so
-the chain's task types stay ones the table supports. LLM questions carry no reference solution.
+the chain's task types stay ones the table supports.
+
+Every question comes with the program that answers it. The program runs in the sandbox (see
+``reference.py``); what it prints is the query's reference answer, and in a chain it is the result the
+next hop's prompt builds on. A program that fails is shown to the model with its error, at most
+``reference_repairs`` times; a question whose program never runs is a ``reference_failed`` rejection.
 A reply that stays malformed after the client's re-asking becomes a ``rejections`` row with the raw text.
 """
 
@@ -18,7 +24,15 @@ from dataclasses import dataclass, field
 from datamind import categories
 from datamind.llm import LLMCallError, LLMClient, ParseFailure, extract_all, extract_tags
 from datamind.synth import rows as R
-from datamind.synth.prompts import PromptError, meta_for_prompt, render_compose_prompt, render_query_prompt
+from datamind.synth.offline.execute import ExecutionError
+from datamind.synth.prompts import (
+    PromptError,
+    meta_for_prompt,
+    program_context,
+    render_compose_prompt,
+    render_query_prompt,
+)
+from datamind.synth.reference import ReferenceRunner, strip_fences
 
 ROLE = "synthesizer"
 MIN_QUESTION_CHARS = 10
@@ -29,9 +43,11 @@ def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
-def parse_query_output(text: str, category_id: str) -> dict[str, str]:
-    """Model reply -> {question, description, type}; ValueError (the client re-asks) when malformed."""
-    tags = extract_tags(text, required=("question", "description", "type"))
+def parse_query_output(text: str, category_id: str, with_code: bool = False) -> dict[str, str]:
+    """Model reply -> {question, description, type[, code]}; ValueError (the client re-asks) when malformed."""
+    tags = extract_tags(
+        text, required=("question", "description", "type", "code") if with_code else ("question", "description", "type")
+    )
     if len(extract_all(text, "question")) > 1:
         raise ValueError("several <question> blocks; exactly one question is required")
     question = " ".join(tags["question"].split())
@@ -43,7 +59,13 @@ def parse_query_output(text: str, category_id: str) -> dict[str, str]:
     got = _norm(tags["type"])
     if got not in (_norm(cat.id), _norm(cat.name)):
         raise ValueError(f"<type> is {tags['type']!r}, expected {cat.name!r}")
-    return {"question": question, "description": " ".join(tags["description"].split()), "type": cat.id}
+    out = {"question": question, "description": " ".join(tags["description"].split()), "type": cat.id}
+    if with_code:
+        code = strip_fences(tags["code"])
+        if not code.strip():
+            raise ValueError("<code> is empty; the program that computes the answer is required")
+        out["code"] = code
+    return out
 
 
 @dataclass
@@ -52,34 +74,92 @@ class LLMTableOutput:
     rejections: list[dict] = field(default_factory=list)
 
 
+@dataclass
+class Answered:
+    """A parsed question with its program and what the program printed (None without a runner)."""
+
+    parsed: dict
+    res: object  # the ParsedResult of the reply that was kept
+    answer: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _repair_message(error: str) -> str:
+    return (
+        "Running your <code> on the real file failed:\n"
+        f"{error}\n"
+        "Fix the program (the question may stay the same) and reply again in the same format."
+    )
+
+
 async def _ask(
-    client: LLMClient, out: LLMTableOutput, prompt, category_id: str, key: tuple, table: dict, run_id: str | None
-):
-    """One parsed question, or None with a rejection recorded."""
+    client: LLMClient,
+    out: LLMTableOutput,
+    prompt,
+    category_id: str,
+    key: tuple,
+    table: dict,
+    run_id: str | None,
+    runner: tuple[ReferenceRunner, object] | None = None,
+    repairs: int = 1,
+) -> Answered | None:
+    """One parsed question (and its executed reference answer when ``runner`` is given), or None with a
+    rejection recorded."""
     messages = [{"role": "user", "content": prompt.text}]
-    parser = functools.partial(parse_query_output, category_id=category_id)
-    try:
-        res = await client.chat_parsed(ROLE, messages, parser, template_version=prompt.version)
-    except ParseFailure as exc:
-        out.rejections.append(
-            R.rejection_row(
-                key=key,
-                reason_code=exc.reason_code,
-                reason=exc.reason,
-                file_id=table["file_id"],
-                raw=exc.raw,
-                run_id=run_id,
+    parser = functools.partial(parse_query_output, category_id=category_id, with_code=runner is not None)
+    tokens = [0, 0]
+    error = ""
+    for attempt in range(repairs + 1):
+        try:
+            res = await client.chat_parsed(ROLE, messages, parser, template_version=prompt.version)
+        except ParseFailure as exc:
+            out.rejections.append(
+                R.rejection_row(
+                    key=key,
+                    reason_code=exc.reason_code,
+                    reason=exc.reason,
+                    file_id=table["file_id"],
+                    raw=exc.raw,
+                    run_id=run_id,
+                )
             )
-        )
-        return None
-    except LLMCallError as exc:
-        out.rejections.append(
-            R.rejection_row(
-                key=key, reason_code=exc.reason_code, reason=str(exc), file_id=table["file_id"], run_id=run_id
+            return None
+        except LLMCallError as exc:
+            out.rejections.append(
+                R.rejection_row(
+                    key=key, reason_code=exc.reason_code, reason=str(exc), file_id=table["file_id"], run_id=run_id
+                )
             )
+            return None
+        tokens[0] += res.prompt_tokens
+        tokens[1] += res.completion_tokens
+        if runner is None:
+            return Answered(res.value, res, None, *tokens)
+        reference, source = runner
+        lang = reference.lang_for(source)
+        try:
+            answer = await asyncio.to_thread(reference.run, lang, res.value["code"], source)
+        except ExecutionError as exc:
+            error = str(exc)
+            messages = [
+                *messages,
+                {"role": "assistant", "content": res.text},
+                {"role": "user", "content": _repair_message(error)},
+            ]
+            continue
+        return Answered(res.value, res, answer, *tokens)
+    out.rejections.append(
+        R.rejection_row(
+            key=key,
+            reason_code="reference_failed",
+            reason=f"the question's program did not run after {repairs + 1} attempt(s): {error}"[:2000],
+            file_id=table["file_id"],
+            raw=res.text,
+            run_id=run_id,
         )
-        return None
-    return res
+    )
+    return None
 
 
 async def synthesize_table_llm(
@@ -91,9 +171,17 @@ async def synthesize_table_llm(
     seeds: list[list[dict]],
     run_id: str | None,
     gate: asyncio.Semaphore | None = None,
+    source=None,
+    reference: ReferenceRunner | None = None,
 ) -> LLMTableOutput:
-    """LLM questions for one table. ``seeds``: offline chains (rows, hop order) to compose from."""
+    """LLM questions for one table. ``seeds``: offline chains (rows, hop order) to compose from.
+
+    With ``source`` (how the table is read) and ``reference`` (where programs run), every question
+    carries its executed reference answer and each chain hop builds on the previous hop's result."""
     out = LLMTableOutput()
+    runner = (reference, source) if reference is not None and source is not None else None
+    data = program_context(source) if runner else None
+    repairs = params.reference_repairs
     tid = table["table_id"]
     try:
         meta = meta_for_prompt(table.get("meta_info"))
@@ -110,7 +198,8 @@ async def synthesize_table_llm(
         return out
     gate = gate or asyncio.Semaphore(params.llm_concurrency)
 
-    def row(category, hop, parents, root_id, parsed, res, version):
+    def row(category, hop, parents, root_id, got: Answered, version):
+        parsed, res = got.parsed, got.res
         return R.query_row(
             fingerprint=fingerprint,
             table=table,
@@ -121,25 +210,27 @@ async def synthesize_table_llm(
             root_id=root_id,
             question=parsed["question"],
             description=parsed["description"],
-            lang=None,
-            solution=None,
-            answer=None,
+            lang=data["lang"] if got.answer is not None else None,
+            solution=parsed.get("code") if got.answer is not None else None,
+            answer=got.answer,
             backend="llm",
             model=res.model,
             template_version=version,
-            prompt_tokens=res.prompt_tokens,
-            completion_tokens=res.completion_tokens,
+            prompt_tokens=got.prompt_tokens,
+            completion_tokens=got.completion_tokens,
             run_id=run_id,
         )
 
     async def singles(category: str) -> list[dict]:
         made: list[dict] = []
         for i in range(params.queries_per_category):
-            prompt = render_query_prompt(meta, category, i, avoid=[r["question"] for r in made])
+            prompt = render_query_prompt(meta, category, i, avoid=[r["question"] for r in made], data=data)
             async with gate:
-                res = await _ask(client, out, prompt, category, (fingerprint, tid, category, i), table, run_id)
-            if res is not None:
-                made.append(row(category, 1, [], None, res.value, res, prompt.version))
+                got = await _ask(
+                    client, out, prompt, category, (fingerprint, tid, category, i), table, run_id, runner, repairs
+                )
+            if got is not None:
+                made.append(row(category, 1, [], None, got, prompt.version))
         return made
 
     async def chain(seed: list[dict]) -> list[dict]:
@@ -148,16 +239,25 @@ async def synthesize_table_llm(
         prev_q, prev_result, prev_id = root["question"], root["reference_answer"], root["query_id"]
         for hop in range(2, len(seed) + 1):
             category = seed[hop - 1]["category"]
-            prompt = render_compose_prompt(meta, category, prev_q, prev_result, hop, params.max_hops)
+            prompt = render_compose_prompt(meta, category, prev_q, prev_result, hop, params.max_hops, data=data)
             async with gate:
-                res = await _ask(
-                    client, out, prompt, category, (fingerprint, tid, "chain", root["query_id"], hop), table, run_id
+                got = await _ask(
+                    client,
+                    out,
+                    prompt,
+                    category,
+                    (fingerprint, tid, "chain", root["query_id"], hop),
+                    table,
+                    run_id,
+                    runner,
+                    repairs,
                 )
-            if res is None:
+            if got is None:
                 break  # a chain cannot skip a hop: later hops would lose their input
-            r = row(category, hop, [prev_id], root["query_id"], res.value, res, prompt.version)
+            r = row(category, hop, [prev_id], root["query_id"], got, prompt.version)
             made.append(r)
-            prev_q, prev_result, prev_id = r["question"], None, r["query_id"]
+            # the next hop builds on this hop's executed result (None only when no program ran)
+            prev_q, prev_result, prev_id = r["question"], got.answer, r["query_id"]
         return made
 
     batches = await asyncio.gather(*(singles(c) for c in params.categories), *(chain(s) for s in seeds))

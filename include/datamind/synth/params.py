@@ -26,6 +26,8 @@ class SynthParams:
     # Re-run every stored reference program from its own text in a fresh interpreter before writing.
     verify_solutions: bool = True
     solution_timeout_s: float = 30.0
+    # LLM backend: times a question whose program fails is sent back with the error before it is rejected.
+    reference_repairs: int = 1
     # Fields that change how work is grouped or scheduled, not what is produced, stay out of the fingerprint.
     _NOT_IN_FINGERPRINT = ("shard_size", "llm_concurrency", "solution_timeout_s")
 
@@ -42,6 +44,8 @@ class SynthParams:
         for name in ("queries_per_category", "n_chains"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.reference_repairs < 0:
+            raise ValueError("reference_repairs must be >= 0")
         if self.shard_size < 1 or self.llm_concurrency < 1:
             raise ValueError("shard_size and llm_concurrency must be >= 1")
         if self.solution_timeout_s <= 0:

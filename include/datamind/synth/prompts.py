@@ -132,6 +132,7 @@ def render_query_prompt(
     template_index: int = 0,
     avoid: list[str] | tuple = (),
     root: str | None = None,
+    data: dict[str, str] | None = None,
 ) -> RenderedPrompt:
     spec = category_spec(category_id, root)
     text = (
@@ -144,6 +145,7 @@ def render_query_prompt(
             question_template=spec.question_templates[template_index % len(spec.question_templates)],
             exemplars=spec.exemplars,
             avoid=list(avoid),
+            data=data,
         )
     )
     return RenderedPrompt(text, f"query@{template_version(QUERY_TEMPLATE, root)}+{spec.id}@{spec.version}")
@@ -157,6 +159,7 @@ def render_compose_prompt(
     hop: int,
     max_hops: int,
     root: str | None = None,
+    data: dict[str, str] | None = None,
 ) -> RenderedPrompt:
     spec = category_spec(category_id, root)
     text = (
@@ -169,6 +172,16 @@ def render_compose_prompt(
             previous_result=previous_result,
             hop=hop,
             max_hops=max_hops,
+            data=data,
         )
     )
     return RenderedPrompt(text, f"compose@{template_version(COMPOSE_TEMPLATE, root)}+{spec.id}@{spec.version}")
+
+
+def program_context(source) -> dict[str, str]:
+    """How the synthesizer's reference program reaches the data (``data`` of the synthesis prompts):
+    Python programs start from the exact read code; SQL queries see the analysed relation."""
+    lang = source.solution_lang_default
+    if lang == "sql":
+        return {"lang": "sql", "file_name": source.file_name, "relation_sql": source.relation_sql()}
+    return {"lang": "python", "file_name": source.file_name, "read_code": source.python_preamble().strip()}

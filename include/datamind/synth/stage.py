@@ -14,6 +14,7 @@ without doing any work when it exists, so reruns neither duplicate rows nor call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import posixpath
@@ -115,7 +116,12 @@ def _summary(
 
 
 def synthesize_shard(
-    root: DataRoot, shard_spec: dict[str, Any], params: SynthParams | dict | None, run_id: str | None, llm_client=None
+    root: DataRoot,
+    shard_spec: dict[str, Any],
+    params: SynthParams | dict | None,
+    run_id: str | None,
+    llm_client=None,
+    sandbox=None,
 ) -> dict[str, Any]:
     """Synthesize queries for the shard's tables; returns the shard summary (also written as JSON)."""
     params = _params(params)
@@ -136,7 +142,7 @@ def synthesize_shard(
     rejections: list[dict] = []
     skips: list[dict] = []
     llm_stats = Counter()
-    work: list[tuple[dict, list[str], list[list[dict]], list[dict]]] = []
+    work: list[tuple[dict, list[str], list[list[dict]], list[dict], object]] = []
     for tid in shard_spec["table_ids"]:
         table = catalog.get(tid)
         if table is None:
@@ -162,27 +168,38 @@ def synthesize_shard(
         else:
             roots = [chain[0] for chain in offline.chain_rows]
             tables = roots[0]["tables"] if roots else [table["table_name"]]
-            work.append((table, tables, offline.chain_rows, roots))
+            work.append((table, tables, offline.chain_rows, roots, offline.source))
 
     if work:
         from datamind.synth.llm_backend import synthesize_table_llm  # imported only for the LLM backend
 
-        async def run_all() -> list:
+        from datamind.synth.reference import ReferenceRunner
+
+        async def run_all(reference: ReferenceRunner) -> list:
             gate = asyncio.Semaphore(params.llm_concurrency)
             try:
                 return await asyncio.gather(
                     *(
-                        synthesize_table_llm(llm_client, t, tabs, params, params.fingerprint, seeds, run_id, gate)
-                        for t, tabs, seeds, _ in work
+                        synthesize_table_llm(
+                            llm_client, t, tabs, params, params.fingerprint, seeds, run_id, gate, src, reference
+                        )
+                        for t, tabs, seeds, _, src in work
                     )
                 )
             finally:
                 await llm_client.aclose()
 
         before = llm_client.usage.snapshot()
-        outputs = asyncio.run(run_all())
+        # The model's reference programs are untrusted code: Python ones run in the sandbox.
+        with contextlib.ExitStack() as stack:
+            box = sandbox  # a caller's sandbox stays the caller's to close
+            if box is None and any(src is not None and src.solution_lang_default == "python" for *_, src in work):
+                from datamind.sandbox import Sandbox
+
+                box = stack.enter_context(Sandbox())
+            outputs = asyncio.run(run_all(ReferenceRunner(box)))
         after = llm_client.usage.snapshot()
-        for (table, _, _, roots), out in zip(work, outputs):
+        for (table, _, _, roots, _), out in zip(work, outputs):
             kept, dropped = dedup_rows(roots + out.rows, params.dedup_threshold, params.fingerprint, run_id)
             queries.extend(kept)
             rejections.extend(out.rejections + dropped)

@@ -43,6 +43,7 @@ class TableOutput:
     skips: list[Skip] = field(default_factory=list)
     chains: list[list[Hop]] = field(default_factory=list)
     chain_rows: list[list[dict]] = field(default_factory=list)  # query rows of each chain, hop order
+    source: Source | None = None  # how the table is read (the LLM path shows it and runs its programs on it)
 
 
 def data_path(root: DataRoot, staged_uri: str) -> str:
@@ -181,6 +182,7 @@ def _synthesize_table_offline(
             )
         )
         return out
+    out.source = source
     tables = _tables_of(table, source)
     version = OFFLINE_TEMPLATES_VERSION
     with tempfile.TemporaryDirectory(prefix="synth-variants-") as scratch:
@@ -308,7 +310,9 @@ def verify_rows(
     A row whose program fails, or prints something other than its stored answer, is dropped with a
     ``reference_unverified`` rejection, and so are the chain hops built on it.
     """
-    checked = [r for r in rows if r.get("reference_solution")]
+    # Only the engine's own programs: a model-written program already ran in the sandbox and never runs
+    # outside it.
+    checked = [r for r in rows if r.get("reference_solution") and r.get("backend") != "llm"]
     jobs = [
         {
             "lang": r["solution_lang"],

@@ -20,7 +20,7 @@ from datamind.synth.offline.generators import REGISTRY, Task
 from datamind.synth.offline.source import Source
 
 MAX_ANSWER_CHARS = 500
-_DEGENERATE = re.compile(r"(^|[\s,])(nan|inf|-inf|None|NaT|<NA>)($|[\s,])")
+DEGENERATE = re.compile(r"(^|[\s,])(nan|inf|-inf|None|NaT|<NA>)($|[\s,])")
 
 # What a table must offer for each category; used as the skip reason when no template applies.
 REQUIREMENTS = {
@@ -87,7 +87,7 @@ def execute(lang: str, solution: str, source: Source, task: Task | None = None, 
         raise ExecutionError("empty answer")
     if len(answer) > MAX_ANSWER_CHARS:
         raise ExecutionError(f"answer longer than {MAX_ANSWER_CHARS} characters")
-    if _DEGENERATE.search(answer):
+    if DEGENERATE.search(answer):
         raise ExecutionError(f"degenerate answer {answer!r}")
     return answer
 
