@@ -201,7 +201,8 @@ MESSAGE = pa.struct([_f("role", _STR), _f("content", _STR)])
 
 TRAJECTORIES = TableSchema(
     "trajectories",
-    "1.1",
+    # 1.2: sampling_params (reflection resamples with the parameters round 0 used)
+    "1.2",
     pa.schema(
         [
             _f("trajectory_id", _STR, False),
@@ -221,6 +222,7 @@ TRAJECTORIES = TableSchema(
             _f("created_at", TS, False),
             _f("run_id", _STR),
             _f("error", _STR),  # 1.1: reason code (and detail) when status == error
+            _f("sampling_params", _STR),  # 1.2: JSON of the RolloutParams that sampled it
         ]
     ),
     "Every sampled ReAct trajectory, before judging.",

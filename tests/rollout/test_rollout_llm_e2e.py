@@ -71,7 +71,8 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
     assert all("</code>" in b["stop"] for b in expert_calls)
     assert all(m["role"] in ("system", "user", "assistant") for b in expert_calls for m in b["messages"])
 
-    judge_params = {"judge_backend": "llm", "rollout": ROLLOUT, "reflection_rounds": 2}
+    # the judge's own rollout settings differ: reflection must still resample as round 0 did
+    judge_params = {"judge_backend": "llm", "rollout": {**ROLLOUT, "top_p": 0.5}, "reflection_rounds": 2}
     jspecs = plan_judging(root, 10, judge_params)
     j = judge_shard(root, jspecs[0], judge_params, "run-llm", llm_client=llm_client, sandbox=sandbox)
     assert (j["n_consistent_round0"], j["n_rescued_by_reflection"], j["n_judged_samples"]) == (1, 1, 2)
@@ -92,6 +93,9 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
     assert "Step 1 code:\nimport pandas as pd\ndf = pd.read_csv('sales.csv')" in shown
     assert "(99, 9)" not in shown  # the invented interpreter reply was clipped, never shown as an output
     assert shown.count("## Attempt ") == 3 and shown.count("(yours): answered") == 1
+    assert {(b["temperature"], b["top_p"]) for b in reflect_calls} == {(0.7, 0.95)}  # as round 0, not 0.5
+    reflected = [t for t in read_rows(root, TRAJECTORIES, DIRS["trajectories"]) if t["reflection_round"] == 1]
+    assert reflected and {json.loads(t["sampling_params"])["max_turns"] for t in reflected} == {5}
     assert "reviewer" not in judged["q3"]["messages"][1]["content"]
 
     calls_before = server.request_count

@@ -83,7 +83,9 @@ class JudgeParams:
     concurrency: int = 8
     shard_size: int = 20
     seed: int = 0  # random_select
-    rollout: dict = field(default_factory=dict)  # RolloutParams used to resample during reflection
+    # RolloutParams for reflection resampling of trajectories that do not record their own: a query's
+    # reflection reuses the parameters its round-0 trajectories were sampled with (trajectories 1.2+).
+    rollout: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.min_samples is None:
@@ -369,13 +371,14 @@ def judge_shard(
                 r,
                 [attempt_digest(t.get("messages") or []) for t in previous],
             )
+            same = sampled_with(rows0, rp)  # round 0 and reflection sample alike (turns, top-p, ...)
             sampled = await asyncio.gather(
                 *(
-                    run_one(task, row["sample_index"], rp, pool, llm_client=llm_client, critique=critique)
+                    run_one(task, row["sample_index"], same, pool, llm_client=llm_client, critique=critique)
                     for row in rows0
                 )
             )
-            out = [trajectory_row(s, rp, run_id, now, id_salt=p.fingerprint()) for s in sampled]
+            out = [trajectory_row(s, same, run_id, now, id_salt=p.fingerprint()) for s in sampled]
             reflected_rows.extend(out)
             return out
 
@@ -493,6 +496,12 @@ def judge_shard(
     }
     log.info("judging shard %s: %s", sid, summary)
     return summary
+
+
+def sampled_with(rows0: list[dict], fallback: RolloutParams) -> RolloutParams:
+    """The parameters a query's round-0 trajectories recorded (the first one's), else ``fallback``."""
+    recorded = next((r.get("sampling_params") for r in rows0 if r.get("sampling_params")), None)
+    return RolloutParams.from_dict(json.loads(recorded)) if recorded else fallback
 
 
 def round0_trajectories(root: DataRoot, query_ids: list[str]) -> list[dict]:

@@ -222,4 +222,5 @@ def trajectory_row(
         "created_at": now or datetime.now(timezone.utc),
         "run_id": run_id,
         "error": f"{r.error}: {r.error_detail}" if r.error else None,
+        "sampling_params": json.dumps(params.to_dict(), sort_keys=True),
     }
