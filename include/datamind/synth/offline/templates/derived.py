@@ -45,6 +45,7 @@ def dom_share(view, rng):
             )
 
 
+NP = ("import numpy as np",)
 _PRICE = re.compile(r"(^|[_\s.])(close|adj close|price|open|high|low|kurs|preis)($|[_\s.])", re.I)
 
 
@@ -62,6 +63,25 @@ def dom_period_return(view, rng):
             f"t = t.sort_values('_t', kind='mergesort')\n"
             f"answer = round(float(t[{m!r}].pct_change().mean() * 100), 4)",
             params={"m": m, "d": d},
+            alt=(
+                (
+                    f"t = df.assign(_t=pd.to_datetime({c(d)}, errors='coerce', format='mixed'))\n"
+                    f"t = t.dropna(subset=['_t', {m!r}])\n"
+                    "order = np.argsort(t['_t'].to_numpy(), kind='stable')\n"
+                    f"p = t[{m!r}].to_numpy(dtype=float)[order]\n"
+                    "answer = round(float(np.mean(p[1:] / p[:-1] - 1) * 100), 4)",
+                    NP,
+                ),
+                (
+                    f"t = df.assign(_t=pd.to_datetime({c(d)}, errors='coerce', format='mixed'))\n"
+                    f"t = t.dropna(subset=['_t', {m!r}])\n"
+                    f"rows = sorted(zip(t['_t'], range(len(t)), t[{m!r}]))\n"
+                    "prices = [float(v) for _, _, v in rows]\n"
+                    "returns = [b / a - 1 for a, b in zip(prices, prices[1:])]\n"
+                    "answer = round(sum(returns) / len(returns) * 100, 4)",
+                    (),
+                ),
+            ),
         )
 
 
@@ -80,6 +100,14 @@ def dom_cv(view, rng):
             f"Relative dispersion of {m}: 100 * std / mean.",
             f"answer = round(float({c(m)}.std() / {c(m)}.mean() * 100), 2)",
             params={"m": m},
+            duck=f"SELECT ROUND(stddev_samp({qi(m)}) / AVG({qi(m)}) * 100, 2) FROM {{src}}",
+            alt=(
+                (
+                    f"vals = {c(m)}.dropna().to_numpy(dtype=float)\n"
+                    "answer = round(float(vals.std(ddof=1) / vals.mean() * 100), 2)",
+                    NP,
+                ),
+            ),
         )
 
 
@@ -186,6 +214,27 @@ def time_growth(view, rng):
             f"means = t.groupby('_y')[{m!r}].mean().sort_index()\n"
             "answer = round(float((means.iloc[-1] - means.iloc[0]) / means.iloc[0] * 100), 2)",
             params={"d": d, "m": m},
+            alt=(
+                (
+                    f"t = df.assign(_y={_years_expr(view, d)}).dropna(subset=['_y', {m!r}])\n"
+                    f"ys, vs = t['_y'].to_numpy(), t[{m!r}].to_numpy(dtype=float)\n"
+                    "years = np.unique(ys)\n"
+                    "first, last = vs[ys == years[0]].mean(), vs[ys == years[-1]].mean()\n"
+                    "answer = round(float((last - first) / first * 100), 2)",
+                    NP,
+                ),
+                (
+                    f"t = df.assign(_y={_years_expr(view, d)}).dropna(subset=['_y', {m!r}])\n"
+                    "sums, counts = {}, {}\n"
+                    f"for y, v in zip(t['_y'], t[{m!r}]):\n"
+                    "    sums[y] = sums.get(y, 0.0) + float(v)\n"
+                    "    counts[y] = counts.get(y, 0) + 1\n"
+                    "years = sorted(sums)\n"
+                    "first, last = sums[years[0]] / counts[years[0]], sums[years[-1]] / counts[years[-1]]\n"
+                    "answer = round((last - first) / first * 100, 2)",
+                    (),
+                ),
+            ),
         )
 
 
@@ -216,6 +265,15 @@ def time_best_month(view, rng):
                     "answer = totals.idxmax()",
                     (),
                 ),
+                (
+                    f"stamps = pd.to_datetime({c(d)}, errors='coerce', format='mixed')\n"
+                    f"keep = (stamps.notna() & {c(m)}.notna()).to_numpy()\n"
+                    "months = stamps[keep].dt.strftime('%Y-%m').to_numpy()\n"
+                    f"vals = {c(m)}.to_numpy(dtype=float)[keep]\n"
+                    "keys = np.unique(months)\n"
+                    "answer = str(keys[int(np.argmax([vals[months == k].sum() for k in keys]))])",
+                    NP,
+                ),
             ),
             duck=f"SELECT strftime(TRY_CAST({qi(d)} AS DATE), '%Y-%m') AS mo FROM {{src}} "
             f"WHERE mo IS NOT NULL AND {qi(m)} IS NOT NULL GROUP BY mo ORDER BY SUM({qi(m)}) DESC LIMIT 1",
@@ -236,6 +294,19 @@ def time_span_days(view, rng):
             f"t = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dropna()\n"
             "answer = int((t.max() - t.min()).days)",
             params={"d": d},
+            alt=(
+                (
+                    f"v = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dropna().to_numpy()\n"
+                    "answer = int((v.max() - v.min()) // np.timedelta64(1, 'D'))",
+                    NP,
+                ),
+                (
+                    f"stamps = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dropna()\n"
+                    "stamps = sorted(stamps.dt.to_pydatetime())\n"
+                    "answer = (stamps[-1] - stamps[0]).days",
+                    (),
+                ),
+            ),
         )
 
 
@@ -300,6 +371,14 @@ def fe_quartile_bin(view, rng):
             f"Quantile binning of {m} with pandas qcut, count of the top bin.",
             f"bins = pd.qcut({c(m)}.dropna(), 4, labels=False)\nanswer = int((bins == 3).sum())",
             params={"m": m},
+            duck=f"SELECT COUNT(*) FROM {{src}} WHERE {qi(m)} > (SELECT quantile_cont({qi(m)}, 0.75) FROM {{src}})",
+            alt=(
+                (
+                    f"vals = {c(m)}.dropna().to_numpy(dtype=float)\n"
+                    "answer = int((vals > np.quantile(vals, 0.75)).sum())",
+                    NP,
+                ),
+            ),
         )
 
 
@@ -323,6 +402,11 @@ def fe_month(view, rng):
                     f"stamps = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dropna()\n"
                     "answer = Counter(ts.month for ts in stamps).most_common(1)[0][0]",
                     (),
+                ),
+                (
+                    f"months = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dropna().dt.month.to_numpy()\n"
+                    "answer = int(np.argmax(np.bincount(months, minlength=13)))",
+                    NP,
                 ),
             ),
         )
@@ -368,6 +452,18 @@ def prep_impute_scale(view, rng):
             f"s = {c(m)}.fillna({c(m)}.median())\nscaled = (s - s.min()) / (s.max() - s.min())\n"
             "answer = round(float(scaled.mean()), 4)",
             params={"m": m},
+            duck=(
+                f"WITH f AS (SELECT COALESCE({qi(m)}, (SELECT MEDIAN({qi(m)}) FROM {{src}})) AS v FROM {{src}}) "
+                "SELECT ROUND((AVG(v) - MIN(v)) / (MAX(v) - MIN(v)), 4) FROM f"
+            ),
+            alt=(
+                (
+                    f"vals = {c(m)}.to_numpy(dtype=float)\n"
+                    "vals = np.where(np.isnan(vals), np.nanmedian(vals), vals)\n"
+                    "answer = round(float(((vals - vals.min()) / (vals.max() - vals.min())).mean()), 4)",
+                    NP,
+                ),
+            ),
         )
 
 
@@ -384,4 +480,12 @@ def prep_onehot(view, rng):
                 f"dummies = pd.get_dummies({c(g)})\nones = int(dummies[{v!r}].sum())\n"
                 "answer = f'{dummies.shape[1]}, {ones}'",
                 params={"g": g, "v": v},
+                duck=f"SELECT COUNT(DISTINCT {qi(g)}), COUNT(*) FILTER (WHERE {qi(g)} = {ql(v)}) FROM {{src}}",
+                alt=(
+                    (
+                        f"values = {c(g)}.dropna()\nones = int((values == {v!r}).sum())\n"
+                        "answer = f'{values.nunique()}, {ones}'",
+                        (),
+                    ),
+                ),
             )

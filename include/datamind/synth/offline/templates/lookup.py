@@ -228,6 +228,17 @@ def cmp_median_higher(view, rng):
                 f"ma = df.loc[{c(g)} == {a!r}, {m!r}].median()\nmb = df.loc[{c(g)} == {b!r}, {m!r}].median()\n"
                 f"answer = {a!r} if ma > mb else {b!r}",
                 params={"m": m, "g": g, "a": a, "b": b},
+                duck=f"SELECT CASE WHEN (SELECT MEDIAN({qi(m)}) FROM {{src}} WHERE {qi(g)} = {ql(a)}) > "
+                f"(SELECT MEDIAN({qi(m)}) FROM {{src}} WHERE {qi(g)} = {ql(b)}) THEN {ql(a)} ELSE {ql(b)} END",
+                alt=(
+                    (
+                        f"vals, groups = {c(m)}.to_numpy(dtype=float), {c(g)}.to_numpy()\n"
+                        f"ma = np.nanmedian(vals[groups == {a!r}])\n"
+                        f"mb = np.nanmedian(vals[groups == {b!r}])\n"
+                        f"answer = {a!r} if ma > mb else {b!r}",
+                        ("import numpy as np",),
+                    ),
+                ),
             )
 
 
@@ -306,11 +317,27 @@ def desc_shape_missing(view, rng):
     nulls = df.isna().sum()
     if nulls.max() == 0:
         body = "answer = f'{df.shape[0]} rows, {df.shape[1]} columns, none'"
+        alts = (
+            ("answer = f'{len(df)} rows, {len(df.columns)} columns, none'", ()),
+            ("n_rows, n_cols = df.to_numpy().shape\nanswer = f'{n_rows} rows, {n_cols} columns, none'", ()),
+        )
     else:
         top = nulls.sort_values(ascending=False)
         if len(top) > 1 and top.iloc[0] == top.iloc[1]:
             return
         body = "nulls = df.isna().sum()\nanswer = f'{df.shape[0]} rows, {df.shape[1]} columns, {nulls.idxmax()}'"
+        alts = (
+            (
+                "missing = df.isna().to_numpy().sum(axis=0)\n"
+                "answer = f'{len(df)} rows, {len(df.columns)} columns, {df.columns[int(np.argmax(missing))]}'",
+                ("import numpy as np",),
+            ),
+            (
+                "counts = {col: int(df[col].isna().sum()) for col in df.columns}\n"
+                "answer = f'{len(df)} rows, {len(df.columns)} columns, {max(counts, key=counts.get)}'",
+                (),
+            ),
+        )
     yield Task(
         "descriptive_analysis",
         "desc_shape_missing",
@@ -319,6 +346,7 @@ def desc_shape_missing(view, rng):
         "Structure overview: shape and the column with the most gaps.",
         body,
         params={},
+        alt=alts,
     )
 
 

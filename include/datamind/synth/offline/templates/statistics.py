@@ -18,6 +18,8 @@ from datamind.synth.offline.generators import (
 )
 from datamind.synth.offline.source import qi, ql
 
+NP = ("import numpy as np",)
+
 
 # -- statistical analysis ----------------------------------------------------------------------
 
@@ -60,6 +62,15 @@ def stat_iqr(view, rng):
             f"Spread of the middle half of {m}.",
             f"answer = round(float({c(m)}.quantile(0.75) - {c(m)}.quantile(0.25)), 4)",
             params={"m": m},
+            duck=f"SELECT ROUND(quantile_cont({qi(m)}, 0.75) - quantile_cont({qi(m)}, 0.25), 4) FROM {{src}}",
+            alt=(
+                (
+                    f"vals = {c(m)}.dropna().to_numpy(dtype=float)\n"
+                    "q1, q3 = np.percentile(vals, [25, 75])\n"
+                    "answer = round(float(q3 - q1), 4)",
+                    NP,
+                ),
+            ),
         )
 
 
@@ -105,6 +116,21 @@ def corr_strongest(view, rng):
             f"cors = {{m: abs(df[[m, {y!r}]].dropna().corr().iloc[0, 1]) for m in cands}}\n"
             "answer = max(cands, key=lambda m: cors[m])",
             params={"y": y, "others": others},
+            duck=" UNION ALL ".join(
+                f"SELECT {ql(m)} AS name, ABS(corr({qi(m)}, {qi(y)})) AS r FROM {{src}}" for m in others
+            ).join(("SELECT name FROM (", ") AS c ORDER BY r DESC LIMIT 1")),
+            alt=(
+                (
+                    f"best, best_r = None, -1.0\n"
+                    f"for m in {others!r}:\n"
+                    f"    pair = df[[m, {y!r}]].dropna().to_numpy(dtype=float)\n"
+                    "    r = abs(np.corrcoef(pair[:, 0], pair[:, 1])[0, 1])\n"
+                    "    if r > best_r:\n"
+                    "        best, best_r = m, r\n"
+                    "answer = best",
+                    NP,
+                ),
+            ),
         )
 
 
@@ -169,6 +195,30 @@ def causal_stratified(view, rng):
             f"Stratified (adjusted) difference in means, using {g} as the confounder.",
             body,
             params={"x": x, "y": y, "g": g},
+            duck=(
+                f"WITH t AS (SELECT {qi(x)} AS x, {qi(y)} AS y, {qi(g)} AS g FROM {{src}} WHERE {qi(x)} IS NOT NULL "
+                f"AND {qi(y)} IS NOT NULL AND {qi(g)} IS NOT NULL), "
+                "md AS (SELECT g, quantile_cont(x, 0.5) AS m, COUNT(*) AS n FROM t GROUP BY g), "
+                "e AS (SELECT md.g, md.n, AVG(y) FILTER (WHERE x > m) - AVG(y) FILTER (WHERE NOT x > m) AS eff, "
+                "COUNT(*) FILTER (WHERE x > m) AS hi, COUNT(*) FILTER (WHERE NOT x > m) AS lo "
+                "FROM t JOIN md ON t.g = md.g GROUP BY md.g, md.n) "
+                "SELECT ROUND(SUM(eff * n) / SUM(n), 4) FROM e WHERE hi >= 2 AND lo >= 2"
+            ),
+            alt=(
+                (
+                    f"t = df[[{x!r}, {y!r}, {g!r}]].dropna()\n"
+                    "num = den = 0.0\n"
+                    f"for key in t[{g!r}].unique():\n"
+                    f"    part = t[t[{g!r}] == key]\n"
+                    f"    xs, ys = part[{x!r}].to_numpy(dtype=float), part[{y!r}].to_numpy(dtype=float)\n"
+                    "    high = xs > np.median(xs)\n"
+                    "    if high.sum() >= 2 and (~high).sum() >= 2:\n"
+                    "        num += (ys[high].mean() - ys[~high].mean()) * len(part)\n"
+                    "        den += len(part)\n"
+                    "answer = round(float(num / den), 4)",
+                    NP,
+                ),
+            ),
         )
 
 
@@ -264,6 +314,19 @@ def anom_z(view, rng):
             f"Z-score outliers of {m} at threshold {k}.",
             f"s = {c(m)}.dropna()\nz = (s - s.mean()) / s.std()\nanswer = int((z.abs() > {k}).sum())",
             params={"m": m, "k": k},
+            duck=(
+                f"WITH s AS (SELECT {qi(m)} AS v FROM {{src}} WHERE {qi(m)} IS NOT NULL), "
+                "st AS (SELECT AVG(v) AS mu, stddev_samp(v) AS sd FROM s) "
+                f"SELECT COUNT(*) FROM s, st WHERE ABS(v - mu) / sd > {k}"
+            ),
+            alt=(
+                (
+                    f"vals = {c(m)}.dropna().to_numpy(dtype=float)\n"
+                    "z = (vals - vals.mean()) / vals.std(ddof=1)\n"
+                    f"answer = int((np.abs(z) > {k}).sum())",
+                    NP,
+                ),
+            ),
         )
 
 
@@ -317,6 +380,22 @@ def dist_shapiro(view, rng):
             "answer = f\"{round(p, 4)}, {'normal' if p >= 0.05 else 'not normal'}\"",
             imports=("from scipy import stats",),
             params={"m": m},
+            # Shapiro-Wilk has one implementation here: the alternatives reach the values by other engines
+            alt=(
+                (
+                    f"vals = {c(m)}.to_numpy(dtype=float)\n"
+                    "p = float(stats.shapiro(vals[~np.isnan(vals)]).pvalue)\n"
+                    "answer = f\"{round(p, 4)}, {'normal' if p >= 0.05 else 'not normal'}\"",
+                    ("import numpy as np", "from scipy import stats"),
+                ),
+                (
+                    f"sql = {f'SELECT {qi(m)} FROM df WHERE {qi(m)} IS NOT NULL'!r}\n"
+                    "vals = [r[0] for r in duckdb.sql(sql).fetchall()]\n"
+                    "p = float(stats.shapiro(vals).pvalue)\n"
+                    "answer = f\"{round(p, 4)}, {'normal' if p >= 0.05 else 'not normal'}\"",
+                    ("import duckdb", "from scipy import stats"),
+                ),
+            ),
         )
 
 
@@ -337,4 +416,23 @@ def dist_mannwhitney(view, rng):
                 "answer = f\"{round(p, 4)}, {'different' if p < 0.05 else 'not different'}\"",
                 imports=("from scipy import stats",),
                 params={"m": m, "g": g, "a": a, "b": b},
+                alt=(
+                    (
+                        f"vals = {c(m)}.to_numpy(dtype=float)\n"
+                        f"groups = {c(g)}.to_numpy()\n"
+                        f"x = vals[(groups == {a!r}) & ~np.isnan(vals)]\n"
+                        f"y = vals[(groups == {b!r}) & ~np.isnan(vals)]\n"
+                        "p = float(stats.mannwhitneyu(x, y, alternative='two-sided').pvalue)\n"
+                        "answer = f\"{round(p, 4)}, {'different' if p < 0.05 else 'not different'}\"",
+                        ("import numpy as np", "from scipy import stats"),
+                    ),
+                    (
+                        f"sql = {f'SELECT {qi(m)} FROM df WHERE {qi(m)} IS NOT NULL AND {qi(g)} = ?'!r}\n"
+                        f"x = [r[0] for r in duckdb.execute(sql, [{a!r}]).fetchall()]\n"
+                        f"y = [r[0] for r in duckdb.execute(sql, [{b!r}]).fetchall()]\n"
+                        "p = float(stats.mannwhitneyu(x, y, alternative='two-sided').pvalue)\n"
+                        "answer = f\"{round(p, 4)}, {'different' if p < 0.05 else 'not different'}\"",
+                        ("import duckdb", "from scipy import stats"),
+                    ),
+                ),
             )
