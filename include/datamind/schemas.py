@@ -333,3 +333,34 @@ TRAIN_METRICS = TableSchema(
 )
 
 ALL.update({s.name: s for s in (RL_EXPORT, TRAIN_METRICS)})
+
+
+# -- evaluation (datamind.evaluate) --------------------------------------------------------------
+EVAL_RESULTS = TableSchema(
+    "eval_results",
+    "1.0",
+    pa.schema(
+        [
+            _f("eval_id", _STR, False),
+            _f("suite", _STR, False),  # dabench | tablebench | bird | heldout
+            _f("item_id", _STR, False),
+            _f("trial", pa.int16(), False),
+            _f("category", _STR),  # DABench concept, TableBench qtype/subtype, BIRD db_id, or our category
+            _f("hop", pa.int8()),  # held-out split only
+            _f("question", _STR, False),
+            _f("gold", _STR),  # the benchmark's answer, as it publishes it
+            _f("final_answer", _STR),
+            _f("correct", pa.bool_(), False),
+            _f("outcome", _STR, False),  # correct | wrong | no_answer | max_turns | sandbox_error | agent_error
+            _f("judge", _STR, False),  # which judge gave the verdict
+            _f("judge_reasoning", _STR),
+            _f("status", _STR),  # the trajectory's status
+            _f("n_turns", pa.int16()),
+            _f("messages", pa.list_(MESSAGE)),
+            _f("model", _STR),
+            _f("created_at", TS, False),
+        ]
+    ),
+    "One row per benchmark question x trial, with the agent's whole trajectory and the verdict.",
+)
+ALL[EVAL_RESULTS.name] = EVAL_RESULTS

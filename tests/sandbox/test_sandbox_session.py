@@ -110,6 +110,10 @@ def test_sql_mode_tools_read_and_cannot_write(sandbox, sqlite_file):
     assert "Table orders (4 rows)" in info.output
     assert query.ok and "{'name': ['Ada', 'Bo'], 'city': ['London', 'London']}" in query.output
     assert (write.ok, write.error_kind) == (False, "exception") and "not authorized" in write.output
+    # a tool error reads as the tool's message at the agent's call: no platform module or host path in it
+    assert "datamind" not in write.output and "/include/" not in write.output and "sqltools" not in write.output
+    assert write.output.rstrip().endswith("not authorized)") or "SqlToolError: SQL error" in write.output
+    assert 'File "<cell>", line 1' in write.output
     assert direct.error_kind == "blocked"
     assert count.output.startswith("1 rows")
     assert hashlib.sha256(sqlite_file.read_bytes()).hexdigest() == digest

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-ROLES: tuple[str, ...] = ("synthesizer", "expert", "judge")
+ROLES: tuple[str, ...] = ("synthesizer", "expert", "judge", "agent")  # agent: the model under evaluation
 DEFAULT_CONN_ID = "datamind_llm"
 HTTP_BACKENDS = ("auto", "httpx", "aiohttp")
 

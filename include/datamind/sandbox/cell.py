@@ -157,11 +157,27 @@ def _without_host_paths(text: str) -> str:
     return _STDLIB_FILE.sub(r'File "\1"', _SITE_FILE.sub(r'File "\1"', text))
 
 
+# The package the tools (execute_sql, get_db_info) are written in: their frames and module names are the
+# platform's internals, not something a trained agent could call or read about.
+_TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _format(exc: BaseException, tb) -> str:
+    frames = traceback.extract_tb(tb)
+    inside = [f for f in frames if f.filename.startswith(_TOOL_DIR)]
+    if not inside and not type(exc).__module__.startswith("datamind"):
+        return "".join(traceback.format_exception(type(exc), exc, tb))
+    # An error raised inside a tool reads as the tool's own message at the agent's call site.
+    shown = [f for f in frames if not f.filename.startswith(_TOOL_DIR)]
+    head = ["Traceback (most recent call last):\n", *traceback.format_list(shown)] if shown else []
+    return "".join(head) + f"{type(exc).__name__}: {exc}\n"
+
+
 def _report(exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
-    text = _without_host_paths("".join(traceback.format_exception(type(exc), exc, tb)))
+    text = _without_host_paths(_format(exc, tb))
     try:
         sys.stderr.write(text)
     except MemoryError:

@@ -1,0 +1,290 @@
+"""evaluate_agent: the paper's benchmark protocol (appendix D) over suites, results as declared tables.
+
+For each suite the agent answers every question ``trials`` times (temperature 0.7, top-p 0.95 by
+default); each trial is judged; pass@1 is the mean correctness over trials (then over questions) and
+pass@k is the share of questions with at least one correct trial among the k = ``trials`` run.
+
+Outputs, under ``<data root>/eval/<eval_id>/`` (the id is a hash of the parameters, so a rerun with the
+same parameters rewrites the same folder and never duplicates rows):
+
+- ``results.parquet``: :data:`datamind.schemas.EVAL_RESULTS`, one row per question x trial with the
+  agent's whole trajectory and the verdict with the judge that gave it;
+- ``summary.json``: per suite ``n``, ``pass@1``, ``pass@<k>``, outcome counts and per-category figures;
+- ``report.md``: the same as tables, plus a comparison across every evaluation in the data root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any
+
+from datamind.evaluate import judges
+from datamind.evaluate.runner import Runner, Trial
+from datamind.evaluate.suites import SUITE_KINDS, EvalItem, SuiteError, load_suite
+from datamind.ids import stable_id
+from datamind.judge.answer import REL_TOL, LLMAnswerJudge, RuleAnswerJudge
+from datamind.rollout.agent import STATUS_ERROR, STATUS_MAX_TURNS
+from datamind.schemas import EVAL_RESULTS
+from datamind.shards import table_to_parquet_bytes
+from datamind.storage import DataRoot
+
+EVAL_DIR = "eval"
+OFFLINE_AGENT = "offline"
+
+
+@dataclass(frozen=True)
+class EvalParams:
+    """The form of evaluate_agent (and the Python API): every default lives here."""
+
+    agent_conn_id: str = OFFLINE_AGENT  # Connection of an OpenAI-compatible endpoint; "offline" = reference policy
+    model: str | None = None  # overrides the connection's ``agent`` model
+    suites: dict = field(default_factory=dict)  # kind -> folder or file ("heldout" -> a version, "" = latest)
+    trials: int = 3  # paper: 3 independent trials
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_turns: int = 10
+    max_tokens: int = 2048
+    judge_conn_id: str | None = None  # empty: rule-based judges only
+    limit: int | None = None  # questions per suite; None = all
+    rel_tol: float = REL_TOL  # the paper's 3% numeric tolerance for free-form answers
+    concurrency: int = 8
+    exec_workers: int = 2
+    _NOT_IN_ID = ("concurrency", "exec_workers")
+
+    def __post_init__(self) -> None:
+        unknown = set(self.suites) - set(SUITE_KINDS)
+        if unknown:
+            raise ValueError(f"unknown suite kinds {sorted(unknown)}; known: {', '.join(SUITE_KINDS)}")
+        if not self.suites:
+            raise ValueError("name at least one suite, e.g. {'dabench': '/data/dabench'}")
+        if self.trials < 1 or self.max_turns < 1 or self.concurrency < 1 or self.exec_workers < 1:
+            raise ValueError("trials, max_turns, concurrency and exec_workers must be >= 1")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError("limit must be >= 1 (or empty for all questions)")
+        if not 0 <= self.temperature <= 2 or not 0 < self.top_p <= 1:
+            raise ValueError("need 0 <= temperature <= 2 and 0 < top_p <= 1")
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> "EvalParams":
+        raw = {k: v for k, v in (raw or {}).items() if v is not None and v != ""}
+        extra = set(raw) - {f.name for f in fields(cls)}
+        if extra:
+            raise ValueError(f"unknown evaluation parameters: {sorted(extra)}")
+        return cls(**raw)
+
+    @property
+    def offline(self) -> bool:
+        return self.agent_conn_id == OFFLINE_AGENT
+
+    def eval_id(self) -> str:
+        d = {k: v for k, v in asdict(self).items() if k not in self._NOT_IN_ID}
+        return "eval-" + stable_id(d, length=12)
+
+
+# -- metrics -------------------------------------------------------------------------------------
+
+
+def pass_at(outcomes: dict[str, list[bool]]) -> tuple[float, float]:
+    """(pass@1, pass@k) over questions: the mean of each question's trial accuracy, and the share of
+    questions with at least one correct trial."""
+    if not outcomes:
+        return 0.0, 0.0
+    p1 = sum(sum(v) / len(v) for v in outcomes.values()) / len(outcomes)
+    pk = sum(any(v) for v in outcomes.values()) / len(outcomes)
+    return p1, pk
+
+
+def _figures(rows: list[dict], k: int) -> dict[str, Any]:
+    by_item: dict[str, list[bool]] = defaultdict(list)
+    for r in rows:
+        by_item[r["item_id"]].append(bool(r["correct"]))
+    p1, pk = pass_at(by_item)
+    return {"n": len(by_item), "pass@1": round(p1, 4), f"pass@{k}": round(pk, 4)}
+
+
+def summarize(rows: list[dict], k: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for suite in sorted({r["suite"] for r in rows}):
+        mine = [r for r in rows if r["suite"] == suite]
+        per_cat: dict[str, list[dict]] = defaultdict(list)
+        for r in mine:
+            for cat in (c.strip() for c in (r["category"] or "unlabelled").split(",")):
+                per_cat[cat].append(r)
+            if r["hop"]:
+                per_cat[f"hop {r['hop']}"].append(r)
+        out[suite] = {
+            **_figures(mine, k),
+            "outcomes": dict(sorted(Counter(r["outcome"] for r in mine).items())),
+            "by_category": {c: _figures(v, k) for c, v in sorted(per_cat.items())},
+        }
+    return out
+
+
+# -- judging -------------------------------------------------------------------------------------
+
+
+def _outcome(trial: Trial, correct: bool) -> str:
+    if correct:
+        return "correct"
+    r = trial.result
+    if r is None:
+        return "agent_error"
+    if r.status == STATUS_ERROR:
+        return "sandbox_error" if (r.error or "").startswith("sandbox") else "agent_error"
+    if r.status == STATUS_MAX_TURNS:
+        return "max_turns"
+    return "no_answer" if not (r.final_answer or "").strip() else "wrong"
+
+
+async def _verdict(trial: Trial, text_judge) -> judges.Verdict:
+    item, r = trial.item, trial.result
+    if r is None:
+        return judges.Verdict(False, "none", trial.error or "the agent did not run")
+    if item.suite == "dabench":
+        return judges.judge_dabench(r.final_answer, item.extra["labels"])
+    if item.suite == "bird":
+        return await asyncio.to_thread(judges.judge_sql, r.messages, item.gold, item.data_path)
+    v = await text_judge.judge(item.question, r.final_answer, item.gold)
+    return judges.Verdict(v.correct, v.judge if v.judge != "rule" else "rule:numeric_3pct", v.reasoning)
+
+
+def judge_trials(trials: list[Trial], text_judge, eval_id: str) -> list[dict]:
+    async def main():
+        try:
+            return await asyncio.gather(*(_verdict(t, text_judge) for t in trials))
+        finally:
+            client = getattr(text_judge, "client", None)
+            if client is not None:
+                await client.aclose()  # its connections belong to this event loop
+
+    verdicts = asyncio.run(main())
+    now = datetime.now(timezone.utc)
+    rows = []
+    for t, v in zip(trials, verdicts):
+        r = t.result
+        rows.append(
+            {
+                "eval_id": eval_id,
+                "suite": t.item.suite,
+                "item_id": t.item.item_id,
+                "trial": t.trial,
+                "category": t.item.category,
+                "hop": t.item.hop,
+                "question": t.item.question,
+                "gold": t.item.gold,
+                "final_answer": r.final_answer if r else None,
+                "correct": v.correct,
+                "outcome": _outcome(t, v.correct),
+                "judge": v.judge,
+                "judge_reasoning": v.reasoning,
+                "status": r.status if r else "error",
+                "n_turns": r.n_turns if r else 0,
+                "messages": [{"role": m["role"], "content": m["content"]} for m in r.messages] if r else [],
+                "model": (r.model if r else None) or t.model,
+                "created_at": now,
+            }
+        )
+    return rows
+
+
+# -- the stage -----------------------------------------------------------------------------------
+
+
+def load_items(root: DataRoot, p: EvalParams) -> tuple[list[EvalItem], dict[str, dict]]:
+    items: list[EvalItem] = []
+    skipped: dict[str, dict] = {}
+    for kind, location in sorted(p.suites.items()):
+        loaded = load_suite(kind, location, root=root, table_dir=root.path(EVAL_DIR, "_tables", kind))
+        chosen = loaded.items[: p.limit] if p.limit else loaded.items
+        items += chosen
+        skipped[kind] = dict(loaded.skipped)
+    return items, skipped
+
+
+def evaluate(
+    root: DataRoot | str,
+    params: EvalParams | dict,
+    agent_client: Any | None = None,
+    judge_client: Any | None = None,
+    *,
+    sandbox: Any | None = None,
+) -> dict[str, Any]:
+    """Run, judge, write results + summary + report; returns the summary."""
+    root = root if isinstance(root, DataRoot) else DataRoot(root)
+    p = params if isinstance(params, EvalParams) else EvalParams.from_dict(params)
+    if p.offline and set(p.suites) - {"heldout"}:
+        raise SuiteError("the offline reference policy has programs only for the held-out split; name an agent_conn_id")
+    if not p.offline and agent_client is None:
+        raise ValueError(f"agent_conn_id {p.agent_conn_id!r} needs an LLM client")
+    eval_id = p.eval_id()
+    items, skipped = load_items(root, p)
+    trials = Runner(p, agent_client, root=root, sandbox=sandbox).run(items)
+    text_judge = LLMAnswerJudge(judge_client, rel_tol=p.rel_tol) if judge_client else RuleAnswerJudge(p.rel_tol)
+    rows = judge_trials(trials, text_judge, eval_id)
+    folder = posixpath.join(EVAL_DIR, eval_id)
+    root.write_bytes(posixpath.join(folder, "results.parquet"), table_to_parquet_bytes(EVAL_RESULTS.to_table(rows)))
+    models = sorted({r["model"] for r in rows if r["model"]})
+    summary = {
+        "eval_id": eval_id,
+        "agent": p.agent_conn_id,
+        "model": p.model or (models[0] if len(models) == 1 else models),
+        "params": asdict(p),
+        "trials": p.trials,
+        "suites": summarize(rows, p.trials),
+        "skipped": skipped,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    root.write_text(posixpath.join(folder, "summary.json"), json.dumps(summary, indent=2, sort_keys=True, default=str))
+    root.write_text(posixpath.join(folder, "report.md"), render_report(summary, all_summaries(root)))
+    return summary
+
+
+def all_summaries(root: DataRoot) -> list[dict]:
+    out = []
+    for path in sorted(root.glob(EVAL_DIR, "*", "summary.json")):
+        try:
+            out.append(json.loads(root.read_text(root.rel(path))))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def render_report(summary: dict, others: list[dict]) -> str:
+    k = summary["trials"]
+    lines = [
+        f"# Evaluation {summary['eval_id']}",
+        "",
+        f"Agent: `{summary['agent']}`, model: `{summary['model']}`, {k} trial(s) per question, "
+        f"temperature {summary['params']['temperature']}, top-p {summary['params']['top_p']}.",
+        "",
+    ]
+    for suite, fig in summary["suites"].items():
+        lines += [
+            f"## {suite}: pass@1 {fig['pass@1']:.1%}, pass@{k} {fig[f'pass@{k}']:.1%} over {fig['n']} questions",
+            "",
+            "Outcomes (question x trial): " + ", ".join(f"{o} {n}" for o, n in fig["outcomes"].items()),
+            "",
+            f"| category | n | pass@1 | pass@{k} |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {c} | {f['n']} | {f['pass@1']:.1%} | {f[f'pass@{k}']:.1%} |" for c, f in fig["by_category"].items()
+        ]
+        if summary["skipped"].get(suite):
+            lines += ["", "Skipped: " + ", ".join(f"{r} {n}" for r, n in summary["skipped"][suite].items())]
+        lines.append("")
+    lines += ["## All evaluations in this data root", "", "| eval | agent | model | suite | n | pass@1 | pass@k |"]
+    lines.append("|---|---|---|---|---:|---:|---:|")
+    for s in sorted(others, key=lambda s: s.get("created_at", "")):
+        for suite, fig in s.get("suites", {}).items():
+            pk = fig.get(f"pass@{s.get('trials')}", 0.0)
+            lines.append(
+                f"| {s['eval_id']} | {s['agent']} | {s['model']} | {suite} | {fig['n']} | {fig['pass@1']:.1%} | "
+                f"{pk:.1%} (k={s.get('trials')}) |"
+            )
+    return "\n".join(lines) + "\n"
