@@ -52,7 +52,8 @@ class ScriptedAgent:
             with self.lock:
                 trial = self.started[key]
                 self.started[key] += 1
-            return f"<think>Trial {trial}: first a look at the data.</think>\n<code>\n```python\n{self.first_code(key)}\n```\n</code>"
+            code = self.first_code(key)
+            return f"<think>Trial {trial}: first a look at the data.</think>\n<code>\n```python\n{code}\n```\n</code>"
         trial = int(re.search(r"Trial (\d+)", mine[0]).group(1))
         turns = self.final_turns(key, self.script[key][trial])
         return turns[len(mine) - 1]
@@ -167,7 +168,8 @@ def test_bird_style_suite_over_spider_databases(root, shared_data, server, agent
         # a right trial wraps the gold query (same rows, different text); a wrong one returns other rows
         sql = f"SELECT * FROM ({gold[key].rstrip().rstrip(';')})" if right else "SELECT 'nothing' AS x"
         return [
-            f"<think>Now the query.</think>\n<code>\n```python\nprint(execute_sql({sql!r}, 'result.csv'))\n```\n</code>",
+            "<think>Now the query.</think>\n"
+            f"<code>\n```python\nprint(execute_sql({sql!r}, 'result.csv'))\n```\n</code>",
             "<think>The result table is written.</think>\n<answer>See result.csv.</answer>",
         ]
 
