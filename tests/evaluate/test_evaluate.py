@@ -177,7 +177,7 @@ def test_bird_style_suite_over_spider_databases(root, shared_data, server, agent
     # the suite loader is given the same folder; limit picks the first loaded questions, so run those only
     params = EvalParams(agent_conn_id="datamind_agent", suites={"bird": str(folder)}, limit=len(loaded.items))
     from datamind.evaluate.runner import Runner
-    from datamind.evaluate.stage import OFFLINE_AGENT, judge_trials, summarize  # noqa: F401
+    from datamind.evaluate.stage import judge_trials, summarize
 
     trials = Runner(params, agent_client, root=root, sandbox=sandbox).run(items)
     rows = judge_trials(trials, None, "eval-test")

@@ -23,7 +23,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-SUITE_KINDS = ("dabench", "tablebench", "bird", "heldout")
+from datamind.evaluate.params import SUITE_KINDS
 
 
 class SuiteError(ValueError):

@@ -1,0 +1,103 @@
+"""
+### Evaluate an agent on benchmark suites (DATAMIND appendix D protocol)
+
+Runs an agent under test over the suites named in the form, each read from the benchmark's own
+published files in a folder on the workers (nothing is downloaded):
+
+- `dabench`: InfiAgent-DABench folder (questions + labels JSONL, `da-dev-tables/`), `@name[value]` answers;
+- `tablebench`: a TableBench JSONL file (chart and forecasting questions are excluded, as in the paper);
+- `bird`: a BIRD/Spider folder (question JSON with gold SQL, `database/<db_id>/<db_id>.sqlite`): the agent's
+  last query is compared with the gold SQL as a set of rows;
+- `heldout`: the test split of a published dataset version (`""` = the latest, or `"3"` for v3).
+
+The agent is the OpenAI-compatible endpoint of **agent_conn_id** (vLLM serving a checkpoint, DeepSeek,
+OpenAI...; its `agent` model, or **model**), or `offline`: the offline expert, the reference policy on
+the held-out split. It runs the same ReAct loop, prompt format and sandbox as trajectory sampling.
+Each question is answered **trials** times; pass@1 is the mean over trials, pass@k the share of
+questions with any correct trial. **judge_conn_id** switches free-form answers to the model-as-judge
+(3% numeric rule); empty keeps the rule judges.
+
+Outputs under `<data root>/eval/<eval_id>/`: `results.parquet` (one row per question x trial, with the
+trajectory and verdict), `summary.json`, `report.md` (per suite and category, plus every evaluation in
+the data root side by side). The same parameters give the same `eval_id`: a rerun replaces, never adds.
+Also runs when `train_agent` emits a new checkpoint (`datamind://checkpoints`), with the defaults below.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+from datamind.evaluate.params import EvalParams
+from datamind_airflow import CHECKPOINTS, DAG_DEFAULTS, runtime
+
+log = logging.getLogger(__name__)
+D = EvalParams.__dataclass_fields__  # the one place the defaults live
+
+
+def _default(name: str):
+    return D[name].default
+
+
+def _default_suites() -> dict:
+    """DATAMIND_BENCHMARKS (the JSON object decontamination reads too), else the latest held-out split."""
+    raw = os.environ.get("DATAMIND_BENCHMARKS", "").strip()
+    return json.loads(raw) if raw else {"heldout": ""}
+
+
+@dag(
+    schedule=[CHECKPOINTS],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    doc_md=__doc__,
+    tags=["datamind", "evaluation"],
+    params={
+        "agent_conn_id": Param(
+            _default("agent_conn_id"),
+            type="string",
+            title="Agent Connection",
+            description="OpenAI-compatible endpoint of the agent under test; 'offline' = reference policy (held-out).",
+        ),
+        "model": Param(None, type=["null", "string"], title="Model", description="Overrides the Connection's model."),
+        "suites": Param(
+            _default_suites(),
+            type="object",
+            title="Suites",
+            description='Suite kind -> folder or file, e.g. {"dabench": "/data/dabench", "heldout": ""}.',
+        ),
+        "trials": Param(_default("trials"), type="integer", minimum=1, maximum=16, title="Trials per question"),
+        "temperature": Param(_default("temperature"), type="number", minimum=0, maximum=2, title="Temperature"),
+        "top_p": Param(_default("top_p"), type="number", minimum=0.01, maximum=1, title="Top-p"),
+        "max_turns": Param(_default("max_turns"), type="integer", minimum=1, maximum=50, title="Max turns"),
+        "judge_conn_id": Param(
+            None, type=["null", "string"], title="Judge Connection", description="Empty: rule-based judges only."
+        ),
+        "limit": Param(None, type=["null", "integer"], minimum=1, title="Questions per suite (empty = all)"),
+    },
+    **DAG_DEFAULTS,
+)
+def evaluate_agent():
+    @task
+    def evaluate() -> dict:
+        from datamind.evaluate.stage import evaluate as run_eval
+        from datamind_airflow.llm import agent_client_for, judge_client_for
+
+        context = get_current_context()
+        p = EvalParams.from_dict(dict(context["params"]))
+        for event in (context.get("triggering_asset_events") or {}).get(CHECKPOINTS, []):
+            log.info("Triggered by checkpoint %s", (event.extra or {}).get("checkpoint_uri"))
+        with agent_client_for(p) as agent, judge_client_for(p) as judge:
+            summary = run_eval(runtime.data_root(), p, agent, judge)
+        runtime.log_summary(
+            f"Evaluation {summary['eval_id']}",
+            {s: {k: f[k] for k in f if k.startswith("pass@") or k == "n"} for s, f in summary["suites"].items()},
+        )
+        return {"eval_id": summary["eval_id"], "suites": summary["suites"]}
+
+    evaluate()
+
+
+evaluate_agent()
