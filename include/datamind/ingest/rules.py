@@ -44,6 +44,9 @@ File rules (``check_file``), applied before/after the table rules:
 ``no_valid_tables``    every table was rejected, for different reasons (the same reason everywhere is
                        reported as that reason, e.g. ``too_many_rows``)
 ``duplicate_content``  the same bytes as a file earlier in the batch or already accepted (stage.py)
+``benchmark_overlap``  the file's bytes, or one of its tables (same schema, >= 90% of rows, whatever the
+                       row/column order, encoding or CSV/XLSX format), belong to a configured benchmark
+                       (``DATAMIND_BENCHMARKS``; decontam.py): the reason names the benchmark item
 =====================  ===============================================================================
 
 Database rules (SQLite): the table rules apply per table, except ``too_few_rows`` and with the database
@@ -87,6 +90,7 @@ RULES: dict[str, str] = {
     "no_tables": "the file holds no table",
     "no_valid_tables": "every table was rejected",
     "duplicate_content": "same bytes as another file",
+    "benchmark_overlap": "the file or one of its tables is a configured benchmark's (decontamination)",
 }
 
 _UNNAMED = re.compile(r"^(Unnamed: \d+)?$")

@@ -28,6 +28,7 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest import sniff
 from datamind.ingest.loaders import LoadResult, load_tables
+from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.ingest.rules import ACCEPTED, RULES, Verdict, check_file, check_tables
 from datamind.ingest.sources import SourceFile, SourceReadError, precheck_message
 from datamind.schemas import CATALOG_FILES
@@ -123,7 +124,12 @@ def _verdict_rows(result: LoadResult, verdicts: list[Verdict]) -> list[dict[str,
 
 
 def ingest_file(
-    root: DataRoot, entry: dict[str, Any], source: str, limits: Limits, run_id: str | None
+    root: DataRoot,
+    entry: dict[str, Any],
+    source: str,
+    limits: Limits,
+    run_id: str | None,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> dict[str, Any]:
     """Judge one planned file and return its catalog/files row (staging its bytes when accepted)."""
     f = SourceFile.from_spec(entry)
@@ -167,6 +173,9 @@ def ingest_file(
     row["format"] = catalog_format(sniff.detect_format(data))
     if entry.get("duplicate_of"):
         return reject("duplicate_content", f"same bytes as file {entry['duplicate_of']}")
+    hit = benchmarks.match_bytes(data) if benchmarks else None
+    if hit:
+        return reject("benchmark_overlap", f"the same bytes as benchmark file {hit}")
     local = f.source_uri if "://" not in f.source_uri and os.path.isfile(f.source_uri) else None
     with tempfile.TemporaryDirectory(prefix="datamind-ingest-") as tmp:
         if local is None:
@@ -174,6 +183,10 @@ def ingest_file(
             with open(local, "wb") as fh:
                 fh.write(data)
         result = load_tables(local, limits, data=data, filename=f.filename)
+    for t in result.tables if benchmarks else ():
+        hit = benchmarks.match_table(t.df) if t.df is not None else None
+        if hit:
+            return reject("benchmark_overlap", f"table {t.name!r} is benchmark table {hit}")
     verdicts = check_tables(result, limits)
     verdict = check_file(result, verdicts, limits)
     passed = [t for t, v in zip(result.tables, verdicts) if v.accepted]
@@ -200,12 +213,20 @@ def ingest_file(
 
 
 def ingest_shard(
-    root: DataRoot, shard_spec: dict[str, Any], limits: Limits | None, run_id: str | None
+    root: DataRoot,
+    shard_spec: dict[str, Any],
+    limits: Limits | None,
+    run_id: str | None,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> dict[str, Any]:
-    """Judge, stage and catalog one shard; returns a summary (counts per status and reason)."""
+    """Judge, stage and catalog one shard; returns a summary (counts per status and reason).
+
+    ``benchmarks``: tables to keep out (default: the ones ``DATAMIND_BENCHMARKS`` names, if any)."""
     limits = limits or Limits.from_env()
     source = shard_spec["source"]
-    rows = [ingest_file(root, e, source, limits, run_id) for e in shard_spec["files"]]
+    benchmarks = load_index(root) if benchmarks is None else benchmarks
+    benchmarks = None if benchmarks.empty else benchmarks
+    rows = [ingest_file(root, e, source, limits, run_id, benchmarks) for e in shard_spec["files"]]
     path = write_shard(
         root,
         CATALOG_FILES,

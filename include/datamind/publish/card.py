@@ -150,6 +150,10 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         ),
         "```",
         "",
+        "## Decontamination",
+        "",
+        *_decontamination_lines(manifest.get("decontamination") or {}),
+        "",
         "## Known limitations",
         "",
         "- Questions and programs of the offline engine come from templates over the column roles of each table; "
@@ -160,3 +164,17 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _decontamination_lines(d: dict) -> list[str]:
+    files, n_q = d.get("files") or {}, d.get("questions", 0)
+    if not files and not n_q:
+        return ["No benchmark files or questions were found in the inputs (benchmarks: `DATAMIND_BENCHMARKS`)."]
+    lines = [
+        f"{len(files)} input file(s) rejected as a benchmark's tables (`benchmark_overlap`) and {n_q} synthesized "
+        "question(s) dropped for a long word overlap with a benchmark question (`benchmark_question_overlap`).",
+    ]
+    if files:
+        lines += ["", "| file | why |", "|---|---|"]
+        lines += [f"| {name} | {why} |" for name, why in sorted(files.items())[:200]]
+    return lines

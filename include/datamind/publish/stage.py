@@ -214,6 +214,7 @@ def publish_dataset(
         "run_id": run_id,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    manifest["decontamination"] = decontamination_counts(root)
     queries = read_rows(root, QUERIES, DIRS["queries"], columns=["category"]) if root.exists(DIRS["queries"]) else []
     manifest["audit"] = audit_rows(kept, dict(Counter(q["category"] for q in queries)))
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
@@ -322,3 +323,17 @@ def dataset_glob(root: DataRoot | str, version: int | None = None) -> str:
     if m is None:
         raise FileNotFoundError("no complete dataset release under the data root")
     return root.uri(DIRS["dataset"], f"v{m['version']}", "part-*.parquet")
+
+
+def decontamination_counts(root: DataRoot) -> dict:
+    """What decontamination kept out of the data root: benchmark files at ingest, questions at synthesis."""
+    out: dict = {"files": {}, "questions": 0}
+    if root.exists(DIRS["catalog_files"]):
+        for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"], columns=["rel_path", "reason_code", "reason"]):
+            if r["reason_code"] == "benchmark_overlap":
+                out["files"][r["rel_path"]] = r["reason"]
+    if root.exists(DIRS["rejections"]):
+        codes = read_rows(root, REJECTIONS, DIRS["rejections"], columns=["reason_code"])
+        out["questions"] = sum(1 for r in codes if r["reason_code"] == "benchmark_question_overlap")
+    out["n_files"] = len(out["files"])
+    return out

@@ -28,6 +28,9 @@ class SynthParams:
     solution_timeout_s: float = 30.0
     # LLM backend: times a question whose program fails is sent back with the error before it is rejected.
     reference_repairs: int = 1
+    # Decontamination: a question sharing this many consecutive words with a benchmark question is dropped
+    # (benchmarks from DATAMIND_BENCHMARKS; the usual 13-gram rule).
+    benchmark_ngram: int = 13
     # Fields that change how work is grouped or scheduled, not what is produced, stay out of the fingerprint.
     _NOT_IN_FINGERPRINT = ("shard_size", "llm_concurrency", "solution_timeout_s")
 
@@ -44,6 +47,8 @@ class SynthParams:
         for name in ("queries_per_category", "n_chains"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.benchmark_ngram < 3:
+            raise ValueError("benchmark_ngram must be >= 3")
         if self.reference_repairs < 0:
             raise ValueError("reference_repairs must be >= 0")
         if self.shard_size < 1 or self.llm_concurrency < 1:

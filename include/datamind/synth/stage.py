@@ -26,6 +26,7 @@ from datamind.ids import stable_id
 from datamind.schemas import CATALOG_TABLES, QUERIES, REJECTIONS
 from datamind.shards import chunk, read_rows, write_shard
 from datamind.storage import DataRoot
+from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.synth import rows as R
 from datamind.synth.params import SynthParams
 from datamind.synth.table import dedup_rows, synthesize_table_offline, verify_rows
@@ -208,6 +209,11 @@ def synthesize_shard(
             {k: after[k] - before[k] for k in ("calls", "cached_calls", "prompt_tokens", "completion_tokens")}
         )
 
+    benchmarks = load_index(root, ngram=params.benchmark_ngram)
+    if queries and not benchmarks.empty:
+        queries, overlapping = drop_benchmark_questions(queries, benchmarks, params.fingerprint, run_id)
+        rejections.extend(overlapping)
+
     n_verified = 0
     if params.verify_solutions and queries:
         queries, unverified = verify_rows(root, queries, catalog, params, run_id)
@@ -276,3 +282,31 @@ def summarize_run(root: DataRoot, params: SynthParams | dict | None, run_id: str
         total["rejections"],
     )
     return total
+
+
+def drop_benchmark_questions(
+    rows: list[dict], index: BenchmarkIndex, fingerprint: str, run_id: str | None
+) -> tuple[list[dict], list[dict]]:
+    """Questions sharing a long word run with a benchmark question go, and so do chain hops built on them."""
+    bad: dict[str, str] = {}
+    for row in sorted(rows, key=lambda r: r["hop"]):
+        hit = index.match_question(row["question"])
+        if hit:
+            bad[row["query_id"]] = f"question overlaps benchmark question {hit}"
+        elif any(p in bad for p in row.get("parent_query_ids") or []):
+            bad[row["query_id"]] = "built on a question dropped for benchmark overlap"
+    kept = [r for r in rows if r["query_id"] not in bad]
+    dropped = [
+        R.rejection_row(
+            key=(fingerprint, r["query_id"], "benchmark_overlap"),
+            reason_code="benchmark_question_overlap",
+            reason=bad[r["query_id"]][:1000],
+            file_id=r.get("file_id"),
+            query_id=r["query_id"],
+            raw=r["question"],
+            run_id=run_id,
+        )
+        for r in rows
+        if r["query_id"] in bad
+    ]
+    return kept, dropped
