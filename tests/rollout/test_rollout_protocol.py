@@ -8,7 +8,7 @@ import pytest
 
 from datamind.rollout import protocol
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply, run_agent
-from datamind.train import react
+from datamind.rollout import protocol as react
 
 
 @pytest.mark.parametrize(

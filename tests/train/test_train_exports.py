@@ -7,7 +7,8 @@ from train_helpers import dataset_rows, write_dataset
 from datamind.schemas import REJECTIONS
 from datamind.shards import read_rows
 from datamind.storage import DataRoot
-from datamind.train.exports import SFT_DATASET_NAME, export, split_conversation
+from datamind.rollout.protocol import split_conversation
+from datamind.train.exports import SFT_DATASET_NAME, export
 
 
 def test_sft_export_is_llamafactory_sharegpt(exported):

@@ -1,8 +1,8 @@
 """Format compliance: the trajectory is a clean ReAct conversation that converts losslessly to training data.
 
 Checked, in order: roles (system?, user, then assistant/tool strictly alternating, ending with the
-assistant); every assistant turn is ``<think>`` + exactly one ``<code>`` or ``<answer>`` (the training
-side's own parser, ``datamind.train.react``, must agree); only the last turn answers and its answer equals
+assistant); every assistant turn is ``<think>`` + exactly one ``<code>`` or ``<answer>`` (the strict reading
+training scores, ``protocol.strict_turn``, must agree); only the last turn answers and its answer equals
 the stored ``final_answer``; every tool turn is an ``<interpreter>`` block; void turns (by default)
 are not allowed; and the round trip parse -> re-render reproduces every agent turn byte for byte, so
 nothing is lost or invented when the conversation is converted to the training schema.
@@ -13,14 +13,13 @@ from __future__ import annotations
 import re
 
 from datamind.rollout import protocol
-from datamind.train import exports, react
 
 
 def check(messages: list[dict], final_answer: str | None, *, allow_void_turns: bool = False) -> tuple[str, str] | None:
     if not messages:
         return "empty_messages", "trajectory has no messages"
     try:
-        exports.split_conversation([dict(m) for m in messages])
+        protocol.split_conversation([dict(m) for m in messages])
     except ValueError as exc:
         code = str(exc).split(":", 1)[0]
         return "bad_structure", f"not convertible to the training schema ({code}): {exc}"
@@ -46,12 +45,12 @@ def check(messages: list[dict], final_answer: str | None, *, allow_void_turns: b
             if turn.is_answer
             else protocol.format_code_turn(turn.think, turn.code)
         )
-        if react.parse_turn(text).well_formed is False or _canon(rendered) != _canon(text):
+        if protocol.strict_turn(text).well_formed is False or _canon(rendered) != _canon(text):
             return (
                 "not_lossless",
                 f"assistant turn {k + 1} has text outside <think>/<code>/<answer> or a malformed block",
             )
-    if not react.format_ok([dict(m) for m in messages]) and not allow_void_turns:
+    if not protocol.format_ok([dict(m) for m in messages]) and not allow_void_turns:
         return "not_react", "the training-side format check rejects this conversation"
     answer = protocol.parse_turn(assistant[-1]).answer
     if (answer or "").strip() != (final_answer or "").strip():

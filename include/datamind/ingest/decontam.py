@@ -140,13 +140,13 @@ class BenchmarkIndex:
 
 def build_index(suites: dict[str, str], ngram: int = NGRAM, table_dir: str | None = None) -> BenchmarkIndex:
     """Tables and questions of every configured benchmark (the held-out split is ours: not a benchmark)."""
-    from datamind.evaluate import suites as S
+    from datamind.ingest.benchmarks import load_benchmark
 
     index = BenchmarkIndex(ngram=ngram)
     for kind, location in sorted(suites.items()):
         if kind == "heldout":
             continue
-        loaded = S.load_suite(kind, location, table_dir=table_dir)
+        loaded = load_benchmark(kind, location, table_dir=table_dir)
         seen: set[str] = set()
         for item in loaded.items:
             label = f"{kind}:{os.path.basename(item.data_path)}"

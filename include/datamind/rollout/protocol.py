@@ -1,4 +1,5 @@
-"""The ReAct turn protocol the agent speaks, shared with training (``datamind.train.react`` checks the same shape).
+"""The ReAct turn protocol the agent speaks: the one module that renders and parses it, for sampling, judging,
+filters, exports and training.
 
 An assistant turn is ``<think>...</think>`` followed by exactly one ``<code>...</code>`` or ``<answer>...</answer>``;
 the environment replies in a ``tool`` message wrapped in ``<interpreter>...</interpreter>``.  A turn that yields
@@ -172,3 +173,139 @@ def attempt_digest(messages: list[dict], max_chars: int = 1800, output_chars: in
     if len(text) > max_chars:  # keep the end: the last steps and the answer are what the review is about
         text = "... (earlier steps omitted)\n" + text[-(max_chars - 30) :]
     return text
+
+
+# -- the training side's reading ---------------------------------------------------------------------
+# Training generates with the same stops and scores the same shape strictly: a turn is well formed only
+# when it is exactly <think>..</think> then one <code> or <answer> block (the format reward), while a
+# malformed turn still gets its code run or its answer read, so one stray word does not end a rollout.
+STOP_STRINGS = STOP_SEQUENCES
+_CLOSERS = ("</code>", "</answer>")
+
+_STRICT_TURN = re.compile(
+    r"^\s*<think>(?P<think>.*?)</think>\s*(?:<code>(?P<code>.*?)</code>|<answer>(?P<answer>.*?)</answer>)\s*$",
+    re.DOTALL,
+)
+_CODE_BLOCK = re.compile(r"<code>(.*?)</code>", re.DOTALL)
+_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_STRICT_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class StrictTurn:
+    code: str | None  # the code inside <code>, fences removed
+    answer: str | None
+    well_formed: bool  # exactly <think>..</think> then one <code> or <answer> block, nothing else
+
+    @property
+    def has_valid_code(self) -> bool:
+        return self.code is not None and is_valid_code(self.code)
+
+    @property
+    def is_void(self) -> bool:
+        """A void turn produced neither runnable code nor an answer (the paper's void-turn rule)."""
+        return not self.has_valid_code and not (self.answer and self.answer.strip())
+
+
+def strip_code_fences(code: str) -> str:
+    m = _STRICT_FENCE.match(code)
+    return m.group(1) if m else code.strip("\n")
+
+
+def is_valid_code(code: str) -> bool:
+    if not code.strip():
+        return False
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def cut_at_stop(text: str) -> str:
+    """Up to and including the first ``</code>``/``</answer>``, and never a self-written ``<interpreter>``."""
+    ends = [text.find(s) + len(s) for s in _CLOSERS if s in text]
+    if "<interpreter>" in text:
+        ends.append(text.find("<interpreter>"))
+    return text[: min(ends)] if ends else text
+
+
+def strict_turn(text: str) -> StrictTurn:
+    m = _STRICT_TURN.match(text)
+    if m:
+        code = m.group("code")
+        return StrictTurn(strip_code_fences(code) if code is not None else None, m.group("answer"), True)
+    # Malformed turns still get their code executed / answer read, so one stray word does not end a
+    # trajectory; the format reward is what punishes them.
+    code_m, ans_m = _CODE_BLOCK.search(text), _ANSWER_BLOCK.search(text)
+    code = strip_code_fences(code_m.group(1)) if code_m else None
+    if code_m and ans_m:  # both: whichever closes first is what the agent committed to
+        if code_m.end() <= ans_m.end():
+            ans_m = None
+        else:
+            code = None
+    return StrictTurn(code, ans_m.group(1) if ans_m else None, False)
+
+
+def final_answer(messages: list[dict]) -> str | None:
+    for msg in reversed(messages):
+        if msg["role"] == "assistant":
+            return strict_turn(msg["content"]).answer
+    return None
+
+
+def format_ok(messages: list[dict]) -> bool:
+    """Every assistant turn well formed, code in all but the last, an answer in the last; tool turns wrapped."""
+    assistant = [m for m in messages if m["role"] == "assistant"]
+    if not assistant:
+        return False
+    for i, msg in enumerate(assistant):
+        turn = strict_turn(msg["content"])
+        if not turn.well_formed:
+            return False
+        last = i == len(assistant) - 1
+        if last and turn.answer is None:
+            return False
+        if not last and turn.code is None:
+            return False
+    for msg in messages:
+        if msg["role"] == "tool":
+            c = msg["content"].strip()
+            if not (c.startswith("<interpreter>") and c.endswith("</interpreter>")):
+                return False
+    return True
+
+
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+def split_conversation(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Prompt (system/user turns before the first assistant turn) and the continuation after it.
+
+    Raises ValueError with a reason code prefix when the conversation cannot be trained on.
+    """
+    if not messages:
+        raise ValueError("empty_messages: conversation has no messages")
+    roles = [m.get("role") for m in messages]
+    bad = sorted({r for r in roles if r not in _ROLES}, key=str)
+    if bad:
+        raise ValueError(f"unknown_role: roles {bad} are not system/user/assistant/tool")
+    for i, m in enumerate(messages):
+        if not (m.get("content") or "").strip():
+            raise ValueError(f"empty_turn: message {i} ({m['role']}) has no content")
+    if "assistant" not in roles:
+        raise ValueError("no_assistant_turn: nothing for the agent to learn")
+    if roles[-1] != "assistant":
+        raise ValueError(f"ends_with_{roles[-1]}: the last turn must be the agent's answer")
+    first = roles.index("assistant")
+    head = roles[1:first] if roles[0] == "system" else roles[:first]
+    if head != ["user"]:
+        raise ValueError(f"bad_prompt: expected [system], user before the first assistant turn, got {roles[:first]}")
+    # After the prompt the turns must alternate agent / environment (LLaMA-Factory requires it, and
+    # two agent turns in a row would mean a lost interpreter output).
+    for j, role in enumerate(roles[first:]):
+        want = "assistant" if j % 2 == 0 else "tool"
+        if role != want:
+            raise ValueError(f"bad_alternation: turn {first + j} is {role!r}, expected {want!r}")
+    clean = [{"role": m["role"], "content": m["content"]} for m in messages]
+    return clean[:first], clean[first:]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from datamind.assets import DIRS
+from datamind.rollout.protocol import split_conversation
 from datamind.ids import sha256_bytes, stable_id
 from datamind.schemas import DATASET, REJECTIONS, RL_EXPORT
 from datamind.shards import read_rows, table_to_parquet_bytes, write_shard
@@ -35,7 +36,6 @@ DATASET_INFO_FILE = "sft/dataset_info.json"
 RL_FILE = "rl/train.parquet"
 MANIFEST_FILE = "manifest.json"
 EXPORT_FORMAT_VERSION = "1"
-_ROLES = {"system", "user", "assistant", "tool"}
 
 
 @dataclass(frozen=True)
@@ -58,38 +58,6 @@ def dataset_version(rows: list[dict]) -> str:
     """Content hash of dataset rows, independent of shard layout, row order and ``created_at``."""
     canon = sorted(({k: v for k, v in r.items() if k != "created_at"} for r in rows), key=lambda r: r["sample_id"])
     return "ds-" + stable_id(EXPORT_FORMAT_VERSION, canon)
-
-
-def split_conversation(messages: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Prompt (system/user turns before the first assistant turn) and the continuation after it.
-
-    Raises ValueError with a reason code prefix when the conversation cannot be trained on.
-    """
-    if not messages:
-        raise ValueError("empty_messages: conversation has no messages")
-    roles = [m.get("role") for m in messages]
-    bad = sorted({r for r in roles if r not in _ROLES}, key=str)
-    if bad:
-        raise ValueError(f"unknown_role: roles {bad} are not system/user/assistant/tool")
-    for i, m in enumerate(messages):
-        if not (m.get("content") or "").strip():
-            raise ValueError(f"empty_turn: message {i} ({m['role']}) has no content")
-    if "assistant" not in roles:
-        raise ValueError("no_assistant_turn: nothing for the agent to learn")
-    if roles[-1] != "assistant":
-        raise ValueError(f"ends_with_{roles[-1]}: the last turn must be the agent's answer")
-    first = roles.index("assistant")
-    head = roles[1:first] if roles[0] == "system" else roles[:first]
-    if head != ["user"]:
-        raise ValueError(f"bad_prompt: expected [system], user before the first assistant turn, got {roles[:first]}")
-    # After the prompt the turns must alternate agent / environment (LLaMA-Factory requires it, and
-    # two agent turns in a row would mean a lost interpreter output).
-    for j, role in enumerate(roles[first:]):
-        want = "assistant" if j % 2 == 0 else "tool"
-        if role != want:
-            raise ValueError(f"bad_alternation: turn {first + j} is {role!r}, expected {want!r}")
-    clean = [{"role": m["role"], "content": m["content"]} for m in messages]
-    return clean[:first], clean[first:]
 
 
 def _sft_line(messages: list[dict]) -> str:

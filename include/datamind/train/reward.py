@@ -11,7 +11,8 @@ from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
 from datamind.judge.consistency import REL_TOL
 from datamind.llm.errors import LLMError
 from datamind.train.config import RewardConfig
-from datamind.train.react import final_answer, format_ok, parse_turn
+from datamind.rollout.protocol import final_answer, format_ok
+from datamind.rollout.protocol import strict_turn as parse_turn
 
 
 class Judge(Protocol):

@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from datamind.train.react import cut_at_stop, parse_turn
+from datamind.rollout.protocol import cut_at_stop
+from datamind.rollout.protocol import strict_turn as parse_turn
 
 Message = dict[str, str]
 
