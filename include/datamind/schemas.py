@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from datetime import datetime, timezone
+
 import pyarrow as pa
 
 TS = pa.timestamp("us", tz="UTC")
@@ -196,6 +198,35 @@ QUERIES = TableSchema(
     ),
     "Synthesized questions with lineage (hop, parents) and reference solutions where known.",
 )
+
+REASON_LIMIT, RAW_LIMIT = 2000, 4000
+
+
+def rejection(
+    stage: str,
+    item_id: str,
+    reason_code: str,
+    reason: str | None,
+    *,
+    file_id: str | None = None,
+    query_id: str | None = None,
+    raw: str | None = None,
+    run_id: str | None = None,
+    created_at: datetime | None = None,
+) -> dict:
+    """One ``rejections`` row: every stage records what it dropped, and why, through this."""
+    return {
+        "item_id": item_id,
+        "stage": stage,
+        "reason_code": reason_code,
+        "reason": reason[:REASON_LIMIT] if reason else reason,
+        "file_id": file_id,
+        "query_id": query_id,
+        "raw": raw[:RAW_LIMIT] if raw else raw,
+        "created_at": created_at or datetime.now(timezone.utc),
+        "run_id": run_id,
+    }
+
 
 MESSAGE = pa.struct([_f("role", _STR), _f("content", _STR)])
 

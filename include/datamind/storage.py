@@ -25,6 +25,11 @@ _OBJECT_STORE_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "mem
 class DataRoot:
     url: str
 
+    @classmethod
+    def of(cls, root: "DataRoot | str") -> "DataRoot":
+        """``root`` itself, or the data root at that path or URL (stage functions accept either)."""
+        return root if isinstance(root, DataRoot) else cls(root)
+
     def __post_init__(self) -> None:
         self.fs, self.root = url_to_fs(self.url)
         if self.is_local:

@@ -165,7 +165,7 @@ def evaluate(
     sandbox: Any | None = None,
 ) -> dict[str, Any]:
     """Run, judge, write results + summary + report; returns the summary."""
-    root = root if isinstance(root, DataRoot) else DataRoot(root)
+    root = DataRoot.of(root)
     p = params if isinstance(params, EvalParams) else EvalParams.from_dict(params)
     if p.offline and set(p.suites) - {"heldout"}:
         raise SuiteError("the offline reference policy has programs only for the held-out split; name an agent_conn_id")

@@ -20,7 +20,7 @@ from datamind.ids import stable_id
 from datamind.ingest.kaggle import crawl_kaggle, seen_key
 from datamind.ingest.kaggle_config import KaggleCrawlConfig, KaggleCredentials
 from datamind.ingest.sources import SourceFile
-from datamind.schemas import CATALOG_FILES, REJECTIONS
+from datamind.schemas import CATALOG_FILES, REJECTIONS, rejection
 from datamind.settings import Limits
 from datamind.shards import read_table, shard_name, write_shard
 from datamind.storage import DataRoot
@@ -48,15 +48,15 @@ def _failure_rows(result, run_id: str) -> list[dict[str, Any]]:
         for item in items:
             code = item.get("reason_code") or f"{kind}_{item.get('stage', 'unknown')}"
             rows.append(
-                {
-                    "item_id": stable_id(SOURCE, kind, item.get("ref"), item.get("version"), code, run_id),
-                    "stage": "ingest_kaggle",
-                    "reason_code": code,
-                    "reason": str(item.get("reason", ""))[:2000],
-                    "raw": json.dumps(item, default=str)[:4000],
-                    "created_at": now,
-                    "run_id": run_id,
-                }
+                rejection(
+                    "ingest_kaggle",
+                    stable_id(SOURCE, kind, item.get("ref"), item.get("version"), code, run_id),
+                    code,
+                    str(item.get("reason", "")),
+                    raw=json.dumps(item, default=str),
+                    run_id=run_id,
+                    created_at=now,
+                )
             )
     return rows
 

@@ -43,7 +43,7 @@ from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.params import ORCHESTRATION_KEYS, RolloutParams
 from datamind.rollout.runner import Critique, SandboxPool, run_one, trajectory_row
 from datamind.rollout.tasks import QueryTask, load_tasks
-from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
+from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, shard_paths, write_shard
 from datamind.storage import DataRoot
 
@@ -143,10 +143,6 @@ def shard_id(query_ids: list[str]) -> str:
     return stable_id(sorted(query_ids))
 
 
-def _as_root(root: DataRoot | str) -> DataRoot:
-    return root if isinstance(root, DataRoot) else DataRoot(root)
-
-
 def _p(params: dict | JudgeParams | None) -> JudgeParams:
     return params if isinstance(params, JudgeParams) else JudgeParams.from_dict(params)
 
@@ -165,7 +161,7 @@ def plan_judging(
     root: DataRoot | str, shard_size: int | None = None, params: dict | JudgeParams | None = None
 ) -> list[dict]:
     """Shard specs over queries that have round-0 trajectories and no judging outcome yet."""
-    root = _as_root(root)
+    root = DataRoot.of(root)
     p = _p(params)
     t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=["query_id", "reflection_round"])
     sampled = {q for q, r in zip(t.column("query_id").to_pylist(), t.column("reflection_round").to_pylist()) if r == 0}
@@ -195,17 +191,10 @@ def _rej(
     raw: str | None = None,
     file_id: str | None = None,
 ) -> dict:
-    return {
-        "item_id": item,  # a trajectory id, or the query id for a query-level outcome
-        "stage": STAGE,
-        "reason_code": code,
-        "reason": reason[:2000] if reason else reason,
-        "file_id": file_id,
-        "query_id": query_id,
-        "raw": raw[:RAW_LIMIT] if raw else raw,
-        "created_at": now,
-        "run_id": run_id,
-    }
+    # item: a trajectory id, or the query id for a query-level outcome
+    return rejection(
+        STAGE, item, code, reason, file_id=file_id, query_id=query_id, raw=raw, run_id=run_id, created_at=now
+    )
 
 
 CHECK_VERIFIED, CHECK_UNVERIFIED, CHECK_REFUTED = "verified", "consistent_unverified", "refuted"
@@ -318,7 +307,7 @@ def judge_shard(
     sandbox: Any | None = None,
 ) -> dict:
     """Judge, rescue and select the queries of ``spec``; returns a JSON-able summary."""
-    root = _as_root(root)
+    root = DataRoot.of(root)
     p = _p(params)
     rp = p.rollout_params
     if (p.judge == "llm" or rp.backend == "llm") and llm_client is None:

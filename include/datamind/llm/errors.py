@@ -11,8 +11,9 @@ Messages never contain the API key.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
+
+from datamind.schemas import rejection
 
 RAW_LIMIT = 20_000  # characters of raw model output kept in a rejection row
 
@@ -75,14 +76,6 @@ def rejection_row(
     """A row for the ``rejections`` table (schemas.REJECTIONS) describing a per-item LLM failure."""
     raw = exc.raw if isinstance(exc, ParseFailure) else None
     reason = exc.reason if isinstance(exc, ParseFailure) else str(exc)
-    return {
-        "item_id": item_id,
-        "stage": stage,
-        "reason_code": exc.reason_code,
-        "reason": reason,
-        "file_id": file_id,
-        "query_id": query_id,
-        "raw": None if raw is None else raw[:RAW_LIMIT],
-        "created_at": datetime.now(timezone.utc),
-        "run_id": run_id,
-    }
+    return rejection(
+        stage, item_id, exc.reason_code, reason, file_id=file_id, query_id=query_id, raw=raw, run_id=run_id
+    )

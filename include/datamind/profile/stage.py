@@ -21,7 +21,7 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest.loaders import LoadedTable, load_recorded, load_tables
 from datamind.profile.meta import profile_table
-from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS
+from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
 from datamind.shards import chunk, read_table, shard_name, write_shard
 from datamind.storage import DataRoot
@@ -142,15 +142,9 @@ def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None
         rows.extend(tables)
         if reason:
             failures.append(
-                {
-                    "item_id": stable_id(STAGE, fid),
-                    "stage": STAGE,
-                    "reason_code": "profile_failed",
-                    "reason": reason,
-                    "file_id": fid,
-                    "created_at": now,
-                    "run_id": run_id,
-                }
+                rejection(
+                    STAGE, stable_id(STAGE, fid), "profile_failed", reason, file_id=fid, run_id=run_id, created_at=now
+                )
             )
     name = shard_name(sorted(ids), prefix="profile")
     path = write_shard(root, CATALOG_TABLES, DIRS["catalog_tables"], rows, name)

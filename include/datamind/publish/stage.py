@@ -28,7 +28,7 @@ from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.publish import card
 from datamind.publish.audit import audit_rows
-from datamind.schemas import CATALOG_FILES, DATASET, QUERIES, REJECTIONS
+from datamind.schemas import CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
 from datamind.shards import read_rows, table_to_parquet_bytes
 from datamind.storage import DataRoot
 
@@ -39,10 +39,6 @@ MANIFEST = "manifest.json"
 CARD = "README.md"
 _VDIR = re.compile(r"^v(\d+)$")
 _PARTITION = re.compile(r"^params=[0-9a-f]+$")
-
-
-def _as_root(root: DataRoot | str) -> DataRoot:
-    return root if isinstance(root, DataRoot) else DataRoot(root)
 
 
 def part_name(i: int) -> str:
@@ -72,7 +68,7 @@ def versions(root: DataRoot) -> list[tuple[int, bool]]:
 
 def read_manifest(root: DataRoot | str, version: int | None = None) -> dict | None:
     """The manifest of ``v<version>``, or of the newest complete release."""
-    root = _as_root(root)
+    root = DataRoot.of(root)
     if version is None:
         complete = [n for n, ok in versions(root) if ok]
         if not complete:
@@ -107,17 +103,17 @@ def _source(root: DataRoot, partition: str | None) -> tuple[str, str | None]:
 
 
 def _filter_rejection(row: dict, finding, run_id: str | None, now: datetime) -> dict:
-    return {
-        "item_id": row["sample_id"],
-        "stage": STAGE,
-        "reason_code": f"{finding.rule}:{finding.code}",
-        "reason": finding.reason,
-        "file_id": row.get("file_id"),
-        "query_id": row.get("query_id"),
-        "raw": (row.get("final_answer") or "")[:4000],
-        "created_at": now,
-        "run_id": run_id,
-    }
+    return rejection(
+        STAGE,
+        row["sample_id"],
+        f"{finding.rule}:{finding.code}",
+        finding.reason,
+        file_id=row.get("file_id"),
+        query_id=row.get("query_id"),
+        raw=row.get("final_answer") or "",
+        run_id=run_id,
+        created_at=now,
+    )
 
 
 def publish_dataset(
@@ -138,7 +134,7 @@ def publish_dataset(
         raise ValueError("shard_rows must be >= 1")
     if not 0 <= test_fraction < 1:
         raise ValueError("test_fraction must be in [0, 1)")
-    root = _as_root(root)
+    root = DataRoot.of(root)
     t0 = time.perf_counter()
     now = datetime.now(timezone.utc)
     src, partition = _source(root, judged_partition)
@@ -249,17 +245,16 @@ def _with_readable_data(root: DataRoot, rows: list[dict]) -> tuple[list[dict], l
 
 
 def _missing_rejection(row: dict, why: str, run_id: str | None, now: datetime) -> dict:
-    return {
-        "item_id": row["sample_id"],
-        "stage": STAGE,
-        "reason_code": "data_file_missing",
-        "reason": why,
-        "file_id": row.get("file_id"),
-        "query_id": row.get("query_id"),
-        "raw": None,
-        "created_at": now,
-        "run_id": run_id,
-    }
+    return rejection(
+        STAGE,
+        row["sample_id"],
+        "data_file_missing",
+        why,
+        file_id=row.get("file_id"),
+        query_id=row.get("query_id"),
+        run_id=run_id,
+        created_at=now,
+    )
 
 
 def _carry_files(root: DataRoot, vdir: str, rows: list[dict]) -> list[dict]:
@@ -318,7 +313,7 @@ def _clear_strays(root: DataRoot, vdir: str, keep: set[str]) -> None:
 
 def dataset_glob(root: DataRoot | str, version: int | None = None) -> str:
     """A glob of the Parquet shards of a complete release (for duckdb / polars / datasets)."""
-    root = _as_root(root)
+    root = DataRoot.of(root)
     m = read_manifest(root, version)
     if m is None:
         raise FileNotFoundError("no complete dataset release under the data root")

@@ -22,7 +22,7 @@ from datamind.llm.errors import EndpointUnavailable
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import TaskError, load_tasks
-from datamind.schemas import QUERIES, REJECTIONS, TRAJECTORIES
+from datamind.schemas import QUERIES, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, write_shard
 from datamind.storage import DataRoot
 
@@ -35,10 +35,6 @@ REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
 def shard_id(query_ids: list[str]) -> str:
     """Names the shard after the queries it covers: a retry or rerun of the same work writes the same file."""
     return stable_id(sorted(query_ids))
-
-
-def _as_root(root: DataRoot | str) -> DataRoot:
-    return root if isinstance(root, DataRoot) else DataRoot(root)
 
 
 def sampled_query_ids(root: DataRoot) -> set[str]:
@@ -55,7 +51,7 @@ def plan_sampling(
     root: DataRoot | str, shard_size: int | None = None, params: dict | RolloutParams | None = None
 ) -> list[dict]:
     """Shard specs (JSON-able, for XCom / dynamic task mapping) over queries not sampled yet, in id order."""
-    root = _as_root(root)
+    root = DataRoot.of(root)
     p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
     size = shard_size or p.shard_size
     ids = sorted(set(read_table(root, QUERIES, DIRS["queries"], columns=["query_id"]).column("query_id").to_pylist()))
@@ -67,17 +63,7 @@ def plan_sampling(
 def _rejection(
     query_id: str, code: str, reason: str, run_id: str | None, now: datetime, file_id: str | None = None
 ) -> dict:
-    return {
-        "item_id": query_id,
-        "stage": STAGE,
-        "reason_code": code,
-        "reason": reason,
-        "file_id": file_id,
-        "query_id": query_id,
-        "raw": None,
-        "created_at": now,
-        "run_id": run_id,
-    }
+    return rejection(STAGE, query_id, code, reason, file_id=file_id, query_id=query_id, run_id=run_id, created_at=now)
 
 
 async def _sample_all(jobs: list[tuple], params: RolloutParams, pool: SandboxPool, llm_client: Any | None) -> list:
@@ -108,7 +94,7 @@ def sample_shard(
     sandbox: Any | None = None,
 ) -> dict:
     """Sample N trajectories for each query of ``spec``; returns a JSON-able summary."""
-    root = _as_root(root)
+    root = DataRoot.of(root)
     p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
     if p.backend == "llm" and llm_client is None:
         raise ValueError("backend='llm' needs an llm_client")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from datamind.ids import stable_id
+from datamind.schemas import rejection
 
 STAGE = "synthesis"
 MAX_RAW_CHARS = 4000
@@ -80,14 +81,14 @@ def rejection_row(
     raw: str | None = None,
     run_id: str | None = None,
 ) -> dict:
-    return {
-        "item_id": stable_id(STAGE, *key),
-        "stage": STAGE,
-        "reason_code": reason_code,
-        "reason": reason,
-        "file_id": file_id,
-        "query_id": query_id,
-        "raw": raw[:MAX_RAW_CHARS] if raw else raw,
-        "created_at": now(),
-        "run_id": run_id,
-    }
+    return rejection(
+        STAGE,
+        stable_id(STAGE, *key),
+        reason_code,
+        reason,
+        file_id=file_id,
+        query_id=query_id,
+        raw=raw[:MAX_RAW_CHARS] if raw else raw,
+        run_id=run_id,
+        created_at=now(),
+    )

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from datamind.assets import DIRS
 from datamind.rollout.protocol import split_conversation
 from datamind.ids import sha256_bytes, stable_id
-from datamind.schemas import DATASET, REJECTIONS, RL_EXPORT
+from datamind.schemas import DATASET, REJECTIONS, RL_EXPORT, rejection
 from datamind.shards import read_rows, table_to_parquet_bytes, write_shard
 from datamind.storage import DataRoot
 
@@ -189,14 +189,7 @@ def export(
             REJECTIONS,
             posixpath.join(DIRS["rejections"], "export"),
             [
-                {
-                    "item_id": r["sample_id"],
-                    "stage": "export",
-                    "reason_code": r["reason_code"],
-                    "reason": r["reason"],
-                    "created_at": now,
-                    "run_id": run_id,
-                }
+                rejection("export", r["sample_id"], r["reason_code"], r["reason"], run_id=run_id, created_at=now)
                 for r in rejected
             ],
             name=f"export-{version}.parquet",
