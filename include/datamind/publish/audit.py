@@ -29,6 +29,7 @@ _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?%?")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'`])")
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _CODE = re.compile(r"<code>(.*?)</code>", re.DOTALL)
+_UNNAMED = re.compile(r"Unnamed: \d+")
 _READ = re.compile(r"\bread_(?:csv|excel)\(|execute_sql\(")
 
 # name -> (comparison, bound, what it means).  ``min_n``: figures over fewer samples are reported, not judged.
@@ -70,7 +71,9 @@ def sample_figures(row: dict) -> SampleFigures:
     thinks = [t.strip() for a in assistant for t in _THINK.findall(a)]
     unfixed = False
     for i, obs in enumerate(tools):
-        if obs.count("Unnamed: ") >= 2 and not any(_READ.search(c) for c in codes[i + 1 :]):
+        shown = set(_UNNAMED.findall(obs))
+        # a lone 'Unnamed: 0' is the row index a DataFrame was saved with, not a misplaced header
+        if shown and shown != {"Unnamed: 0"} and not any(_READ.search(c) for c in codes[i + 1 :]):
             unfixed = True
     recovered = any(
         _ERROR.search(obs) and i + 1 < len(tools) and not _ERROR.search(tools[i + 1]) for i, obs in enumerate(tools)

@@ -68,6 +68,13 @@ def read_view(output: str) -> ReadView:
     return ReadView(shape, tuple(cols), error)
 
 
+def placeholder_headers(names) -> list[str]:
+    """'Unnamed: n' columns that show a header problem. A lone leading 'Unnamed: 0' is the row index a
+    DataFrame was saved with: a normal column of such files, not a sign that the header is elsewhere."""
+    unnamed = [n for n in names if str(n).startswith("Unnamed:")]
+    return [] if unnamed == ["Unnamed: 0"] and str(names[0]) == "Unnamed: 0" else unnamed
+
+
 def read_problem(view: ReadView) -> str | None:
     """What an analyst would notice in a first read, quoted from it; None when it looks usable."""
     if view.error:
@@ -77,7 +84,7 @@ def read_problem(view: ReadView) -> str | None:
     names = view.names
     if not names:
         return None
-    unnamed = [n for n in names if n.startswith("Unnamed:")]
+    unnamed = placeholder_headers(names)
     if len(names) == 1 and any(sep in names[0] for sep in (";", "\t", "|")):
         sep = next(s for s in (";", "\t", "|") if s in names[0])
         shown = {";": "semicolons", "\t": "tabs", "|": "pipes"}[sep]
