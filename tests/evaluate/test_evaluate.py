@@ -136,6 +136,9 @@ def test_dabench_with_a_scripted_agent(root, dabench, server, agent_client, sand
     report = (eval_dir / "report.md").read_text()
     assert f"pass@1 {p1:.1%}" in report and "Summary Statistics" in report
     assert json.loads((eval_dir / "summary.json").read_text())["suites"]["dabench"]["pass@3"] == round(p3, 4)
+    # listed with the other quality reports, its contract checks passing
+    index = Path(root.path("reports", "index.html")).read_text()
+    assert "evaluate_agent" in index and summary["eval_id"] in index and "FAIL" not in index
     # a rerun with the same parameters rewrites the same folder: one results file, same ids
     again = evaluate(root, params, agent_client, sandbox=sandbox)
     assert again["eval_id"] == summary["eval_id"] and len(list(Path(root.path("eval")).glob("*/results.parquet"))) == 1

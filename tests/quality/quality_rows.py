@@ -148,12 +148,35 @@ def rejection_row(i: int, stage: str = "synth", reason_code: str = "parse_error"
     return row
 
 
+def eval_row(i: int, trial: int = 0, correct: bool = True, **over) -> dict:
+    row = dict(
+        eval_id="eval-1",
+        suite="dabench",
+        item_id=f"dabench-{i}",
+        trial=trial,
+        category="Summary Statistics",
+        question="What is the mean fare?",
+        gold="@mean_fare[34.65]",
+        final_answer="@mean_fare[34.65]" if correct else "@mean_fare[1]",
+        correct=correct,
+        outcome="correct" if correct else "wrong",
+        judge="rule:dabench",
+        status="answered",
+        n_turns=2,
+        messages=messages("@mean_fare[34.65]"),
+        created_at=NOW,
+    )
+    row.update(over)
+    return row
+
+
 def frame(table: str, rows: list[dict]) -> pd.DataFrame:
     """Rows through the declared schema (as a stage writes them) and back to pandas (as a reader gets them)."""
     return schemas.ALL[table].to_table(rows).to_pandas()
 
 
 VALID_ROWS = {
+    "eval_results": lambda: [eval_row(1), eval_row(1, trial=1, correct=False), eval_row(2, suite="heldout")],
     "catalog_files": lambda: [file_row(1), file_row(2), rejected_file_row(3, "too_small")],
     "catalog_tables": lambda: [table_row(1), table_row(2, format="xlsx", n_cols=2, columns=["x", "y"])],
     "queries": lambda: [

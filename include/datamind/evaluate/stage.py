@@ -28,12 +28,14 @@ from datamind.evaluate.runner import Runner, Trial
 from datamind.evaluate.params import EvalParams
 from datamind.evaluate.suites import EvalItem, SuiteError, load_suite
 from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
+from datamind.quality.validate import validate_table
 from datamind.rollout.agent import STATUS_ERROR, STATUS_MAX_TURNS
 from datamind.schemas import EVAL_RESULTS
 from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot
 
 EVAL_DIR = "eval"
+STAGE = "evaluate_agent"
 
 
 # -- metrics -------------------------------------------------------------------------------------
@@ -191,6 +193,9 @@ def evaluate(
     }
     root.write_text(posixpath.join(folder, "summary.json"), json.dumps(summary, indent=2, sort_keys=True, default=str))
     root.write_text(posixpath.join(folder, "report.md"), render_report(summary, all_summaries(root)))
+    # listed with the other quality reports (reports/index.html): the contract checks plus the figures
+    quality = validate_table(root, EVAL_RESULTS.name, EVAL_RESULTS.to_table(rows), run_id=eval_id, stage=STAGE)
+    summary["quality_report"] = quality.location
     return summary
 
 

@@ -172,3 +172,13 @@ def messages_well_formed(final_from_assistant: bool):
         return out
 
     return check
+
+
+def correct_matches_outcome(df: pd.DataFrame, id_col: str) -> list[str | None]:
+    out: list[str | None] = []
+    for item, correct, outcome in _rows(df, [id_col, "correct", "outcome"]):
+        if bool(correct) != (outcome == "correct"):
+            out.append(f"{item}: correct={correct} but outcome {outcome!r}")
+        else:
+            out.append(None)
+    return out

@@ -37,6 +37,7 @@ ID_COLUMNS: dict[str, tuple[str, ...]] = {
     "trajectories": ("trajectory_id",),
     "dataset": ("sample_id",),
     "rejections": ("item_id", "stage"),
+    "eval_results": ("eval_id", "suite", "item_id", "trial"),
 }
 
 _NOT_BLANK = r"\S"  # at least one non-whitespace character
@@ -309,6 +310,29 @@ def _rejections(limits: Limits) -> Suite:
     return Suite(t.name, "item_id", tuple(exps))
 
 
+def _eval_results(limits: Limits) -> Suite:
+    t = schemas.EVAL_RESULTS
+    exps = contract_expectations(t) + [
+        _in_set("suite", ("dabench", "tablebench", "bird", "heldout"), "the suites evaluate_agent knows"),
+        _in_set(
+            "outcome",
+            ("correct", "wrong", "no_answer", "max_turns", "sandbox_error", "agent_error"),
+            "every trial ends in one named outcome",
+        ),
+        *_non_negative("trial", "n_turns"),
+        _not_blank("judge", "every verdict names the judge that gave it"),
+    ]
+    checks = (
+        _check(
+            "correct_iff_outcome_correct",
+            "the verdict and the outcome agree",
+            ("correct", "outcome"),
+            semantic.correct_matches_outcome,
+        ),
+    )
+    return Suite(t.name, "item_id", tuple(exps), checks)
+
+
 _BUILDERS = {
     "catalog_files": _catalog_files,
     "catalog_tables": _catalog_tables,
@@ -316,6 +340,7 @@ _BUILDERS = {
     "trajectories": _trajectories,
     "dataset": _dataset,
     "rejections": _rejections,
+    "eval_results": _eval_results,
 }
 
 TABLE_NAMES = tuple(_BUILDERS)

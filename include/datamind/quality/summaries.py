@@ -168,6 +168,16 @@ def summarize(table_name: str, df: pd.DataFrame, related: Mapping[str, pd.DataFr
         if "trajectories" in related:
             judged = related["trajectories"]["query_id"].tolist()
             s["consistency"] = consistency_stats(judged, df).as_dict()
+    elif table_name == "eval_results":
+        s["by_suite"] = {
+            suite: {
+                "trials": int(len(part)),
+                "questions": _n_unique(part, "item_id"),
+                "correct_share": _ratio(int(part["correct"].sum()), int(len(part))),
+                "outcomes": distribution(part.get("outcome", [])),
+            }
+            for suite, part in (df.groupby("suite") if "suite" in df else [])
+        }
     elif table_name == "rejections":
         s["by_stage"] = distribution(df.get("stage", []))
         s["drop_reasons"] = drop_reasons(df)
