@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 
 import pytest
 from fakes.openai_server import Fault
@@ -205,3 +206,22 @@ def test_bad_meta_info_is_a_rejection_not_a_crash(root, small_csv, llm_server, c
     summary = synthesize_shard(root, spec, params, "r", llm_client=client_factory())
     assert summary["n_queries"] == 0 and summary["rejections"] == {"bad_meta_info": 1}
     assert llm_server.request_count == 0
+
+
+def test_a_failed_hop_records_every_later_hop_it_cost(root, catalog, llm_server, client_factory):
+    def broken_chains(body: dict) -> str:
+        prompt = body["messages"][0]["content"]
+        return "no tags at all" if "# Previous question" in prompt else responder(body)
+
+    llm_server.responder = broken_chains
+    params = {**PARAMS, "categories": ["ranking"], "queries_per_category": 1}
+    (spec,) = plan_synthesis(root, 10, params)
+    summary = synthesize_shard(root, spec, params, "run-1", llm_client=client_factory())
+    rows = read_rows(root, QUERIES, "queries")
+    assert [r["hop"] for r in rows if r["hop"] > 1] == []
+    rejected = read_rows(root, REJECTIONS, "rejections")
+    codes = Counter(r["reason_code"] for r in rejected)
+    assert codes["llm_parse_failed"] == 1 and codes["chain_hop_skipped"] == 1  # hop 2 failed, so hop 3 never asked
+    skipped = next(r for r in rejected if r["reason_code"] == "chain_hop_skipped")
+    assert "hop 3" in skipped["reason"] and "hop 2 failed" in skipped["reason"]
+    assert summary["rejections"]["chain_hop_skipped"] == 1

@@ -253,7 +253,19 @@ async def synthesize_table_llm(
                     repairs,
                 )
             if got is None:
-                break  # a chain cannot skip a hop: later hops would lose their input
+                # a chain cannot skip a hop (later hops would lose their input): each hop not written is
+                # recorded, so no drop goes unexplained
+                for later in range(hop + 1, len(seed) + 1):
+                    out.rejections.append(
+                        R.rejection_row(
+                            key=(fingerprint, tid, "chain", root["query_id"], later),
+                            reason_code="chain_hop_skipped",
+                            reason=f"hop {later} of the chain from {root['query_id']} was not asked: hop {hop} failed",
+                            file_id=table["file_id"],
+                            run_id=run_id,
+                        )
+                    )
+                break
             r = row(category, hop, [prev_id], root["query_id"], got, prompt.version)
             made.append(r)
             # the next hop builds on this hop's executed result (None only when no program ran)
