@@ -134,10 +134,11 @@ def test_killed_publish_leaves_no_partial_or_duplicated_shard(root):
     env = {**os.environ, "PYTHONPATH": str(REPO / "include")}
     child = subprocess.Popen([sys.executable, "-c", CHILD, root.url, str(size)], env=env, cwd=str(REPO))
     vdir = Path(root.path("dataset", "v1"))
+    staged = Path(root.path("staging", "dataset", "v1"))  # where a release is built before it is moved in
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline and child.poll() is None:
-            if vdir.is_dir() and len(list(vdir.glob("part-*.parquet"))) >= 5:
+            if staged.is_dir() and len(list(staged.glob("part-*.parquet"))) >= 5:
                 break
             time.sleep(0.002)
         assert child.poll() is None, "publish finished before it could be killed; raise n"
@@ -145,13 +146,14 @@ def test_killed_publish_leaves_no_partial_or_duplicated_shard(root):
     finally:
         child.wait(10)
     assert child.returncode == -signal.SIGKILL
-    assert not (vdir / "manifest.json").exists()
-    assert read_manifest(root) is None  # readers see no release at all
-    partial = sorted(x.name for x in vdir.iterdir())
+    assert read_manifest(root) is None  # readers see no release at all ...
+    assert not vdir.exists() and not list(Path(root.path()).glob("dataset/**/*.parquet"))  # ... nor any part of one
+    partial = sorted(x.name for x in staged.iterdir())
     assert 0 < len([x for x in partial if x.startswith("part-")]) < n // size
 
     m = publish_dataset(root, "run-rerun", shard_rows=size)
-    assert m["version"] == 1  # the incomplete version is reused, not a second copy next to it
+    assert m["version"] == 1  # the killed attempt's number is reused, not a second copy next to it
+    assert not staged.exists()
     names = sorted(x.name for x in vdir.iterdir())
     assert names == ["README.md", "files", "manifest.json"] + [f"part-{i:05d}.parquet" for i in range(n // size)]
     assert sorted(Path(root.path("dataset")).iterdir()) == [Path(root.path("dataset", "LATEST")), vdir]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import logging
 import posixpath
 import re
@@ -167,7 +168,11 @@ def publish_dataset(
         return {**latest, "unchanged": True}
     incomplete = [n for n, ok in existing if not ok and n > (latest["version"] if latest else 0)]
     number = incomplete[0] if incomplete else (max((n for n, _ in existing), default=0) + 1)
-    vdir = posixpath.join(DIRS["dataset"], f"v{number}")
+    final = posixpath.join(DIRS["dataset"], f"v{number}")
+    # Built out of sight, then moved into place whole: a reader of dataset/** never sees a partial release,
+    # and a killed publish leaves only a staging folder the next attempt starts afresh.
+    vdir = posixpath.join(STAGING, f"v{number}")
+    root.remove(vdir)
 
     sources = _carry_files(root, vdir, kept)
     parts = [kept[i : i + shard_rows] for i in range(0, len(kept), shard_rows)]
@@ -215,11 +220,31 @@ def publish_dataset(
     manifest["audit"] = audit_rows(kept, dict(Counter(q["category"] for q in queries)))
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
+    _commit(root, vdir, final)
     root.write_text(posixpath.join(DIRS["dataset"], "LATEST"), f"v{number}\n")
     log.info(
         "published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(parts), len(rejections)
     )
     return manifest
+
+
+STAGING = "staging/dataset"
+
+
+def _commit(root: DataRoot, staged: str, final: str) -> None:
+    """Move a finished release into ``dataset/``. On a local disk (and on object stores whose move is a
+    per-file copy, where the manifest is the release's commit mark) readers see it whole or not at all."""
+    root.remove(final)  # an earlier attempt's leftovers: it had no manifest, so it was never a release
+    src, dst = root.path(staged), root.path(final)
+    if root.is_local:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.replace(src, dst)
+        return
+    files = sorted(root.fs.find(src))
+    manifest = [f for f in files if f.endswith("/" + MANIFEST)]
+    for f in [f for f in files if f not in manifest] + manifest:  # the manifest last: it marks completeness
+        root.fs.copy(f, dst + f[len(src) :])
+    root.remove(staged)
 
 
 def _source_uri(root: DataRoot, uri: str) -> str:
