@@ -285,3 +285,21 @@ def test_every_category_has_several_registered_templates():
     assert all(len(REGISTRY[c]) >= 2 for c in CATEGORY_IDS)
     names = [fn.__name__ for fns in REGISTRY.values() for fn in fns]
     assert len(names) == len(set(names))  # template names are stored in template_version: unique
+
+
+def test_questions_carry_the_units_the_column_descriptions_give():
+    from datamind.synth.offline.phrasing import glossary, polish_question
+
+    profiles = [
+        {"name": "total", "description": "amount charged in euros | Values: quantity times list price"},
+        {"name": "customer_id", "description": "customer id | unique identifier of the customer"},
+        {"name": "wait", "description": "waiting time in days"},
+        {"name": "note", "description": None},
+    ]
+    terms = glossary(profiles)
+    assert terms == {"total": "amount charged in euros", "wait": "waiting time in days"}  # only units and scales
+    q = polish_question("What is the average total across all records?", "12.5", terms)
+    assert q.startswith("What is the average total across all records? (total: amount charged in euros.)")
+    assert polish_question("How many customer_id values are there?", "3", terms).count("(") == 0
+    # a column name inside another word is not a mention
+    assert "(" not in polish_question("What is the subtotal?", "1", terms)

@@ -21,7 +21,7 @@ from datamind.synth.offline.compose import Hop, build_chains
 from datamind.synth.offline.engine import Skip, synthesize_offline
 from datamind.synth.offline.execute import ExecutionError, run_in_subprocess, run_solution
 from datamind.synth.offline.generators import OFFLINE_TEMPLATES_VERSION
-from datamind.synth.offline.phrasing import polish_question
+from datamind.synth.offline.phrasing import glossary, polish_question
 from datamind.synth.offline.source import READERS, Source, UnsupportedSource, build_source, parse_read_options
 from datamind.synth.offline.variants import runnable_variants
 from datamind.synth.params import SynthParams
@@ -203,6 +203,7 @@ def _offline_rows(
     scratch: str,
 ) -> None:
     fp = params.fingerprint
+    terms = glossary(table.get("column_profiles"))  # units and scales from the column descriptions
     tid = table["table_id"]
     if with_singles:
         result = synthesize_offline(view, source, params.categories, params.queries_per_category, params.seed, tid)
@@ -218,7 +219,7 @@ def _offline_rows(
                         hop=1,
                         parents=[],
                         root_id=None,
-                        question=polish_question(cand.task.question, cand.answer),
+                        question=polish_question(cand.task.question, cand.answer, terms),
                         description=cand.task.description,
                         lang=cand.lang,
                         solution=cand.solution,
@@ -257,7 +258,7 @@ def _offline_rows(
                         hop=k,
                         parents=parents,
                         root_id=chain_rows[0]["query_id"] if chain_rows else None,
-                        question=polish_question(hop.task.question, hop.answer),
+                        question=polish_question(hop.task.question, hop.answer, terms),
                         description=hop.task.description,
                         lang=hop.lang,
                         solution=hop.solution,

@@ -47,8 +47,36 @@ def undouble(question: str) -> str:
     return _DOUBLED.sub(lambda m: m.group(3), question)
 
 
-def polish_question(question: str, answer: str) -> str:
-    q = undouble(question.strip())
+_UNIT = re.compile(
+    r"(€|\$|£|\beuros?\b|\bdollars?\b|\busd\b|\beur\b|\bpercent\b|%|\bkg\b|\bkilo|\bgrams?\b|\bkm\b|"
+    r"\bmeters?\b|\bmetres?\b|\bmiles?\b|\bseconds?\b|\bminutes?\b|\bhours?\b|\bdays?\b|\bweeks?\b|"
+    r"\bmonths?\b|\byears?\b|°|\bcelsius\b|\bfahrenheit\b|\blit(?:er|re)s?\b|\bunits\b)",
+    re.IGNORECASE,
+)
+
+
+def glossary(column_profiles) -> dict[str, str]:
+    """Column -> what its values mean, for the columns whose description gives a unit or scale (a price in
+    euros, a duration in days): the part of the question a reader cannot guess from the name."""
+    out: dict[str, str] = {}
+    for p in column_profiles or []:
+        name, desc = p.get("name"), p.get("description") or ""
+        parts = [x.strip() for x in desc.split("|") if x.strip() and not x.strip().startswith("Values:")]
+        meaning = next((x for x in parts if _UNIT.search(x)), None)
+        if name and meaning and meaning.lower() != str(name).lower():
+            out[str(name)] = meaning.rstrip(".")
+    return out
+
+
+def _meaning_note(question: str, terms: dict[str, str]) -> str:
+    used = [c for c in terms if re.search(r"(?<![\w])" + re.escape(c) + r"(?![\w])", question)][:2]
+    if not used:
+        return ""
+    return " " + " ".join(f"({c}: {terms[c]}.)" for c in used)
+
+
+def polish_question(question: str, answer: str, terms: dict[str, str] | None = None) -> str:
+    q = undouble(question.strip()) + _meaning_note(question, terms or {})
     if _SAYS_FORMAT.search(q) or any(opt in q for opts in _FORMATS.values() for opt in opts):
         return q
     options = _FORMATS[answer_kind(answer)]
