@@ -62,6 +62,13 @@ def _default_suites() -> dict:
             description="OpenAI-compatible endpoint of the agent under test; 'offline' = reference policy (held-out).",
         ),
         "model": Param(None, type=["null", "string"], title="Model", description="Overrides the Connection's model."),
+        "checkpoint": Param(
+            None,
+            type=["null", "string"],
+            title="Checkpoint folder",
+            description="A train_agent checkpoint to serve on this worker (CPU) as the agent; "
+            "on a new checkpoint event it is filled in from the event.",
+        ),
         "suites": Param(
             _default_suites(),
             type="object",
@@ -86,9 +93,14 @@ def evaluate_agent():
         from datamind_airflow.llm import agent_client_for, judge_client_for
 
         context = get_current_context()
-        p = EvalParams.from_dict(dict(context["params"]))
+        raw = dict(context["params"])
         for event in (context.get("triggering_asset_events") or {}).get(CHECKPOINTS, []):
-            log.info("Triggered by checkpoint %s", (event.extra or {}).get("checkpoint_uri"))
+            uri = (event.extra or {}).get("checkpoint_uri")
+            log.info("Triggered by checkpoint %s", uri)
+            if uri and not raw.get("checkpoint") and raw.get("agent_conn_id") == _default("agent_conn_id"):
+                raw["checkpoint"] = uri.split("://", 1)[-1]  # evaluate the checkpoint that was just trained
+        runtime.settings()  # DATAMIND_BENCHMARKS from the Airflow Variable when the environment has none
+        p = EvalParams.from_dict(raw)
         with agent_client_for(p) as agent, judge_client_for(p) as judge:
             summary = run_eval(runtime.data_root(), p, agent, judge)
         runtime.log_summary(

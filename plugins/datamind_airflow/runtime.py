@@ -14,7 +14,25 @@ log = logging.getLogger(__name__)
 
 
 def settings() -> Settings:
+    _benchmarks_from_variable()
     return Settings.from_env()
+
+
+def _benchmarks_from_variable() -> None:
+    """DATAMIND_BENCHMARKS may also be the Airflow Variable ``datamind_benchmarks`` (the environment wins):
+    copied into this task's environment, where ingest, synthesis and evaluation read it."""
+    import os
+
+    if os.environ.get("DATAMIND_BENCHMARKS"):
+        return
+    try:
+        from airflow.sdk import Variable
+
+        value = Variable.get("datamind_benchmarks", default=None)
+    except Exception:  # noqa: BLE001 - no Variable backend reachable (parse time, unit tests): env only
+        return
+    if value:
+        os.environ["DATAMIND_BENCHMARKS"] = value if isinstance(value, str) else __import__("json").dumps(value)
 
 
 def data_root() -> DataRoot:

@@ -20,6 +20,8 @@ class EvalParams:
     """The form of evaluate_agent (and the Python API): every default lives here."""
 
     agent_conn_id: str = OFFLINE_AGENT  # Connection of an OpenAI-compatible endpoint; "offline" = reference policy
+    # A local checkpoint folder (train_agent's output) served on loopback for the run, instead of a Connection.
+    checkpoint: str | None = None
     model: str | None = None  # overrides the connection's ``agent`` model
     suites: dict = field(default_factory=dict)  # kind -> folder or file ("heldout" -> a version, "" = latest)
     trials: int = 3  # paper: 3 independent trials
@@ -38,6 +40,8 @@ class EvalParams:
         unknown = set(self.suites) - set(SUITE_KINDS)
         if unknown:
             raise ValueError(f"unknown suite kinds {sorted(unknown)}; known: {', '.join(SUITE_KINDS)}")
+        if self.checkpoint and self.agent_conn_id != OFFLINE_AGENT:
+            raise ValueError("give either a checkpoint to serve or an agent_conn_id, not both")
         if not self.suites:
             raise ValueError("name at least one suite, e.g. {'dabench': '/data/dabench'}")
         if self.trials < 1 or self.max_turns < 1 or self.concurrency < 1 or self.exec_workers < 1:
@@ -57,7 +61,7 @@ class EvalParams:
 
     @property
     def offline(self) -> bool:
-        return self.agent_conn_id == OFFLINE_AGENT
+        return self.agent_conn_id == OFFLINE_AGENT and not self.checkpoint
 
     def eval_id(self) -> str:
         d = {k: v for k, v in asdict(self).items() if k not in self._NOT_IN_ID}

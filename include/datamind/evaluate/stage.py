@@ -19,7 +19,7 @@ import asyncio
 import json
 import posixpath
 from collections import Counter, defaultdict
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,6 +27,7 @@ from datamind.evaluate import judges
 from datamind.evaluate.runner import Runner, Trial
 from datamind.evaluate.params import EvalParams
 from datamind.evaluate.suites import EvalItem, SuiteError, load_suite
+from datamind.ids import stable_id
 from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
 from datamind.quality.validate import validate_table
 from datamind.rollout.agent import STATUS_ERROR, STATUS_MAX_TURNS
@@ -105,7 +106,7 @@ async def _verdict(trial: Trial, text_judge) -> judges.Verdict:
     return judges.Verdict(v.correct, v.judge if v.judge != "rule" else "rule:numeric_3pct", v.reasoning)
 
 
-def judge_trials(trials: list[Trial], text_judge, eval_id: str) -> list[dict]:
+def judge_trials(trials: list[Trial], text_judge, eval_id: str, model: str | None = None) -> list[dict]:
     async def main():
         try:
             return await asyncio.gather(*(_verdict(t, text_judge) for t in trials))
@@ -137,7 +138,7 @@ def judge_trials(trials: list[Trial], text_judge, eval_id: str) -> list[dict]:
                 "status": r.status if r else "error",
                 "n_turns": r.n_turns if r else 0,
                 "messages": [{"role": m["role"], "content": m["content"]} for m in r.messages] if r else [],
-                "model": (r.model if r else None) or t.model,
+                "model": (r.model if r else None) or model or t.model,
                 "created_at": now,
             }
         )
@@ -171,13 +172,22 @@ def evaluate(
     p = params if isinstance(params, EvalParams) else EvalParams.from_dict(params)
     if p.offline and set(p.suites) - {"heldout"}:
         raise SuiteError("the offline reference policy has programs only for the held-out split; name an agent_conn_id")
+    if p.checkpoint and agent_client is None:
+        from datamind.evaluate.serve import serve_checkpoint
+        from datamind.llm import LLMClient, LLMConfig, ResponseCache
+
+        name = f"checkpoint-{stable_id(p.checkpoint, length=10)}"  # cache entries never mix checkpoints
+        with serve_checkpoint(p.checkpoint, name) as url:
+            config = LLMConfig(base_url=url, api_key="", models={"agent": name}, timeout_s=600.0, max_retries=1)
+            client = LLMClient(config, cache=ResponseCache(root))
+            return evaluate(root, replace(p, model=name), client, judge_client, sandbox=sandbox)
     if not p.offline and agent_client is None:
         raise ValueError(f"agent_conn_id {p.agent_conn_id!r} needs an LLM client")
     eval_id = p.eval_id()
     items, skipped = load_items(root, p)
     trials = Runner(p, agent_client, root=root, sandbox=sandbox).run(items)
     text_judge = LLMAnswerJudge(judge_client, rel_tol=p.rel_tol) if judge_client else RuleAnswerJudge(p.rel_tol)
-    rows = judge_trials(trials, text_judge, eval_id)
+    rows = judge_trials(trials, text_judge, eval_id, p.model)
     folder = posixpath.join(EVAL_DIR, eval_id)
     root.write_bytes(posixpath.join(folder, "results.parquet"), table_to_parquet_bytes(EVAL_RESULTS.to_table(rows)))
     models = sorted({r["model"] for r in rows if r["model"]})
