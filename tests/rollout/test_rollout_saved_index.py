@@ -37,3 +37,10 @@ def test_the_audit_counts_placeholder_headers_but_not_a_saved_index():
     title_rows = "Report   str\nUnnamed: 1   str\nUnnamed: 2  str"
     assert sample_figures(_sample(title_rows)).unfixed_placeholder
     assert not sample_figures(_sample(title_rows, "df = pd.read_csv('a.csv', skiprows=2)")).unfixed_placeholder
+
+
+def test_a_trailing_delimiter_is_named_for_what_it_is():
+    problem = read_problem(_view(["JDTDB", "X", "Y", "Unnamed: 3"]))
+    assert "last column 'Unnamed: 3'" in problem and "delimiter" in problem and "header" not in problem
+    drop = "df = df.loc[:, [c for c in df.columns if not (str(c).startswith('Unnamed: ') and df[c].isna().all())]]"
+    assert not sample_figures(_sample("X  float64\nUnnamed: 3  float64", drop)).unfixed_placeholder

@@ -30,7 +30,8 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'`])")
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _CODE = re.compile(r"<code>(.*?)</code>", re.DOTALL)
 _UNNAMED = re.compile(r"Unnamed: \d+")
-_READ = re.compile(r"\bread_(?:csv|excel)\(|execute_sql\(")
+# a later cell that re-reads the file, or drops the unnamed columns it saw, dealt with them
+_FIXES = re.compile(r"\bread_(?:csv|excel)\(|execute_sql\(|startswith\('Unnamed: '\)")
 
 # name -> (comparison, bound, what it means).  ``min_n``: figures over fewer samples are reported, not judged.
 THRESHOLDS: dict[str, tuple[str, float, str]] = {
@@ -73,7 +74,7 @@ def sample_figures(row: dict) -> SampleFigures:
     for i, obs in enumerate(tools):
         shown = set(_UNNAMED.findall(obs))
         # a lone 'Unnamed: 0' is the row index a DataFrame was saved with, not a misplaced header
-        if shown and shown != {"Unnamed: 0"} and not any(_READ.search(c) for c in codes[i + 1 :]):
+        if shown and shown != {"Unnamed: 0"} and not any(_FIXES.search(c) for c in codes[i + 1 :]):
             unfixed = True
     recovered = any(
         _ERROR.search(obs) and i + 1 < len(tools) and not _ERROR.search(tools[i + 1]) for i, obs in enumerate(tools)

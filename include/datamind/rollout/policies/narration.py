@@ -89,6 +89,13 @@ def read_problem(view: ReadView) -> str | None:
         sep = next(s for s in (";", "\t", "|") if s in names[0])
         shown = {";": "semicolons", "\t": "tabs", "|": "pipes"}[sep]
         return f"everything landed in one column named {short(names[0], 60)!r}: the fields are separated by {shown}"
+    if unnamed and names[-len(unnamed) :] == unnamed and len(unnamed) * 2 < len(names):
+        cols = " and ".join(repr(n) for n in unnamed[:2])
+        return (
+            f"the last column{'s' if len(unnamed) > 1 else ''} {cols} "
+            f"{'have' if len(unnamed) > 1 else 'has'} no name: the lines end with a delimiter, "
+            "which leaves an empty column behind"
+        )
     if unnamed and len(unnamed) * 2 >= len(names):
         first = short(names[0], 70)
         return (
@@ -123,6 +130,8 @@ def describe_fix(code: str) -> str:
         parts.append(f"header rows {int(m.group(1)) + 1}-{int(m.group(2))} joined into one name per column")
     if "notes under the table" in code:
         parts.append("the note rows under the table dropped")
+    if "isna().all()" in code and "read_" not in code:
+        return "the empty unnamed columns dropped"
     if "str.strip()" in code:
         parts.append("text cells stripped")
     return ", ".join(parts) or "explicit reading options"

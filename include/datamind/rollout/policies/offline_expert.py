@@ -123,6 +123,11 @@ def inspect_code(data_format: str, file_name: str, read_kwargs: dict | None) -> 
 
 
 SHOW_FRAME = 'print("shape:", df.shape)\nprint(df.dtypes.to_string())\nprint(df.head(3).to_string())'
+# A trailing delimiter leaves an empty, unnamed last column: keep the read, drop what is empty and unnamed.
+DROP_EMPTY_UNNAMED = (
+    "df = df.loc[:, [c for c in df.columns if not (str(c).startswith('Unnamed: ') and df[c].isna().all())]]\n"
+    'print("shape:", df.shape)\nprint(list(df.columns))'
+)
 
 
 def without_reading(program: str, fixed_read: str) -> str:
@@ -244,7 +249,11 @@ class OfflineExpertPolicy:
         problem = narration.read_problem(view) if self._data_format != "sqlite" else None
         budget = self._budget()
         hops = self._hops
-        if self._fixed_read and (problem or not ok) and budget >= 1:
+        if ok and problem and not self._fixed_read and "delimiter" in problem and budget >= 1:
+            self._plan.append(_Step("fix", DROP_EMPTY_UNNAMED))
+            budget -= 1
+            self._known = [n for n in view.names if not n.startswith("Unnamed: ")]
+        elif self._fixed_read and (problem or not ok) and budget >= 1:
             self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME))
             budget -= 1
             # The session keeps the corrected `df`: later steps build on it instead of repeating the read.
@@ -315,10 +324,21 @@ class OfflineExpertPolicy:
             )
         return narration.pick(options, self._seed, "explore")
 
-    def _think_fix(self, problem: str | None, error: str | None) -> str:
-        how = narration.describe_fix(self._fixed_read or "")
+    def _think_fix(self, problem: str | None, error: str | None, code: str | None = None) -> str:
+        how = narration.describe_fix(code or self._fixed_read or "")
         seen = problem or (f"the read failed ({error})" if error else "the first read does not look like a clean table")
         q = self._q_short()
+        if code == DROP_EMPTY_UNNAMED:
+            return narration.pick(
+                (
+                    f'In that output {seen}; it carries nothing for "{q}", so I drop empty unnamed columns and '
+                    "list the ones that remain.",
+                    f'Looking at the columns, {seen}. The data itself reads fine, so for "{q}" I only remove '
+                    "columns that are unnamed and empty.",
+                ),
+                self._seed,
+                "fix",
+            )
         return narration.pick(
             (
                 f'The output shows a problem: {seen}; before working on "{q}" I read it again with {how} and check '
@@ -441,7 +461,7 @@ class OfflineExpertPolicy:
                 think = self._think_explore()
             elif step.kind == "fix":
                 view = narration.read_view(getattr(last_observation, "output", "") or "")
-                think = self._think_fix(narration.read_problem(view), view.error)
+                think = self._think_fix(narration.read_problem(view), view.error, step.code)
             elif step.kind in ("hop", "blunder") and step_no > 0 and self._plan[step_no - 1].kind == "blunder":
                 think = self._think_after_blunder(self._plan[step_no - 1], last_observation)
             elif step.kind == "check":
