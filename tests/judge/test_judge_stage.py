@@ -175,3 +175,30 @@ def test_judge_params_validation():
         JudgeParams.from_dict({"rounds": 2})
     with pytest.raises(ValueError):
         JudgeParams(rollout={"backend": "nope"})
+
+
+def test_a_shard_killed_between_its_writes_is_judged_again_and_nothing_is_lost(sampled, sandbox, monkeypatch):
+    """judged/ is written before rejections/: a crash between the two used to leave the shard counted as done
+    (its queries were in judged/) with its rejection rows lost for good."""
+    import datamind.judge.stage as js
+
+    real = js.write_shard
+
+    def crash_on_rejections(root, schema, rel_dir, rows, name):
+        if schema is REJECTIONS:
+            raise SystemExit("killed between the judged and the rejections write")
+        return real(root, schema, rel_dir, rows, name)
+
+    monkeypatch.setattr(js, "write_shard", crash_on_rejections)
+    with pytest.raises(SystemExit):
+        _judge(sampled, sandbox)
+    assert read_rows(sampled, DATASET, DIRS["judged"])  # the first write landed ...
+    assert {q for s in plan_judging(sampled, 10, {}) for q in s["query_ids"]} == {f"q{i}" for i in range(1, 7)}
+    monkeypatch.setattr(js, "write_shard", real)  # ... yet every query is planned again, and the rerun completes
+    _judge(sampled, sandbox)
+    assert plan_judging(sampled, 10, {}) == []
+    judged = read_rows(sampled, DATASET, DIRS["judged"])
+    assert sorted(r["query_id"] for r in judged) == ["q1", "q2", "q3", "q4", "q6"]  # no duplicates
+    rej = read_rows(sampled, REJECTIONS, "rejections/judge")
+    assert ("q5", "too_few_samples") in {(r["query_id"], r["reason_code"]) for r in rej}
+    assert len({r["item_id"] for r in rej}) == len(rej)

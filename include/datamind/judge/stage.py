@@ -147,7 +147,31 @@ def _p(params: dict | JudgeParams | None) -> JudgeParams:
     return params if isinstance(params, JudgeParams) else JudgeParams.from_dict(params)
 
 
+COMMITS = "_commits"
+
+
+def commits_dir(judged: str) -> str:
+    return posixpath.join(judged, COMMITS)
+
+
+def committed_query_ids(root: DataRoot, judged: str) -> set[str] | None:
+    """Queries whose judging shard committed (its outputs all written), or None for a partition written
+    before shards recorded commits (then every written row counts, as it did)."""
+    rel = commits_dir(judged)
+    if not root.exists(rel):
+        return None
+    done: set[str] = set()
+    for path in root.glob(rel, "*.json"):
+        done.update(json.loads(root.read_text(root.rel(path)))["query_ids"])
+    return done
+
+
 def judged_query_ids(root: DataRoot, p: JudgeParams) -> set[str]:
+    committed = committed_query_ids(root, judged_dir(p))
+    if committed is not None:
+        # a shard killed between its writes is not done: its queries are judged again, and the rerun's
+        # files replace the partial ones (same shard, same names)
+        return committed
     done = set(read_table(root, DATASET, judged_dir(p), columns=["query_id"]).column("query_id").to_pylist())
     done |= {
         q
@@ -457,11 +481,24 @@ def judge_shard(
     if not sid.isalnum():
         raise ValueError(f"shard_id must be alphanumeric (it names a file), got {sid!r}")
     name = f"part-{sid}.parquet"
+    protocol_mark = posixpath.join(commits_dir(judged_dir(p)), "PROTOCOL")
+    if not root.exists(protocol_mark):  # from now on this partition counts committed shards only
+        earlier = sorted(judged_query_ids(root, p))  # a partition written before commits were recorded
+        if earlier:
+            root.write_text(
+                posixpath.join(commits_dir(judged_dir(p)), "legacy.json"), json.dumps({"query_ids": earlier})
+            )
+        root.write_text(protocol_mark, "a judging shard is done when _commits/<shard>.json exists\n")
     refl_path = write_shard(
         root, TRAJECTORIES, reflected_dir(p), sorted(reflected_rows, key=lambda r: r["trajectory_id"]), name
     )
     judged_path = write_shard(root, DATASET, judged_dir(p), sorted(judged, key=lambda r: r["sample_id"]), name)
     rej_path = write_shard(root, REJECTIONS, rejections_dir(p), sorted(rejections, key=lambda r: r["item_id"]), name)
+    # the shard's outputs count only once all of them are written: this marker commits them together
+    root.write_text(
+        posixpath.join(commits_dir(judged_dir(p)), f"{sid}.json"),
+        json.dumps({"query_ids": qids, "judged": judged_path, "rejections": rej_path, "reflected": refl_path}),
+    )
     params_file = posixpath.join(judged_dir(p), "params.json")
     if not root.exists(params_file):
         root.write_text(params_file, json.dumps(p.to_dict(), sort_keys=True, indent=2))

@@ -27,6 +27,7 @@ import fsspec
 from datamind.assets import DIRS
 from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
+from datamind.judge.stage import committed_query_ids
 from datamind.publish import card
 from datamind.publish.audit import audit_rows
 from datamind.schemas import CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
@@ -140,6 +141,9 @@ def publish_dataset(
     now = datetime.now(timezone.utc)
     src, partition = _source(root, judged_partition)
     judged = read_rows(root, DATASET, src)
+    committed = committed_query_ids(root, src)
+    if committed is not None:  # rows of a judging shard killed before it committed are not part of any release
+        judged = [r for r in judged if r["query_id"] in committed]
     judge_params = json.loads(root.read_text(src, "params.json")) if root.exists(src, "params.json") else None
     rejections_file = posixpath.join(DIRS["rejections"], STAGE, f"part-{partition or 'judged'}.parquet")
     unique: dict[str, dict] = {}
