@@ -259,3 +259,53 @@ def test_bad_parameters_fail_at_once(root):
         evaluate(root, {"suites": {"dabench": "/nowhere"}})
     with pytest.raises(SuiteError, match="no DABench questions file"):
         load_dabench(str(root.path()))
+
+
+def test_the_model_as_judge_grades_free_form_answers(root, tmp_path, server, agent_client, sandbox):
+    """With a judge endpoint, free-form answers are graded by the paper's model-as-judge (its reasoning and
+    model kept with each verdict); here it accepts a paraphrase the 3% rule cannot read."""
+    from datamind.llm import LLMClient, LLMConfig, ResponseCache
+
+    path = tmp_path / "tb.jsonl"
+    table = {"columns": ["a", "b"], "data": [["x", 1], ["y", 9]]}
+    path.write_text(
+        json.dumps(
+            {
+                "id": "t2",
+                "qtype": "FactChecking",
+                "qsubtype": "MatchBased",
+                "table": table,
+                "question": "Which a has the largest b?",
+                "answer": "y",
+            }
+        )
+        + "\n"
+    )
+    loaded = load_tablebench(str(path), str(tmp_path / "tables"))
+
+    def agent(body):
+        if body["model"] == "judge-model":
+            prompt = body["messages"][0]["content"]
+            ok = "row y" in prompt.split("# Predicted answer", 1)[1]
+            thought = f"The prediction names {'the same' if ok else 'another'} row."
+            return f"<thought>{thought}</thought><score>{int(ok)}</score>"
+        return ScriptedAgent(
+            {i.item_id: i.question for i in loaded.items},
+            {"tablebench-t2": [True, True, True]},
+            lambda key: "import pandas as pd\nprint(pd.read_csv('tablebench-t2.csv'))",
+            lambda key, right: ["<think>Read it off.</think>\n<answer>It is row y, with b = 9.</answer>"],
+        )(body)
+
+    server.responder = agent
+    config = LLMConfig(base_url=server.base_url, api_key="sk-test", models={"judge": "judge-model"}, max_retries=1)
+    judge = LLMClient(config, cache=ResponseCache(root))
+    params = {"agent_conn_id": "a", "suites": {"tablebench": str(path)}}
+    summary = evaluate(root, params, agent_client, judge, sandbox=sandbox)
+    assert summary["suites"]["tablebench"]["pass@1"] == 1.0
+    rows = duckdb.sql(
+        f"SELECT judge, judge_reasoning FROM '{root.path('eval', summary['eval_id'], 'results.parquet')}'"
+    ).fetchall()
+    assert {r[0] for r in rows} == {"llm:judge-model"} and all("same" in r[1] for r in rows)
+    # the rule judge alone cannot see that "It is row y, with b = 9." answers "y"
+    rule = evaluate(root, {**params, "trials": 1}, agent_client, sandbox=sandbox)
+    assert rule["suites"]["tablebench"]["pass@1"] == 0.0
