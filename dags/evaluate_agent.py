@@ -10,6 +10,9 @@ published files in a folder on the workers (nothing is downloaded):
   last query is compared with the gold SQL as a set of rows;
 - `heldout`: the test split of a published dataset version (`""` = the latest, or `"3"` for v3).
 
+The agent can also be a **checkpoint** folder (a `train_agent` output), served for the run behind the
+same protocol: by vLLM's OpenAI server on a GPU worker, or by a small CPU server in this task.
+
 The agent is the OpenAI-compatible endpoint of **agent_conn_id** (vLLM serving a checkpoint, DeepSeek,
 OpenAI...; its `agent` model, or **model**), or `offline`: the offline expert, the reference policy on
 the held-out split. It runs the same ReAct loop, prompt format and sandbox as trajectory sampling.
@@ -68,6 +71,13 @@ def _default_suites() -> dict:
             title="Checkpoint folder",
             description="A train_agent checkpoint to serve on this worker (CPU) as the agent; "
             "on a new checkpoint event it is filled in from the event.",
+        ),
+        "serve_engine": Param(
+            _default("serve_engine"),
+            type="string",
+            enum=["auto", "cpu", "vllm"],
+            title="How a checkpoint is served",
+            description="vllm on a GPU worker, cpu in this task, auto = vllm when installed and a GPU is visible.",
         ),
         "suites": Param(
             _default_suites(),

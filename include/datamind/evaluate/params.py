@@ -22,6 +22,7 @@ class EvalParams:
     agent_conn_id: str = OFFLINE_AGENT  # Connection of an OpenAI-compatible endpoint; "offline" = reference policy
     # A local checkpoint folder (train_agent's output) served on loopback for the run, instead of a Connection.
     checkpoint: str | None = None
+    serve_engine: str = "auto"  # how a checkpoint is served: vllm (GPU worker), cpu, or auto
     model: str | None = None  # overrides the connection's ``agent`` model
     suites: dict = field(default_factory=dict)  # kind -> folder or file ("heldout" -> a version, "" = latest)
     trials: int = 3  # paper: 3 independent trials
@@ -34,12 +35,14 @@ class EvalParams:
     rel_tol: float = REL_TOL  # the paper's 3% numeric tolerance for free-form answers
     concurrency: int = 8
     exec_workers: int = 2
-    _NOT_IN_ID = ("concurrency", "exec_workers")
+    _NOT_IN_ID = ("concurrency", "exec_workers", "serve_engine")
 
     def __post_init__(self) -> None:
         unknown = set(self.suites) - set(SUITE_KINDS)
         if unknown:
             raise ValueError(f"unknown suite kinds {sorted(unknown)}; known: {', '.join(SUITE_KINDS)}")
+        if self.serve_engine not in ("auto", "cpu", "vllm"):
+            raise ValueError(f"serve_engine must be auto, cpu or vllm, got {self.serve_engine!r}")
         if self.checkpoint and self.agent_conn_id != OFFLINE_AGENT:
             raise ValueError("give either a checkpoint to serve or an agent_conn_id, not both")
         if not self.suites:

@@ -2,16 +2,22 @@
 OpenAI chat-completions protocol on loopback, so the evaluation drives it with the same client as any
 endpoint.
 
-This is the CPU path: one process, requests served one at a time with the trainer's own generation
-code (``train.policy.HFPolicy``: the chat template the model was trained with, the agent's stop strings).
-On the GPU pool, serve the checkpoint with vLLM's OpenAI server and name that endpoint's Connection as
-``agent_conn_id`` instead.
+Two engines: ``vllm`` (vLLM's own OpenAI server in a child process, for a worker with a GPU: the GPU pool)
+and ``cpu`` (this process, requests served one at a time with the trainer's own generation code,
+``train.policy.HFPolicy``: the chat template the model was trained with, the agent's stop strings).
+``auto`` picks vLLM when it is installed and a CUDA device is visible, else the CPU server.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
+import urllib.request
 import time
 import uuid
 from contextlib import contextmanager
@@ -126,3 +132,70 @@ def serve_checkpoint(path: str, name: str = "checkpoint") -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+ENGINES = ("auto", "cpu", "vllm")
+
+
+def pick_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"serve engine must be one of {ENGINES}, got {engine!r}")
+    if engine != "auto":
+        return engine
+    if importlib.util.find_spec("vllm") is None:
+        return "cpu"
+    import torch
+
+    return "vllm" if torch.cuda.is_available() else "cpu"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve_with_vllm(path: str, name: str, ready_timeout_s: float = 900.0, extra_args: tuple = ()) -> Iterator[str]:
+    """vLLM's OpenAI-compatible server for ``path`` in a child process on loopback; yields its base URL once
+    it answers ``/v1/models``, and stops it (SIGTERM, then SIGKILL) when done."""
+    if importlib.util.find_spec("vllm") is None:
+        raise RuntimeError("serve engine 'vllm' needs the vllm package on this worker (the GPU worker image)")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
+    cmd += ["--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), *extra_args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        while True:
+            if proc.poll() is not None:
+                tail = (proc.stderr.read() or "")[-2000:]
+                raise RuntimeError(f"vllm server exited with {proc.returncode} before it was ready:\n{tail}")
+            try:
+                with urllib.request.urlopen(url + "/models", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vllm server not ready after {ready_timeout_s:g} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextmanager
+def serve(path: str, name: str, engine: str = "auto") -> Iterator[str]:
+    """The checkpoint behind an OpenAI-compatible URL, with the engine ``engine`` picks."""
+    chosen = pick_engine(engine)
+    cm = serve_with_vllm(path, name) if chosen == "vllm" else serve_checkpoint(path, name)
+    with cm as url:
+        yield url

@@ -173,11 +173,11 @@ def evaluate(
     if p.offline and set(p.suites) - {"heldout"}:
         raise SuiteError("the offline reference policy has programs only for the held-out split; name an agent_conn_id")
     if p.checkpoint and agent_client is None:
-        from datamind.evaluate.serve import serve_checkpoint
+        from datamind.evaluate.serve import serve
         from datamind.llm import LLMClient, LLMConfig, ResponseCache
 
         name = f"checkpoint-{stable_id(p.checkpoint, length=10)}"  # cache entries never mix checkpoints
-        with serve_checkpoint(p.checkpoint, name) as url:
+        with serve(p.checkpoint, name, p.serve_engine) as url:
             config = LLMConfig(base_url=url, api_key="", models={"agent": name}, timeout_s=600.0, max_retries=1)
             client = LLMClient(config, cache=ResponseCache(root))
             return evaluate(root, replace(p, model=name), client, judge_client, sandbox=sandbox)
