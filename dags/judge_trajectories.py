@@ -27,6 +27,9 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
+from datamind.judge.params import JudgeParams
+from datamind.judge.selection import STRATEGIES
+from datamind.rollout.params import BACKENDS, RolloutParams
 from datamind_airflow import DAG_DEFAULTS, JUDGED, TRAJECTORIES
 from datamind_airflow.stages import sharded_stage
 
@@ -44,22 +47,25 @@ def process(root, spec, params, run_id, llm_client):
     return judge_shard(root, spec, params, run_id, llm_client=llm_client)
 
 
+J = JudgeParams()
+
+
 @dag(
     schedule=[TRAJECTORIES],
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "trajectories"],
     params={
-        "backend": Param("offline", type="string", enum=["offline", "llm"], title="Judge and reflection backend"),
-        "strategy": Param(
-            "con_select",
-            type="string",
-            enum=["con_select", "random_select", "non_select", "non_con"],
-            title="Selection strategy",
+        # the one place the defaults live: the stage's dataclasses
+        "backend": Param(
+            RolloutParams().backend, type="string", enum=list(BACKENDS), title="Judge and reflection backend"
         ),
-        "reflection_rounds": Param(1, type="integer", minimum=0, maximum=5, title="Reflection rounds"),
-        "rel_tol": Param(0.03, type="number", minimum=0, maximum=1, title="Numeric tolerance (offline judge)"),
-        "shard_size": Param(20, type="integer", minimum=1, maximum=1000, title="Queries per task instance"),
+        "strategy": Param(J.strategy, type="string", enum=list(STRATEGIES), title="Selection strategy"),
+        "reflection_rounds": Param(
+            J.reflection_rounds, type="integer", minimum=0, maximum=5, title="Reflection rounds"
+        ),
+        "rel_tol": Param(J.rel_tol, type="number", minimum=0, maximum=1, title="Numeric tolerance (offline judge)"),
+        "shard_size": Param(J.shard_size, type="integer", minimum=1, maximum=1000, title="Queries per task instance"),
         "llm_conn_id": Param("datamind_llm", type="string", title="LLM Connection", section="LLM"),
     },
     **DAG_DEFAULTS,

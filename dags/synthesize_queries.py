@@ -21,6 +21,7 @@ import pendulum
 from airflow.sdk import Param, dag
 
 from datamind.categories import CATEGORY_IDS
+from datamind.synth.params import SynthParams
 from datamind_airflow import CATALOG_TABLES, DAG_DEFAULTS, QUERIES
 from datamind_airflow.stages import sharded_stage
 
@@ -38,13 +39,17 @@ def process(root, spec, params, run_id, llm_client):
     return synthesize_shard(root, spec, params, run_id, llm_client=llm_client)
 
 
+S = SynthParams()
+
+
 @dag(
     schedule=[CATALOG_TABLES],
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "synthesis"],
     params={
-        "backend": Param("offline", type="string", enum=["offline", "llm"], title="Backend"),
+        # the one place the defaults live: SynthParams
+        "backend": Param(S.backend, type="string", enum=["offline", "llm"], title="Backend"),
         "categories": Param(
             list(CATEGORY_IDS),
             type="array",
@@ -52,13 +57,17 @@ def process(root, spec, params, run_id, llm_client):
             title="Task categories",
         ),
         "queries_per_category": Param(
-            2, type="integer", minimum=1, maximum=20, title="Questions per category per table"
+            S.queries_per_category, type="integer", minimum=1, maximum=20, title="Questions per category per table"
         ),
-        "n_chains": Param(3, type="integer", minimum=0, maximum=20, title="Composed chains per table"),
-        "min_hops": Param(2, type="integer", minimum=2, maximum=5, title="Minimum hops", section="Composition"),
-        "max_hops": Param(5, type="integer", minimum=2, maximum=5, title="Maximum hops", section="Composition"),
-        "shard_size": Param(20, type="integer", minimum=1, maximum=500, title="Tables per task instance"),
-        "seed": Param(0, type="integer", title="Seed"),
+        "n_chains": Param(S.n_chains, type="integer", minimum=0, maximum=20, title="Composed chains per table"),
+        "min_hops": Param(
+            S.min_hops, type="integer", minimum=2, maximum=5, title="Minimum hops", section="Composition"
+        ),
+        "max_hops": Param(
+            S.max_hops, type="integer", minimum=2, maximum=5, title="Maximum hops", section="Composition"
+        ),
+        "shard_size": Param(S.shard_size, type="integer", minimum=1, maximum=500, title="Tables per task instance"),
+        "seed": Param(S.seed, type="integer", title="Seed"),
         "llm_conn_id": Param("datamind_llm", type="string", title="LLM Connection", section="LLM"),
     },
     **DAG_DEFAULTS,

@@ -22,7 +22,7 @@ import json
 import logging
 import posixpath
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -34,13 +34,14 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.judge import selection
 from datamind.judge.answer import RuleAnswerJudge
-from datamind.judge.consistency import REL_TOL, OfflineJudge
+from datamind.judge.params import JUDGE_BACKENDS, JudgeParams  # noqa: F401 - part of the stage's API
+from datamind.judge.consistency import OfflineJudge
 from datamind.judge.llm_judge import LLMJudge
 from datamind.judge.reflection import Round, reflect
 from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.errors import EndpointUnavailable, LLMError, ParseFailure
 from datamind.rollout.protocol import attempt_digest
-from datamind.rollout.params import ORCHESTRATION_KEYS, RolloutParams
+from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import Critique, SandboxPool, run_one, trajectory_row
 from datamind.rollout.tasks import QueryTask, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
@@ -65,77 +66,7 @@ def reflected_dir(p: "JudgeParams") -> str:
     return posixpath.join(DIRS["trajectories"], "reflect", p.partition)
 
 
-JUDGE_BACKENDS = ("offline", "llm")
 RAW_LIMIT = 4000
-
-
-@dataclass(frozen=True)
-class JudgeParams:
-    judge_backend: str | None = None  # offline | llm; None = the rollout backend (one switch for a DAG)
-    strategy: str = selection.DEFAULT_STRATEGY
-    reflection_rounds: int = 1  # 0 disables the rescue loop
-    # Fewer trajectories than this cannot show consistency; None = N, the rollout's n_samples (paper: N = 3).
-    min_samples: int | None = None
-    rel_tol: float = REL_TOL  # numeric tolerance of the offline judge and of the reference check (paper: 3 %)
-    # Compare the selected answer with the synthesizer's executed reference answer where there is one.
-    verify_reference: bool = True
-    judge_temperature: float = 0.0
-    concurrency: int = 8
-    shard_size: int = 20
-    seed: int = 0  # random_select
-    # RolloutParams for reflection resampling of trajectories that do not record their own: a query's
-    # reflection reuses the parameters its round-0 trajectories were sampled with (trajectories 1.2+).
-    rollout: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.min_samples is None:
-            object.__setattr__(self, "min_samples", RolloutParams.from_dict(self.rollout).n_samples)
-        if self.judge_backend is not None and self.judge_backend not in JUDGE_BACKENDS:
-            raise ValueError(f"judge_backend must be one of {JUDGE_BACKENDS}, got {self.judge_backend!r}")
-        selection.check_strategy(self.strategy)
-        if self.reflection_rounds < 0 or self.min_samples < 1 or self.concurrency < 1 or self.shard_size < 1:
-            raise ValueError("need reflection_rounds >= 0, min_samples >= 1, concurrency >= 1, shard_size >= 1")
-        RolloutParams.from_dict(self.rollout)  # validate early
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> "JudgeParams":
-        """From DAG params: judge fields, plus rollout fields either nested under ``rollout`` or flat
-        (``backend``, ``n_samples``, ``max_turns``, ``temperature``...; flat ones win)."""
-        raw = {k: v for k, v in (raw or {}).items() if k not in ORCHESTRATION_KEYS}
-        own = {f.name for f in fields(cls)}
-        rollout_fields = {f.name for f in fields(RolloutParams)}
-        rollout = dict(raw.pop("rollout", None) or {})
-        for key in sorted(set(raw) - own):
-            if key in rollout_fields:
-                rollout[key] = raw.pop(key)
-        extra = set(raw) - own
-        if extra:
-            raise ValueError(f"unknown judge parameters: {sorted(extra)}")
-        return cls(**raw, rollout=rollout)
-
-    @property
-    def judge(self) -> str:
-        """The judge that runs: ``judge_backend``, or the rollout backend when unset."""
-        return self.judge_backend or self.rollout_params.backend
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    _NOT_IN_FINGERPRINT = ("concurrency", "shard_size")
-
-    def fingerprint(self) -> str:
-        d = {k: v for k, v in self.to_dict().items() if k not in self._NOT_IN_FINGERPRINT}
-        d["judge_backend"] = self.judge
-        d["rollout"] = self.rollout_params.fingerprint()
-        return stable_id(d, length=10)
-
-    @property
-    def partition(self) -> str:
-        return f"params={self.fingerprint()}"
-
-    @property
-    def rollout_params(self) -> RolloutParams:
-        return RolloutParams.from_dict(self.rollout)
 
 
 def shard_id(query_ids: list[str]) -> str:
