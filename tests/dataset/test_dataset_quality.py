@@ -82,11 +82,15 @@ def test_error_recovery_turns_come_from_real_failed_cells(release):
     assert recovered
     for r in recovered:
         msgs = r["messages"]
-        i = next(i for i, m in enumerate(msgs) if m["role"] == "tool" and re.search(r"\w+Error: ", m["content"]))
-        error = re.search(r"(\w+Error): (.*)", msgs[i]["content"])
+        i = next(
+            i
+            for i, m in enumerate(msgs)
+            if m["role"] == "tool" and re.search(r"\w+(?:Error|Exception): ", m["content"])
+        )
+        error = re.search(r"(\w+(?:Error|Exception)): (.*)", msgs[i]["content"])
         diagnosis = msgs[i + 1]["content"]
         assert error.group(1) in diagnosis  # the next think quotes the error it saw
-        wrong = re.search(r"'([^']+)'", error.group(2)).group(1)
+        wrong = re.search(r"['\"]([^'\"]+)['\"]", error.group(2)).group(1)
         assert wrong in diagnosis and msgs[i + 2]["role"] == "tool" and "Error" not in msgs[i + 2]["content"]
 
 

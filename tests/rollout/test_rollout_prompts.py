@@ -30,10 +30,12 @@ def test_system_prompt_renders_for_each_format(fmt, name, category):
     # the workflow guides sampling (system_view) and never reaches the recorded, trained-on prompt
     workflow = templates.workflow(category).text.strip()
     assert workflow in p.system_view and workflow not in p.system and "How to approach" not in p.system
-    assert p.system_view.startswith(p.system.split("## The answer")[0].rstrip())
+    assert p.system_view.startswith(p.system.split("## Working with")[0].rstrip())
     assert ("get_db_info()" in p.system) is (fmt == "sqlite")
     if fmt == "xlsx":
-        assert "sheet_name='data'" in p.system
+        # which sheet is asked about is part of the task; how ingestion read it only guides the expert
+        assert "sheet 'data'" in p.user and "sheet_name='data'" in p.system_view
+        assert "read it with" not in p.system
     assert "How many rows?" in p.user
     assert set(p.versions) == {"rollout_system", "rollout_user", "workflow"}
 

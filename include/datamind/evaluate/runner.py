@@ -45,7 +45,9 @@ def prompts_for(item: EvalItem, max_turns: int) -> tuple[str, str]:
     system = system_t.render(
         max_turns=max_turns, data_format=item.data_format, file_name=name, read_hint="", category_name="", workflow=""
     )
-    return system, user_t.render(file_name=name, data_format=item.data_format, question=item.question)
+    if item.extra.get("user"):  # the held-out split: the task exactly as its sample states it
+        return system, item.extra["user"]
+    return system, user_t.render(file_name=name, data_format=item.data_format, question=item.question, sheet=None)
 
 
 class Runner:

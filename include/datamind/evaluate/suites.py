@@ -17,6 +17,10 @@ from datamind.ingest.benchmarks import (  # noqa: F401 - the suite API in one pl
 # -- the project's own held-out split ----------------------------------------------------------
 
 
+def _user_turn(messages) -> str | None:
+    return next((m["content"] for m in messages or [] if m["role"] == "user"), None)
+
+
 def load_heldout(root, version: int | None = None) -> Loaded:
     """Test-split samples of a published dataset version (the latest complete one by default)."""
     from datamind.publish.stage import read_manifest
@@ -41,7 +45,7 @@ def load_heldout(root, version: int | None = None) -> Loaded:
                 category=r["category"],
                 gold=r.get("reference_answer") or r["final_answer"],
                 hop=int(r["hop"]),
-                extra={"dataset_version": manifest["version"]},
+                extra={"dataset_version": manifest["version"], "user": _user_turn(r["messages"])},
             )
         )
     if not out.items:

@@ -152,13 +152,21 @@ def build_prompts(task: QueryTask, max_turns: int) -> Prompts:
     reader = "pd.read_excel" if task.data_format == "xlsx" else "pd.read_csv"
     args = "".join(f", {k}={v!r}" for k, v in task.read_kwargs.items())
     read_hint = f"`{reader}({task.file_name!r}{args})`" if task.read_kwargs else ""
-    common = dict(max_turns=max_turns, data_format=task.data_format, file_name=task.file_name, read_hint=read_hint)
-    # The category and its workflow steer the expert while sampling (the paper's knowledge k) but never
-    # reach a training sample: at test time nobody tells the agent which of the 18 categories it faces.
-    system = system_t.render(**common, category_name="", workflow="")
+    common = dict(max_turns=max_turns, data_format=task.data_format, file_name=task.file_name)
+    # The category, its workflow and how ingestion read the file steer the expert while sampling (the
+    # paper's knowledge k) but never reach a training sample: at test time nobody tells the agent which of
+    # the 18 categories it faces, nor how to read the file, so a sample shows it finding that out.
+    system = system_t.render(**common, read_hint="", category_name="", workflow="")
     system_view = system_t.render(
-        **common, category_name=categories.get(task.query["category"]).name, workflow=wf.text.strip()
+        **common,
+        read_hint=read_hint,
+        category_name=categories.get(task.query["category"]).name,
+        workflow=wf.text.strip(),
     )
-    user = user_t.render(file_name=task.file_name, data_format=task.data_format, question=task.query["question"])
+    # the sheet is part of what is asked (a workbook holds several tables); how to read it is not
+    sheet = task.read_kwargs.get("sheet_name") if task.data_format == "xlsx" else None
+    user = user_t.render(
+        file_name=task.file_name, data_format=task.data_format, question=task.query["question"], sheet=sheet
+    )
     versions = {"rollout_system": system_t.version, "rollout_user": user_t.version, "workflow": wf.version}
     return Prompts(system, user, versions, system_view)

@@ -50,7 +50,9 @@ class ReadView:
 def read_view(output: str) -> ReadView:
     error = None
     for line in output.splitlines():
-        m = re.match(r"^(\w+(?:Error|Exception)):\s*(.*)$", line.strip())
+        # "KeyError: 'x'", and qualified names such as "_duckdb.BinderException: Binder Error: ..." (shown
+        # by their last part: the module is the library's internals)
+        m = re.match(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)):\s*(.*)$", line.strip())
         if m:
             error = f"{m.group(1)}: {short(m.group(2), 160)}"
     shape = None
