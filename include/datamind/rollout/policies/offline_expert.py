@@ -291,7 +291,12 @@ class OfflineExpertPolicy:
         """Something specific to this trajectory to anchor a sentence: the columns a program uses, else the
         opening words of the question."""
         if program is not None:
-            cols = narration.columns_used(program, self._known or self._names_in_schema())
+            # the lines that load the data name every column of the relation: the step's own columns are
+            # in the rest
+            body = "\n".join(
+                line for line in program.splitlines() if "relation.csv" not in line and "read_" not in line
+            )
+            cols = narration.columns_used(body, self._known or self._names_in_schema())
             if cols:
                 return narration.name_list(cols, 2)
         words = self._question.split()
