@@ -21,6 +21,7 @@ def settings() -> Settings:
 def _benchmarks_from_variable() -> None:
     """DATAMIND_BENCHMARKS may also be the Airflow Variable ``datamind_benchmarks`` (the environment wins):
     copied into this task's environment, where ingest, synthesis and evaluation read it."""
+    import json
     import os
 
     if os.environ.get("DATAMIND_BENCHMARKS"):
@@ -32,7 +33,7 @@ def _benchmarks_from_variable() -> None:
     except Exception:  # noqa: BLE001 - no Variable backend reachable (parse time, unit tests): env only
         return
     if value:
-        os.environ["DATAMIND_BENCHMARKS"] = value if isinstance(value, str) else __import__("json").dumps(value)
+        os.environ["DATAMIND_BENCHMARKS"] = value if isinstance(value, str) else json.dumps(value)
 
 
 def data_root() -> DataRoot:
