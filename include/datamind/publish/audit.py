@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from datamind.categories import CATEGORY_IDS
+from datamind.rollout.policies.narration import placeholder_headers, read_view
 
 # Imports a model cannot have at test time: the pipeline's own code.
 _INTERNAL = re.compile(r"^\s*(?:from|import)\s+(?:datamind|datamind_airflow|airflow)\b", re.MULTILINE)
@@ -72,9 +73,10 @@ def sample_figures(row: dict) -> SampleFigures:
     thinks = [t.strip() for a in assistant for t in _THINK.findall(a)]
     unfixed = False
     for i, obs in enumerate(tools):
-        shown = set(_UNNAMED.findall(obs))
-        # a lone 'Unnamed: 0' is the row index a DataFrame was saved with, not a misplaced header
-        if shown and shown != {"Unnamed: 0"} and not any(_FIXES.search(c) for c in codes[i + 1 :]):
+        # the expert's own rule for what is a header problem (a saved 'Unnamed: 0' index is not), on the
+        # columns the print listed, else on the placeholder names it shows
+        names = read_view(obs).names or list(dict.fromkeys(_UNNAMED.findall(obs)))
+        if placeholder_headers(names) and not any(_FIXES.search(c) for c in codes[i + 1 :]):
             unfixed = True
     recovered = any(
         _ERROR.search(obs) and i + 1 < len(tools) and not _ERROR.search(tools[i + 1]) for i, obs in enumerate(tools)
