@@ -10,8 +10,9 @@ from typing import Any
 
 from datamind.ids import stable_id
 from datamind.judge.consistency import REL_TOL
+from datamind.vocabulary import EVAL_SUITES
 
-SUITE_KINDS = ("dabench", "tablebench", "bird", "heldout")
+SUITE_KINDS = EVAL_SUITES
 OFFLINE_AGENT = "offline"
 
 

@@ -26,6 +26,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
+from datamind.vocabulary import BENCHMARK_KINDS
+
 
 class SuiteError(ValueError):
     """A suite folder or file that cannot be read as its benchmark's layout (a permanent error)."""
@@ -42,9 +44,6 @@ class EvalItem:
     gold: str  # the benchmark's answer as published (DABench @name[value] list, gold SQL, a value)
     hop: int | None = None
     extra: dict = field(default_factory=dict, compare=False)
-
-
-BENCHMARK_KINDS = ("dabench", "tablebench", "bird")
 
 
 @dataclass

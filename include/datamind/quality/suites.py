@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from datamind.vocabulary import EVAL_OUTCOMES, EVAL_SUITES
 from datamind import schemas
 from datamind.categories import CATEGORY_IDS
 from datamind.quality import semantic
@@ -313,10 +314,10 @@ def _rejections(limits: Limits) -> Suite:
 def _eval_results(limits: Limits) -> Suite:
     t = schemas.EVAL_RESULTS
     exps = contract_expectations(t) + [
-        _in_set("suite", ("dabench", "tablebench", "bird", "heldout"), "the suites evaluate_agent knows"),
+        _in_set("suite", EVAL_SUITES, "the suites evaluate_agent knows"),
         _in_set(
             "outcome",
-            ("correct", "wrong", "no_answer", "max_turns", "sandbox_error", "agent_error"),
+            EVAL_OUTCOMES,
             "every trial ends in one named outcome",
         ),
         *_non_negative("trial", "n_turns"),
