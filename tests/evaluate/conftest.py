@@ -1,4 +1,5 @@
-"""Fixtures for the evaluation tests: a real sandbox and a local OpenAI-protocol server."""
+"""Fixtures for the evaluation tests: the rollout tests' real sandbox, data root and local OpenAI-protocol
+server, plus a client for the agent under test."""
 
 from __future__ import annotations
 
@@ -10,35 +11,12 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 
-from fakes.openai_server import FakeOpenAIServer  # noqa: E402
+import rollout.conftest as shared  # noqa: E402
+
+# the same fixtures the rollout tests use, registered here under their own names
+sandbox, root, llm_server, server = shared.sandbox, shared.root, shared.llm_server, shared.server
 
 from datamind.llm import LLMClient, LLMConfig, ResponseCache  # noqa: E402
-from datamind.sandbox import Sandbox, SandboxLimits  # noqa: E402
-from datamind.storage import DataRoot  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def sandbox():
-    with Sandbox(SandboxLimits(wall_s=20.0, cpu_s=20), mode="chunked") as sb:
-        yield sb
-
-
-@pytest.fixture
-def root(tmp_path) -> DataRoot:
-    return DataRoot(str(tmp_path / "data"))
-
-
-@pytest.fixture(scope="session")
-def llm_server():
-    with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-def server(llm_server):
-    llm_server.reset()
-    yield llm_server
-    llm_server.reset()
 
 
 @pytest.fixture
