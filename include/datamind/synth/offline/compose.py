@@ -159,7 +159,6 @@ def root_median(view, rng):
         f"Median of {m}.",
         f"answer = round(float({c(m)}.median()), 4)",
         duck=f"SELECT ROUND(MEDIAN({qi(m)}), 4) FROM {{src}}",
-        imports=NP,
         alt=((f"vals = {c(m)}.dropna().to_numpy(dtype=float)\nanswer = round(float(np.median(vals)), 4)", NP),),
         params={"m": m},
     )
@@ -179,7 +178,6 @@ def root_spread(view, rng):
         f"Sample standard deviation of {m}.",
         f"answer = round(float({c(m)}.std()), 4)",
         duck=f"SELECT ROUND(STDDEV_SAMP({qi(m)}), 4) FROM {{src}}",
-        imports=NP,
         alt=((f"vals = {c(m)}.dropna().to_numpy(dtype=float)\nanswer = round(float(np.std(vals, ddof=1)), 4)", NP),),
         params={"m": m},
     )
@@ -289,7 +287,6 @@ def group_spread(view, prev: Value, rng):
         f"Sample standard deviation of {m} inside the previous step's {g} group.",
         f"answer = round(float({sel}.std()), 4)",
         duck=f"SELECT ROUND(STDDEV_SAMP({qi(m)}), 4) FROM {{src}} WHERE {qi(g)} = {ql(v)}",
-        imports=NP,
         alt=((f"vals = {sel}.dropna().to_numpy(dtype=float)\nanswer = round(float(np.std(vals, ddof=1)), 4)", NP),),
         params={"g": g, "v": v, "m": m},
     )
@@ -355,7 +352,6 @@ def group_clean_median(view, prev: Value, rng):
         f"answer = round(float(clean.loc[clean[{g!r}] == {v!r}, {m!r}].median()), 4)",
         duck=f"SELECT ROUND(MEDIAN({qi(m)}), 4) FROM (SELECT DISTINCT * FROM {{src}}) AS t "
         f"WHERE {qi(m)} IS NOT NULL AND {qi(g)} = {ql(v)}",
-        imports=NP,
         alt=(
             (
                 f"clean = df.drop_duplicates()\n"
@@ -397,7 +393,6 @@ def group_flag_count(view, prev: Value, rng):
         f"flag = {c(m)} > {c(m)}.median()\nanswer = int((flag & ({c(g)} == {v!r})).sum())",
         duck=f"SELECT COUNT(*) FROM {{src}} WHERE {qi(g)} = {ql(v)} "
         f"AND {qi(m)} > (SELECT MEDIAN({qi(m)}) FROM {{src}})",
-        imports=NP,
         alt=(
             (
                 f"vals = {c(m)}.to_numpy(dtype=float)\n"
@@ -438,7 +433,6 @@ def group_corr(view, prev: Value, rng):
         f"t = df.loc[{_in_group(g, v)}, [{x!r}, {y!r}]].dropna()\nanswer = round(float(t[{x!r}].corr(t[{y!r}])), 4)",
         duck=f"SELECT ROUND(CORR({qi(x)}, {qi(y)}), 4) FROM {{src}} WHERE {qi(g)} = {ql(v)} "
         f"AND {qi(x)} IS NOT NULL AND {qi(y)} IS NOT NULL",
-        imports=NP,
         alt=(
             (
                 f"t = df.loc[{_in_group(g, v)}, [{x!r}, {y!r}]].dropna().to_numpy(dtype=float)\n"
@@ -489,7 +483,6 @@ def group_stratified_gap(view, prev: Value, rng):
         f"AND {qi(m)} IS NOT NULL AND {qi(x)} IS NOT NULL) "
         "SELECT ROUND(AVG(CASE WHEN x > (SELECT MEDIAN(x) FROM t) THEN m END) - "
         "AVG(CASE WHEN x <= (SELECT MEDIAN(x) FROM t) THEN m END), 4) FROM t",
-        imports=NP,
         alt=(
             (
                 f"t = df.loc[{_in_group(g, v)}, [{m!r}, {x!r}]].dropna().to_numpy(dtype=float)\n"
@@ -607,7 +600,6 @@ def level_diff_median(view, prev: Value, rng):
         f"Compare the previous result with the median of {m}.",
         f"answer = round(float({x!r} - {c(m)}.median()), 4)",
         duck=f"SELECT ROUND({ql(x)} - MEDIAN({qi(m)}), 4) FROM {{src}}",
-        imports=NP,
         alt=((f"answer = round(float({x!r} - np.nanmedian({c(m)}.to_numpy(dtype=float))), 4)", NP),),
         params={"m": m, "x": x},
     )
