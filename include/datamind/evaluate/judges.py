@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from datamind.rollout import protocol
 from datamind.sandbox.sqltools import ReadOnlyDatabase, SqlToolError
 
 _AT_ANSWER = re.compile(r"@([A-Za-z_][\w]*)\[(.*?)\]", re.DOTALL)
@@ -93,8 +94,6 @@ def sql_calls(code: str) -> list[str]:
 
 def last_sql(messages: list[dict]) -> str | None:
     """The last query the agent ran successfully (a cell whose output was not an error)."""
-    from datamind.rollout import protocol
-
     found = None
     for i, m in enumerate(messages):
         if m["role"] != "assistant":

@@ -34,7 +34,8 @@ class Trial:
 
 
 def _task(item: EvalItem) -> QueryTask:
-    query = {"query_id": item.item_id, "question": item.question, "category": "aggregation", "hop": 1}
+    """The sandbox session's view of an item: its data file and language (no task category: none is known)."""
+    query = {"query_id": item.item_id, "question": item.question}
     return QueryTask(query, [query], item.data_path, item.data_format)
 
 
