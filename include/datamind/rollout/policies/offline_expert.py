@@ -299,7 +299,7 @@ class OfflineExpertPolicy:
             cols = narration.columns_used(body, self._known or self._names_in_schema())
             if cols:
                 return narration.name_list(cols, 2)
-        words = self._question.split()
+        words = final_ask(self._question).split()  # what this trajectory finally asks, not its restated steps
         return '"' + " ".join(words[:7]) + (" ..." if len(words) > 7 else "") + '"'
 
     def _q_short(self, question: str | None = None) -> str:
