@@ -38,6 +38,10 @@ class Limits:
     # Bound on what we decompress out of an archive member (zip-bomb guard).
     max_uncompressed_bytes: int = 256 * 1024 * 1024
     max_cell_chars: int = 10_000
+    # Each file is parsed in a child process under these caps: a reader that aborts, allocates without
+    # bound or spins costs that one file (rejected as parse_limit), never the shard or the worker.
+    parse_memory_mb: int = 4096
+    parse_cpu_s: int = 120
 
     @classmethod
     def from_env(cls) -> "Limits":
@@ -50,6 +54,8 @@ class Limits:
             max_file_bytes=_env_int("DATAMIND_MAX_FILE_BYTES", d.max_file_bytes),
             max_uncompressed_bytes=_env_int("DATAMIND_MAX_UNCOMPRESSED_BYTES", d.max_uncompressed_bytes),
             max_cell_chars=_env_int("DATAMIND_MAX_CELL_CHARS", d.max_cell_chars),
+            parse_memory_mb=_env_int("DATAMIND_PARSE_MEMORY_MB", d.parse_memory_mb),
+            parse_cpu_s=_env_int("DATAMIND_PARSE_CPU_S", d.parse_cpu_s),
         )
 
     def table_row_cap(self, in_database: bool) -> int:

@@ -13,10 +13,13 @@ What the loaders repair rather than reject (each repair is recorded in ``read_op
   position that best matches the column types of the well-formed rows);
 * fully empty rows and fully empty unnamed columns are dropped; text cells are stripped.
 
-Memory guards: files are never read past ``limits.max_file_bytes``; xlsx members are checked against
-``limits.max_uncompressed_bytes`` before decompressing; SQLite row counts come from ``COUNT(*)`` and a
-database table with more than ``limits.max_db_table_rows`` rows is never materialized, nor is a sheet whose dimensions
-say it is far over the limit.
+Memory guards, all before a full parse: files are never read past ``limits.max_file_bytes``; xlsx members
+are checked against ``limits.max_uncompressed_bytes`` before decompressing, and a sheet whose declared
+dimensions are wider than ``max_cols`` or larger than the cell cap is never handed to the reader; a csv whose
+first line alone has more than ``max_cols`` fields is refused unparsed; SQLite values past a size cap fail
+their query (``SQLITE_LIMIT_LENGTH``), a table's total value bytes are summed in SQL before it is read, row
+counts come from ``COUNT(*)`` and a table above ``max_db_table_rows`` is never materialized. The ingest
+stage also runs this module in a capped child process (``parse_worker.py``) for what these bounds miss.
 """
 
 from __future__ import annotations
@@ -130,9 +133,12 @@ def load_tables(
         elif fmt in ("json", "sql"):
             raise LoadError("unsupported_format", f"content is a {fmt.upper()} document, not a table")
         else:
-            raise LoadError("unsupported_format", "content is not delimited text, xlsx or SQLite")
+            raise LoadError(*sniff.describe_unknown(data))
     except LoadError as exc:
         return LoadResult(fmt, declared, None, [], exc.message, exc.code)
+    except MemoryError:
+        message = f"parsing needed more than the {limits.parse_memory_mb:,} MB memory cap"
+        return LoadResult(fmt, declared, None, [], message, "parse_limit")
     except Exception as exc:  # any parser crash is a property of the file, recorded, never raised
         return LoadResult(fmt, declared, None, [], f"{type(exc).__name__}: {exc}"[:500], "unloadable")
     result.declared_format = declared
@@ -359,6 +365,7 @@ def _stem(path: str) -> str:
 
 
 def _load_csv(data: bytes, limits: Limits, name: str = "data") -> LoadResult:
+    _check_first_line_width(data, limits)
     encoding = sniff.detect_encoding(data)
     text = decode_text(data, encoding)
     dialect = sniff.sniff_dialect(text)
@@ -389,6 +396,30 @@ def _load_csv(data: bytes, limits: Limits, name: str = "data") -> LoadResult:
         df, raw = read_csv_text(text, options)
     table = LoadedTable(name, df, len(df), df.shape[1], options, raw_columns=raw)
     return LoadResult("csv", None, encoding, [table])
+
+
+_QUOTED = re.compile(rb'"[^"]*"')
+_FIRST_LINE_SCAN = 1 << 23
+
+
+def _check_first_line_width(data: bytes, limits: Limits) -> None:
+    """Refuse a file whose first line alone has more fields than allowed, before decoding or parsing it
+    (a few MB of delimiters would otherwise cost gigabytes of parser state)."""
+    head = data[:_FIRST_LINE_SCAN]
+    ends = [i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0]  # old Mac exports end lines with CR
+    end = min(ends) if ends else -1
+    line = head[:end] if end >= 0 else head
+    if len(line) <= limits.max_cols:
+        return  # cannot hold more than max_cols delimiters
+    line = _QUOTED.sub(b"", line) if b'"' in line else line
+    counts = {sep: line.count(sep.encode()) for sep in (",", ";", "\t", "|")}
+    sep, n = max(counts.items(), key=lambda kv: kv[1])
+    if n + 1 > limits.max_cols:
+        raise LoadError(
+            "too_many_columns",
+            f"the first line alone has {'at least ' if end < 0 else ''}{n + 1:,} fields separated by {sep!r}, "
+            f"more than the {limits.max_cols:,} allowed (refused before parsing)",
+        )
 
 
 class _NeedsRepair(Exception):
@@ -596,7 +627,7 @@ def _check_zip_members(data: bytes, limits: Limits) -> None:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             total = sum(i.file_size for i in zf.infolist())
     except zipfile.BadZipFile as exc:
-        raise LoadError("unloadable", f"corrupt xlsx container: {exc}") from exc
+        raise LoadError("unloadable", f"a damaged or truncated xlsx (zip) container: {exc}") from exc
     if total > limits.max_uncompressed_bytes:
         raise LoadError(
             "archive_bomb",
@@ -613,8 +644,16 @@ def _load_workbook(local_path: str, data: bytes, fmt: str, limits: Limits) -> Lo
         wb = CalamineWorkbook.from_filelike(io.BytesIO(data))
     except Exception as exc:
         raise LoadError("unloadable", f"workbook cannot be opened: {type(exc).__name__}: {exc}"[:500]) from exc
+    dimensions = sniff.sheet_dimensions(data) if fmt == "xlsx" else {}
     tables = []
     for name in wb.sheet_names:
+        declared = dimensions.get(name)
+        if declared and _oversized_sheet(declared, limits):
+            # The reader would allocate the whole declared rectangle (a 1.5 KB file can declare A1:XFD1048576).
+            n_rows, n_cols, ref = declared
+            opts = {"format": fmt, "sheet": name, "dimension": ref}
+            tables.append(LoadedTable(name, None, n_rows, n_cols, opts, rows_estimated=True))
+            continue
         try:
             sheet = wb.get_sheet_by_name(name)
         except Exception as exc:
@@ -632,6 +671,14 @@ def _load_workbook(local_path: str, data: bytes, fmt: str, limits: Limits) -> Lo
         tables.append(LoadedTable(name, df, len(df), df.shape[1], opts, raw_columns=raw))
     # xlsx parts are XML in UTF-8; legacy xls text encoding is per workbook and not exposed by the reader.
     return LoadResult(fmt, None, "utf-8" if fmt == "xlsx" else None, tables)
+
+
+_MAX_SHEET_CELLS = 20_000_000  # a dense rectangle the reader may allocate (about 0.6 GB of cells)
+
+
+def _oversized_sheet(declared: tuple[int, int, str], limits: Limits) -> bool:
+    n_rows, n_cols, _ = declared
+    return n_cols > limits.max_cols or n_rows * max(n_cols, 1) > _MAX_SHEET_CELLS
 
 
 def _huge_sheet(sheet, opts: dict[str, Any]) -> LoadedTable:
@@ -745,6 +792,10 @@ def _load_sqlite(local_path: str, limits: Limits) -> LoadResult:
         con = _connect_ro(local_path)
     except sqlite3.DatabaseError as exc:
         raise LoadError("unloadable", f"SQLite database cannot be opened: {exc}") from exc
+    # A generated column such as zeroblob(200000000) costs nothing on disk; any value past this size
+    # fails the query that makes it ("string or blob too big") instead of being materialized.
+    value_cap = max(1 << 20, 4 * limits.max_cell_chars)
+    con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, value_cap)
     with closing(con):
         try:
             master = con.execute(
@@ -764,9 +815,18 @@ def _load_sqlite(local_path: str, limits: Limits) -> LoadResult:
                     for r in con.execute(f"PRAGMA foreign_key_list({q})")
                 ]
                 n_rows = con.execute(f"SELECT COUNT(*) FROM {q}").fetchone()[0]
-                df = pd.read_sql_query(f"SELECT * FROM {q}", con) if n_rows <= limits.max_db_table_rows else None
+                df = None
+                if n_rows <= limits.max_db_table_rows:
+                    _check_table_bytes(con, q, cols, limits)
+                    df = pd.read_sql_query(f"SELECT * FROM {q}", con)
             except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-                tables.append(LoadedTable(name, None, 0, 0, opts, ddl=ddl, error=str(exc)[:300]))
+                error = str(exc)
+                if "too big" in error:
+                    error = f"a value is larger than the {value_cap:,}-byte cap ({error})"
+                tables.append(LoadedTable(name, None, 0, 0, opts, ddl=ddl, error=error[:300]))
+                continue
+            except LoadError as exc:
+                tables.append(LoadedTable(name, None, n_rows, len(cols), opts, ddl=ddl, error=exc.message))
                 continue
             tables.append(
                 LoadedTable(
@@ -774,3 +834,16 @@ def _load_sqlite(local_path: str, limits: Limits) -> LoadResult:
                 )
             )
     return LoadResult("sqlite", None, encoding, tables)
+
+
+def _check_table_bytes(con: sqlite3.Connection, q: str, cols: list[str], limits: Limits) -> None:
+    """Sum the table's value sizes in SQL (streaming, no rows kept) before reading it into memory."""
+    if not cols:
+        return
+    total = " + ".join(f"total(length({_qident(c)}))" for c in cols)
+    size = con.execute(f"SELECT {total} FROM {q}").fetchone()[0] or 0
+    if size > limits.max_uncompressed_bytes:
+        raise LoadError(
+            "unloadable",
+            f"the table's values add up to {int(size):,} bytes, above the {limits.max_uncompressed_bytes:,}-byte cap",
+        )

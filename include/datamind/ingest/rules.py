@@ -38,7 +38,11 @@ File rules (``check_file``), applied before/after the table rules:
                        documents, SQL scripts, legacy xls, images, parquet, nested archives ...
 ``not_tabular``        text that no delimiter splits into a consistent number (>= 2) of fields on at
                        least 60% of its first lines (prose, licences, single-column lists)
-``unloadable``         the file cannot be parsed at all (corrupt workbook, broken SQLite header, ...)
+``unloadable``         the file cannot be parsed at all (corrupt workbook, truncated zip container,
+                       broken SQLite header, text with NUL bytes, ...)
+``parse_limit``        parsing the file in its child process hit the per-file memory or CPU cap
+                       (``limits.parse_memory_mb``, ``limits.parse_cpu_s``) or crashed the reader; the
+                       reason names the signal and the reader's last words
 ``no_tables``          the file parsed but holds no table (empty file, workbook without sheets,
                        database without user tables)
 ``no_valid_tables``    every table was rejected, for different reasons (the same reason everywhere is
@@ -87,6 +91,7 @@ RULES: dict[str, str] = {
     "unsafe_path": "a symlink leaving the source folder, or an archive member named outside the archive",
     "unsupported_format": "not delimited text, xlsx or SQLite",
     "not_tabular": "text without a consistent delimiter",
+    "parse_limit": "parsing hit the per-file memory or CPU cap, or crashed the reader",
     "no_tables": "the file holds no table",
     "no_valid_tables": "every table was rejected",
     "duplicate_content": "same bytes as another file",

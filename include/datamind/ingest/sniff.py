@@ -107,6 +107,92 @@ def detect_format(data: bytes) -> str:
     return "csv"
 
 
+def describe_unknown(data: bytes) -> tuple[str, str]:
+    """(reason code, message) for content ``detect_format`` called unknown: say what it looks like."""
+    if data.startswith(ZIP_MAGIC):
+        return "unloadable", "a damaged or truncated zip container (xlsx workbook or zip archive): it cannot be opened"
+    sample = data[:65536]
+    nuls = sample.count(b"\x00")
+    if nuls and nuls <= len(sample) * 0.01 and _mostly_text(sample.replace(b"\x00", b"")):
+        where = sample.index(b"\x00")
+        return (
+            "unloadable",
+            f"text with {nuls:,} NUL byte(s) in its first {len(sample):,} bytes (first at byte {where:,}): "
+            "a corrupt or truncated export; remove the NUL bytes and ingest it again",
+        )
+    return "unsupported_format", "content is not delimited text, xlsx or SQLite"
+
+
+def _mostly_text(sample: bytes) -> bool:
+    controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+    return bool(sample) and controls <= len(sample) * 0.01
+
+
+_DIMENSION = re.compile(rb"<(?:\w+:)?dimension\s+ref=\"([A-Z]{1,3})?(\d+)?(?::([A-Z]{1,3})(\d+))?\"")
+_SHEET_ENTRY = re.compile(rb"<(?:\w+:)?sheet\b[^>]*>")
+_ATTR = re.compile(rb'([\w:]+)="([^"]*)"')
+_RELATION = re.compile(rb"<(?:\w+:)?Relationship\b[^>]*>")
+_PART_HEAD = 1 << 16  # <dimension> comes right after the sheet's properties
+
+
+def sheet_dimensions(data: bytes) -> dict[str, tuple[int, int, str]]:
+    """Sheet name -> (rows, columns, ref) as each worksheet part declares it, read from the part's first
+    bytes without parsing the workbook (a reader allocates this rectangle). Sheets without a readable
+    declaration are left out; a lying declaration is caught by the parse's own memory cap."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            book = _read_head(zf, "xl/workbook.xml", 1 << 20)
+            rels = _read_head(zf, "xl/_rels/workbook.xml.rels", 1 << 20)
+            targets = {}
+            for tag in _RELATION.findall(rels):
+                attrs = dict(_ATTR.findall(tag))
+                if b"Id" in attrs and b"Target" in attrs:
+                    targets[attrs[b"Id"]] = attrs[b"Target"].decode("utf-8", "replace")
+            out = {}
+            for tag in _SHEET_ENTRY.findall(book):
+                attrs = dict(_ATTR.findall(tag))
+                rid = next((v for k, v in attrs.items() if k.endswith(b":id")), None)
+                target = targets.get(rid)
+                if b"name" not in attrs or not target:
+                    continue
+                part = target.lstrip("/") if target.startswith("/") else "xl/" + target
+                match = _DIMENSION.search(_read_head(zf, part, _PART_HEAD))
+                if match:
+                    name = _xml_unescape(attrs[b"name"].decode("utf-8", "replace"))
+                    out[name] = _rectangle(match)
+            return out
+    except (zipfile.BadZipFile, KeyError, OSError, ValueError, EOFError):
+        return {}
+
+
+def _read_head(zf: zipfile.ZipFile, name: str, n: int) -> bytes:
+    with zf.open(name) as fh:
+        return fh.read(n)
+
+
+def _xml_unescape(text: str) -> str:
+    for ent, ch in (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&")):
+        text = text.replace(ent, ch)
+    return text
+
+
+def _column_number(letters: bytes) -> int:
+    n = 0
+    for ch in letters:
+        n = n * 26 + (ch - 64)
+    return n
+
+
+def _rectangle(match: re.Match) -> tuple[int, int, str]:
+    c0, r0, c1, r1 = match.groups()
+    ref = match.group(0).split(b'"')[1].decode()
+    if c1 is None:  # a single cell, e.g. "A1"
+        return (1 if r0 else 0), (1 if c0 else 0), ref
+    rows = int(r1) - int(r0 or 1) + 1
+    cols = _column_number(c1) - _column_number(c0 or b"A") + 1
+    return max(rows, 0), max(cols, 0), ref
+
+
 def detect_encoding(data: bytes) -> str:
     bom = _bom_encoding(data[:4])
     if bom:

@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest import sniff
-from datamind.ingest.loaders import LoadResult, load_tables
+from datamind.ingest.loaders import LoadResult
+from datamind.ingest.parse_worker import IsolatedParser
 from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.ingest.rules import ACCEPTED, RULES, Verdict, check_file, check_tables
 from datamind.ingest.sources import SourceFile, SourceReadError, precheck_message
@@ -129,9 +130,13 @@ def ingest_file(
     source: str,
     limits: Limits,
     run_id: str | None,
+    parser: IsolatedParser,
     benchmarks: BenchmarkIndex | None = None,
 ) -> dict[str, Any]:
-    """Judge one planned file and return its catalog/files row (staging its bytes when accepted)."""
+    """Judge one planned file and return its catalog/files row (staging its bytes when accepted).
+
+    The file is parsed by ``parser``'s child process, so a file that crashes or exhausts the reader is
+    rejected as ``parse_limit`` and the rest of the shard goes on."""
     f = SourceFile.from_spec(entry)
     row: dict[str, Any] = {
         "file_id": entry["file_id"],
@@ -182,7 +187,7 @@ def ingest_file(
             local = os.path.join(tmp, "content" + _EXT.get(row["format"], ".bin"))
             with open(local, "wb") as fh:
                 fh.write(data)
-        result = load_tables(local, limits, data=data, filename=f.filename)
+        result = parser.load(local, filename=f.filename)
     for t in result.tables if benchmarks else ():
         hit = benchmarks.match_table(t.df) if t.df is not None else None
         if hit:
@@ -226,7 +231,8 @@ def ingest_shard(
     source = shard_spec["source"]
     benchmarks = load_index(root) if benchmarks is None else benchmarks
     benchmarks = None if benchmarks.empty else benchmarks
-    rows = [ingest_file(root, e, source, limits, run_id, benchmarks) for e in shard_spec["files"]]
+    with IsolatedParser(limits) as parser:
+        rows = [ingest_file(root, e, source, limits, run_id, parser, benchmarks) for e in shard_spec["files"]]
     path = write_shard(
         root,
         CATALOG_FILES,

@@ -1,0 +1,208 @@
+"""Parse untrusted files in a child interpreter with memory and CPU caps.
+
+A reader that aborts (a Rust allocation failure is SIGABRT), allocates without bound or spins would take
+the whole ingest task with it, and every file of the shard would lose its catalog row, again on each
+retry. Here one child process parses the shard's files one after another under ``RLIMIT_AS``
+(``limits.parse_memory_mb``) and a per-file ``RLIMIT_CPU`` budget (``limits.parse_cpu_s``, re-armed
+before each file); when it dies, that file is rejected as ``parse_limit`` with the signal and the reader's
+last stderr line, and a fresh child takes the next file.
+
+The child runs ``python -I`` with a minimal environment (no credentials), talks over its stdin/stdout
+with length-prefixed pickle frames, and has its own stdout moved to stderr so a library's print cannot
+corrupt the channel. Pickle is acceptable here: the frames are produced by our loader code, not by the
+file; a parser exploit that reaches code execution is outside what this layer defends.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import resource
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from typing import BinaryIO
+
+from datamind.ingest.loaders import LoadResult
+from datamind.settings import Limits
+
+_HEADER = struct.Struct("!Q")
+_WALL_FACTOR, _WALL_SLACK_S = 2, 30  # wall-clock kill: CPU budget x 2 + 30 s (I/O waits, a stuck reader)
+_START_TIMEOUT_S = 120
+_CHILD_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
+_SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "ARROW_NUM_THREADS": "1"}
+
+
+class ParserUnavailable(RuntimeError):
+    """The child could not start at all: an infrastructure fault (retry the task), not a property of a file."""
+
+
+def _write_frame(fh: BinaryIO, obj: object) -> None:
+    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    fh.write(_HEADER.pack(len(payload)) + payload)
+    fh.flush()
+
+
+def _read_exact(fh: BinaryIO, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = fh.read(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _read_frame(fh: BinaryIO) -> object | None:
+    head = _read_exact(fh, _HEADER.size)
+    if head is None:
+        return None
+    body = _read_exact(fh, _HEADER.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
+
+
+class IsolatedParser:
+    """``load_tables`` for untrusted files, one child process at a time; use as a context manager."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._proc: subprocess.Popen | None = None
+        self._stderr: BinaryIO | None = None
+        self.crashes = 0
+
+    def __enter__(self) -> "IsolatedParser":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def load(self, local_path: str, filename: str | None = None) -> LoadResult:
+        proc = self._ensure_child()
+        started = time.monotonic()
+        self._stderr.seek(0)
+        self._stderr.truncate()
+        try:
+            _write_frame(proc.stdin, {"path": local_path, "filename": filename})
+            result, stalled = self._await(proc, self.limits.parse_cpu_s * _WALL_FACTOR + _WALL_SLACK_S)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            result, stalled = None, False
+        if isinstance(result, LoadResult):
+            return result
+        return self._death_result(proc, time.monotonic() - started, stalled, local_path, filename)
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _ensure_child(self) -> subprocess.Popen:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self._stderr = self._stderr or tempfile.TemporaryFile()
+        env = {k: os.environ[k] for k in _CHILD_ENV_KEYS if k in os.environ} | _SINGLE_THREAD
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-m", "datamind.ingest.parse_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            cwd="/",
+            start_new_session=True,
+        )
+        _write_frame(proc.stdin, self.limits)
+        ready, _ = self._await(proc, _START_TIMEOUT_S)
+        if ready != "ready":
+            proc.kill()
+            proc.wait()
+            self._stderr.seek(0)
+            raise ParserUnavailable(f"the parser process did not start: {_last_words(self._stderr.read())}")
+        self._proc = proc
+        return proc
+
+    @staticmethod
+    def _await(proc: subprocess.Popen, timeout_s: float) -> tuple[object | None, bool]:
+        """(the next frame or None on death, whether it stalled past ``timeout_s`` and was killed)."""
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        if not ready:
+            proc.kill()
+            return None, True
+        return _read_frame(proc.stdout), False  # a frame follows once its first byte is there (EOF on death)
+
+    def _death_result(
+        self, proc: subprocess.Popen, elapsed: float, stalled: bool, path: str, filename: str | None
+    ) -> LoadResult:
+        """The child died or stalled on this file: the file is rejected with why, the next file gets a new child."""
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # alive but its channel is broken
+            proc.kill()
+            code = proc.wait()
+        self._proc = None
+        self.crashes += 1
+        self._stderr.seek(0)
+        last = _last_words(self._stderr.read())
+        limits = self.limits
+        if stalled:
+            message = f"no result after {elapsed:.0f} s of wall-clock time (the reader is stuck)"
+        elif code == -signal.SIGXCPU or (code == -signal.SIGKILL and elapsed >= limits.parse_cpu_s):
+            message = f"parsing used more than the {limits.parse_cpu_s:,} s CPU cap"
+        elif code < 0:
+            name = signal.Signals(-code).name
+            hint = f" (usually an allocation past the {limits.parse_memory_mb:,} MB cap)" if name == "SIGABRT" else ""
+            message = f"the reader crashed with {name}{hint}"
+        else:
+            message = f"the parser process exited with code {code}"
+        if last:
+            message += f"; its last words: {last}"
+        from datamind.ingest import sniff
+
+        declared = sniff.declared_format(filename or os.path.basename(path))
+        return LoadResult("unknown", declared, None, [], message[:500], "parse_limit")
+
+
+def _last_words(raw: bytes) -> str:
+    """The reader's last meaningful stderr line (a Rust panic's message, a Python exception)."""
+    lines = [ln.strip() for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("note: run with")]
+    return lines[-1][:200] if lines else ""
+
+
+# ------------------------------------------------------------------------------------------- child
+def _child_main() -> None:
+    channel = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # prints from any library land in stderr, never in the result channel
+    requests = sys.stdin.buffer
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    limits = _read_frame(requests)
+    from datamind.ingest.loaders import load_tables  # imported before the cap: the cap is for parsing
+
+    cap = limits.parse_memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    _write_frame(channel, "ready")
+    while True:
+        request = _read_frame(requests)
+        if request is None:
+            return
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        budget = int(used.ru_utime + used.ru_stime) + 1 + limits.parse_cpu_s
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        resource.setrlimit(resource.RLIMIT_CPU, (budget if hard == resource.RLIM_INFINITY else min(budget, hard), hard))
+        _write_frame(channel, load_tables(request["path"], limits, filename=request["filename"]))
+
+
+if __name__ == "__main__":
+    _child_main()

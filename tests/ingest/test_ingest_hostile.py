@@ -1,0 +1,69 @@
+"""Hostile and broken files cost only themselves: each gets a catalog row with a reason that names the cause,
+good files in the same shard are accepted, and the ingesting process survives (readers run in a capped child)."""
+
+from __future__ import annotations
+
+import resource
+import shutil
+from collections import Counter
+from pathlib import Path
+
+from hostile_files import CORPUS, write_corpus
+from ingest_builders import table_rows, write_csv, xlsx_bytes
+from test_ingest_stage import SAMPLES, catalog, run_ingest
+
+from datamind.ingest.parse_worker import IsolatedParser
+from datamind.settings import Limits
+
+
+def test_hostile_files_in_one_shard_cost_only_themselves(root, tmp_path: Path):
+    folder = tmp_path / "drop"
+    write_corpus(folder)
+    write_csv(folder / "good_orders.csv", 40)
+    (folder / "good_book.xlsx").write_bytes(xlsx_bytes({"Sheet1": [["id", "city", "amount"], *table_rows(40)]}))
+    shutil.copy(SAMPLES / "sales_orders.csv", folder / "good_sales.csv")
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # One shard holds everything: a reader crash must not take the good files' rows with it.
+    specs, summaries = run_ingest(root, folder, "drop", shard_size=100)
+    assert len(specs) == 1
+    rows = {r["rel_path"]: r for r in catalog(root)}
+    assert set(rows) == {b.name for b in CORPUS} | {"good_orders.csv", "good_book.xlsx", "good_sales.csv"}
+    for name in ("good_orders.csv", "good_book.xlsx", "good_sales.csv"):
+        assert rows[name]["status"] == "accepted", (name, rows[name]["reason"])
+    tally = Counter()
+    for bad in CORPUS:
+        row = rows[bad.name]
+        assert row["status"] == "rejected", bad.name
+        assert row["reason_code"] in bad.reasons, (bad.name, row["reason_code"], row["reason"])
+        assert bad.says in row["reason"].lower(), (bad.name, row["reason"])
+        tally["rejected with reason"] += 1
+    tally["lost"] = len(CORPUS) - tally["rejected with reason"]
+    tally["accepted good files"] = 3
+    # The parent never parsed a bomb itself: its peak RSS grew by far less than any of them would cost.
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert grown_mb < 1024, grown_mb
+    print(f"\nbad-file corpus tally: {dict(tally)} (parent peak RSS grew {grown_mb:.0f} MB)")
+    # A rerun plans nothing: every file, hostile or not, is cataloged exactly once.
+    again, _ = run_ingest(root, folder, "drop", shard_size=100)
+    assert again == [] and len(catalog(root)) == len(rows)
+
+
+def test_a_reader_crash_is_recorded_and_the_next_file_gets_a_fresh_child(tmp_path: Path):
+    bad = next(b for b in CORPUS if b.name == "far_corner_undeclared.xlsx")
+    bad.write(tmp_path / bad.name)
+    good = write_csv(tmp_path / "good.csv", 40)
+    with IsolatedParser(Limits(parse_memory_mb=1536)) as parser:
+        crashed = parser.load(str(tmp_path / bad.name))
+        after = parser.load(str(good))
+    assert crashed.error_code == "parse_limit"
+    assert "SIGABRT" in crashed.error and "memory allocation" in crashed.error, crashed.error
+    assert parser.crashes == 1
+    assert after.error_code is None and after.tables[0].n_rows == 40
+
+
+def test_a_file_that_spins_is_stopped_by_the_cpu_cap(tmp_path: Path):
+    # Three million rows take the reader several CPU seconds; the budget here is one.
+    path = write_csv(tmp_path / "long.csv", 3_000_000)
+    with IsolatedParser(Limits(parse_cpu_s=1, max_file_bytes=1 << 30)) as parser:
+        result = parser.load(str(path))
+    assert result.error_code == "parse_limit" and "1 s CPU cap" in result.error, result.error
