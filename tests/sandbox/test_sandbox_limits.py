@@ -34,11 +34,21 @@ def test_secret_locations_are_hidden_by_default(monkeypatch, tmp_path):
 
 
 def test_strict_policy_names_what_is_missing():
-    assert missing_layers({"network_namespace", "mount_namespace", "dedicated_uid", "pids_cgroup"}) == []
-    assert missing_layers({"network_namespace", "mount_namespace", "user_namespace_no_caps", "rlimit_nproc"}) == []
+    private = {"allowlisted_root", "private_cell_mounts", "ipc_namespace"}
+    assert missing_layers({"network_namespace", "mount_namespace", "dedicated_uid", "pids_cgroup", *private}) == []
+    assert (
+        missing_layers({"network_namespace", "mount_namespace", "user_namespace_no_caps", "rlimit_nproc", *private})
+        == []
+    )
+    assert missing_layers({"network_namespace", "mount_namespace", "dedicated_uid", "pids_cgroup"}) == sorted(
+        private, key=["allowlisted_root", "private_cell_mounts", "ipc_namespace"].index
+    )
     assert missing_layers({"rlimits", "ast_guard"}) == [
         "network_namespace",
         "mount_namespace",
+        "allowlisted_root",
+        "private_cell_mounts",
+        "ipc_namespace",
         "dedicated_uid or user_namespace_no_caps",
         "pids_cgroup or rlimit_nproc",
     ]

@@ -65,17 +65,43 @@ def serve(ctl_fd: int, kind: str, language: str, db_path: str | None, sql_timeou
         request = recv_frame(ctl)
         if request is None:
             os._exit(0)
-        if kind == "kernel":  # per-cell CPU allowance inside the session-wide hard cap
-            used = resource.getrusage(resource.RUSAGE_SELF)
-            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-            resource.setrlimit(resource.RLIMIT_CPU, (min(int(used.ru_utime + used.ru_stime) + cpu_s, hard), hard))
-        status = run_cell(namespace, request.get("prelude", ""), request["code"])
+        # Replaying earlier chunks may use up to the session-wide hard cap; the new chunk then gets the
+        # same cpu_s allowance in either mode, so chunked and live sessions stop a cell at the same point.
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+        status = run_cell(namespace, request.get("prelude", ""), request["code"], before_code=lambda: _arm_cpu(cpu_s))
         sys.stdout.flush()
         sys.stderr.flush()
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        send_frame(ctl, {"status": status, "maxrss_kb": rss})
+        # A live interpreter with work still running in the background (a thread, a child process, a
+        # pending alarm) would burn CPU between turns and write into the next cell's output, or die and
+        # be blamed on it: the host retires it, and the next turn replays into a fresh one.
+        send_frame(ctl, {"status": status, "maxrss_kb": rss, "retire": kind == "kernel" and _background_work()})
         if kind == "oneshot":
             os._exit(0)
+
+
+def _arm_cpu(cpu_s: int) -> None:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (min(int(used.ru_utime + used.ru_stime) + cpu_s, hard), hard))
+
+
+def _background_work() -> bool:
+    import signal
+
+    threading = sys.modules.get("threading")
+    if threading is not None and len(threading.enumerate()) > 1:
+        return True
+    if signal.getitimer(signal.ITIMER_REAL)[0] or signal.getitimer(signal.ITIMER_VIRTUAL)[0]:
+        return True
+    if signal.getitimer(signal.ITIMER_PROF)[0]:
+        return True
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)  # raises when there is no child at all
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _seed_random_generators() -> None:
@@ -99,7 +125,7 @@ def _new_namespace(language: str, db_path: str | None, sql_timeout_s: float) -> 
     return namespace
 
 
-def run_cell(namespace: dict, prelude: str, code: str) -> str:
+def run_cell(namespace: dict, prelude: str, code: str, before_code=None) -> str:
     """Replay `prelude` silently, then run `code` notebook-style. Returns ok|exception|memory."""
     if prelude:
         # Silence replayed output at the fd level too (C extensions and child processes write there).
@@ -123,6 +149,8 @@ def run_cell(namespace: dict, prelude: str, code: str) -> str:
         if failure is not None:
             print("Error while re-running the earlier successful cells:", file=sys.stderr)
             return _report(failure)
+    if before_code is not None:
+        before_code()
     try:
         _exec(code, CELL_FILENAME, namespace, display_last=True)
         return "ok"

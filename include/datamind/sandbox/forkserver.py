@@ -59,26 +59,31 @@ def zygote_main(fd: int) -> None:
     layers, notes = [], []
     mode = config["mode"]
     cell_inner_id = None
-    # Both need the host's /proc, which the mount namespace is about to hide.
+    # Both need the host's /proc and /sys, which the new root does not have.
     cgroup = isolation.PidsCgroup.probe() if mode == "root" and config["pids_cgroup"] else None
     proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY) if mode == "root" else None
+    # What cells run must be imported before the pivot: the project's folder is not in the new root.
+    import datamind.sandbox.cell  # noqa: F401
+    import datamind.sandbox.sqltools  # noqa: F401
+
+    private_root = False
     try:
         obtained, cell_inner_id = isolation.enter_namespaces(mode)
         layers += obtained
-        # Started with -I, our own sys.path is exactly what a cell may import from.
-        python_paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if os.path.isdir(p))}
-        expose = [(p, False) for p in sorted(python_paths)] + [tuple(e) for e in config["expose"]]
-        notes += isolation.hide_and_expose(
-            config["hide"],
-            expose,
-            tmp_mb=config["tmp_mb"],
-            check_traversal=(mode == "root" or cell_inner_id is not None),
-        )
+        runtime, project_dirs = _python_runtime()
+        allow = [(p, False) for p in [*isolation.runtime_allow_list(), *runtime]]
+        allow += [tuple(e) for e in config["expose"]]
+        new_root = os.path.join(config["workdir_root"], ".root")
+        os.makedirs(new_root, mode=0o700, exist_ok=True)
+        notes += isolation.build_root(new_root, allow, [*config["hide"], *project_dirs], tmp_mb=config["tmp_mb"])
+        layers.append("allowlisted_root")
+        private_root = True
     except OSError as exc:
-        layers = [x for x in layers if x != "mount_namespace"] if "mount" in str(exc) else []
         import traceback
 
-        notes.append(f"namespaces unavailable: {exc}: {traceback.format_exc(limit=3)}")
+        if "network_namespace" in layers:  # namespaces entered, but no allow-listed root: nothing is hidden
+            layers.remove("mount_namespace")
+        notes.append(f"isolation incomplete: {exc}: {traceback.format_exc(limit=3)}")
     if mode == "root":
         layers.append("dedicated_uid")
     elif "network_namespace" in layers:  # only true once the user namespace was actually entered
@@ -86,9 +91,11 @@ def zygote_main(fd: int) -> None:
     if cgroup is not None:
         layers.append("pids_cgroup")
     layers += ["rlimit_nproc", "rlimits", "process_group_kill", "no_new_privs"]
-    # Without a cgroup or a dedicated uid to sweep, a per-cell pid namespace is what kills detached
-    # descendants: when its init exits, the kernel kills everything left inside.
-    use_pidns = mode != "root" and "network_namespace" in layers and _pid_namespace_works()
+    if private_root:
+        layers += ["private_cell_mounts", "ipc_namespace", "disk_quota"]
+    # A per-cell pid namespace: a cell sees and signals only its own processes, and when its init exits
+    # the kernel kills everything left inside (detached descendants included).
+    use_pidns = "network_namespace" in layers and _pid_namespace_works()
     if use_pidns:
         layers.append("pid_namespace")
     for name in config["preload"]:
@@ -96,12 +103,9 @@ def zygote_main(fd: int) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             notes.append(f"preload {name} failed: {exc}")
-    import datamind.sandbox.cell  # noqa: F401  (and sqltools) ride along in every fork
-    import datamind.sandbox.sqltools  # noqa: F401
-
     cell_gid = isolation.NOBODY if cell_inner_id is not None else None
     _send(ctl, {"event": "ready", "layers": layers, "notes": notes, "pid": os.getpid(), "cell_gid": cell_gid})
-    zygote = _Zygote(ctl, mode, cgroup, cell_inner_id, proc_fd, use_pidns)
+    zygote = _Zygote(ctl, mode, cgroup, cell_inner_id, proc_fd, use_pidns, private_root)
     signal.signal(signal.SIGTERM, _raise_exit)
     try:
         zygote.loop()
@@ -118,10 +122,17 @@ def _raise_exit(*_args) -> None:
 
 class _Zygote:
     def __init__(
-        self, ctl: socket.socket, mode: str, cgroup, cell_inner_id: int | None, proc_fd: int | None, use_pidns: bool
+        self,
+        ctl: socket.socket,
+        mode: str,
+        cgroup,
+        cell_inner_id: int | None,
+        proc_fd: int | None,
+        use_pidns: bool,
+        private_view: bool,
     ) -> None:
         self.ctl, self.mode, self.cgroup, self.cell_inner_id = ctl, mode, cgroup, cell_inner_id
-        self.use_pidns = use_pidns
+        self.use_pidns, self.private_view = use_pidns, private_view
         self.proc_fd = proc_fd
         self.children: dict[int, object] = {}  # pid -> cgroup path (or None)
         self.uids: dict[int, int] = {}  # pid -> dedicated uid (root mode)
@@ -161,7 +172,7 @@ class _Zygote:
             _send(self.ctl, {"event": "spawn_failed", "id": req["id"], "error": str(exc)})
             return
         if pid == 0:
-            _child(req, fds, self.mode, cg_path, self.cell_inner_id, self.use_pidns)
+            _child(req, fds, self.mode, self.cgroup, cg_path, self.cell_inner_id, self.use_pidns, self.private_view)
         self.children[pid] = cg_path
         if self.mode == "root":
             self.uids[pid] = req["uid"]
@@ -231,7 +242,16 @@ class _Zygote:
                     self.cgroup.remove(cg_path)
 
 
-def _child(req: dict, fds: list[int], mode: str, cg_path, cell_inner_id: int | None, use_pidns: bool) -> None:
+def _child(
+    req: dict,
+    fds: list[int],
+    mode: str,
+    cgroup,
+    cg_name: str | None,
+    cell_inner_id: int | None,
+    use_pidns: bool,
+    private_view: bool,
+) -> None:
     """Confine this freshly forked process, then serve cells. Never returns."""
     code = 70
     try:
@@ -245,19 +265,22 @@ def _child(req: dict, fds: list[int], mode: str, cg_path, cell_inner_id: int | N
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-large writes raise OSError instead of killing
         zygote_pid = os.getppid()
         os.setsid()
-        if cg_path is not None:
-            (cg_path / "cgroup.procs").write_text(str(os.getpid()))
+        if cg_name is not None:
+            cgroup.join(cg_name)
         out_fd, ctl_fd = fds
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
         os.dup2(ctl_fd, 3)
-        os.closerange(4, 1 << 16)  # the zygote's control socket must not leak into the cell
+        os.closerange(4, 1 << 16)  # the zygote's control socket (and cgroup, /proc fds) must not leak into the cell
+        if private_view:
+            owner = req["gid"] if mode == "root" else cell_inner_id
+            isolation.private_cell_view(req["workdir"], tmp_mb=limits.tmp_mb, disk_mb=limits.disk_mb, owner_gid=owner)
         os.chdir(req["workdir"])
-        kernel = req["kind"] == "kernel"
         nproc = limits.max_procs if mode == "root" else limits.max_procs * 4
-        apply_rlimits(limits, nproc=nproc, cpu_hard_s=limits.cpu_s * 100 if kernel else None)
+        # The hard CPU cap bounds a whole live session, or one chunk plus the replay of those before it.
+        apply_rlimits(limits, nproc=nproc, cpu_hard_s=limits.cpu_s * 100)
         if use_pidns:
             _enter_pid_namespace()
         if mode == "root":
@@ -300,6 +323,25 @@ def _child(req: dict, fds: list[int], mode: str, cg_path, cell_inner_id: int | N
             pass
     finally:
         os._exit(code)
+
+
+def _python_runtime() -> tuple[list[str], list[str]]:
+    """(Python paths a cell may read, the project's package folders to hide inside them).
+
+    Started with -I, our sys.path is exactly what a cell imports from. The project's own source folder
+    (an editable install) is left out; a non-editable install's package folders are covered."""
+    paths, hide = {sys.prefix, sys.base_prefix, sys.exec_prefix}, []
+    for entry in sys.path:
+        if not os.path.isdir(entry):
+            continue
+        project = [
+            os.path.join(entry, n) for n in ("datamind", "datamind_airflow") if os.path.isdir(os.path.join(entry, n))
+        ]
+        if project and os.path.basename(entry) not in ("site-packages", "dist-packages"):
+            continue
+        paths.add(entry)
+        hide += project
+    return sorted(paths), hide
 
 
 def _pid_namespace_works() -> bool:

@@ -5,9 +5,11 @@ Two modes, chosen once per zygote:
   dedicated unprivileged uid, so file permissions keep it away from root's files and other trajectories.
 - ``userns``: for non-root Airflow workers; the zygote enters user + mount + network namespaces and each
   cell drops all capabilities, so it can neither undo the mounts nor reach the network.
-In both modes host paths that must stay secret (data root, AIRFLOW_HOME, $HOME, the project) are covered
-with empty read-only tmpfs mounts, and only what Python needs (its prefixes, site-packages) plus the
-sandbox working directories are bound back in.
+In both modes the zygote then pivots into a fresh root holding only an allow-list: the OS's programs and
+libraries and a few /etc files (read-only), the Python runtime (read-only, without the project's packages)
+and the sandbox working directories; credentials, the project, the data root, /proc and /sys do not exist
+inside. Each cell then gets its own mount and IPC namespaces (``private_cell_view``): private scratch,
+a size-capped workspace whose inputs are read-only bind mounts, nothing of other trajectories.
 """
 
 from __future__ import annotations
@@ -15,20 +17,32 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import platform
 import signal
 import time
 from pathlib import Path
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41}
 _KEEP_FLAGS = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # + noatime/nodiratime/relatime
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 # Writable scratch areas every process can reach; inside the sandbox each becomes a private tmpfs.
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
+# The read-only runtime of the allow-listed root (plus the Python prefixes, added by the zygote).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = (
+    "passwd", "group", "nsswitch.conf", "hosts", "localtime", "timezone", "ld.so.cache", "ld.so.conf",
+    "ld.so.conf.d", "fonts", "mime.types", "locale.alias", "os-release", "alternatives", "ssl",
+)  # fmt: skip
+DEVICES = ("null", "zero", "full", "random", "urandom")
+CELL_STAGING = "/proc"  # always empty inside: a cell briefly binds the host's copies of its inputs there
 NOBODY = 65534
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -71,20 +85,6 @@ def drop_all_capabilities() -> None:
 
 def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
-
-
-def _traversal_blocker(path: str) -> str | None:
-    """First proper ancestor of `path` that others cannot enter (e.g. /root, mode 0700)."""
-    current = Path("/")
-    for part in Path(path).parts[1:-1]:
-        current = current / part
-        try:
-            mode = current.stat().st_mode
-        except OSError:
-            return None
-        if current.is_dir() and not mode & 0o001:
-            return str(current)
-    return None
 
 
 def enter_namespaces(mode: str) -> tuple[list[str], int | None]:
@@ -139,60 +139,146 @@ def _unshare_user_with_helper(id_map: str) -> None:
         raise OSError(errno.EPERM, "could not write the user-namespace id map")
 
 
-def hide_and_expose(
-    hide: list[str], expose: list[tuple[str, bool]], *, tmp_mb: int, check_traversal: bool
-) -> list[str]:
-    """Cover `hide` with empty tmpfs mounts, bind `expose` (path, writable) back in. Returns notes."""
-    notes: list[str] = []
-    exposes = [(os.path.realpath(p), w) for p, w in expose if os.path.exists(p)]
-    hides = {os.path.realpath(p) for p in hide if os.path.exists(p)} - {"/"}
-    if check_traversal:  # a dropped uid must still be able to walk to Python's own files
-        for path, writable in exposes:
-            if writable:
-                continue  # our own working directories; their modes are set by the host
-            blocker = _traversal_blocker(path)
-            if blocker:
-                hides.add(blocker)
-    scratch = {os.path.realpath(p) for p in SCRATCH_DIRS if os.path.isdir(p)}
-    hides |= scratch
-    outer = sorted(h for h in hides if not any(h != o and _under(h, o) for o in hides))
-    needed = [(p, w) for p, w in exposes if any(_under(p, h) for h in outer)]
-    handles = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p, _ in needed if os.path.isdir(p)}
-    try:
-        for h in outer:
-            if h in scratch:
-                mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_mb}m")
-            else:
-                mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-        for path, writable in sorted(needed, key=lambda pw: len(pw[0])):
-            if path not in handles:
-                continue
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            mount(f"/proc/self/fd/{handles[path]}", path, None, MS_BIND | MS_REC)
-            if not writable:
-                flags = os.statvfs(path).f_flag & _KEEP_FLAGS
-                mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | flags)
-        for h in outer:
-            if h not in scratch:
-                mount(None, h, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        # Hides nested inside an exposed tree (e.g. a secrets dir inside the venv) are applied last.
-        for h in sorted(hides - set(outer)):
-            if any(_under(h, p) for p, _ in needed):
-                mount("tmpfs", h, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-    finally:
-        for fd in handles.values():
-            os.close(fd)
-    # Last, since the fd trick above needs it: /proc would show every host process' command line.
-    mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555,size=4k")
-    notes.append("hidden: " + ", ".join([*outer, "/proc"]))
-    return notes
+def _bind(src: str, target: str, writable: bool) -> None:
+    # A writable tree (the working root) is bound without its submounts: the new root itself sits there.
+    mount(src, target, None, MS_BIND if writable else MS_BIND | MS_REC)
+    if not writable:
+        # In a user namespace the source's locked flags (nosuid, nodev, noexec...) must be kept.
+        flags = os.statvfs(target).f_flag & _KEEP_FLAGS
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | flags)
+
+
+def _mount_point(target: str, like: str) -> None:
+    """An empty directory or file at ``target`` to bind ``like`` onto."""
+    if os.path.isdir(like):
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        if not os.path.exists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+
+
+def runtime_allow_list() -> list[str]:
+    """System paths every cell sees read-only: the OS's programs and libraries and a few harmless /etc files."""
+    system = [p for p in SYSTEM_DIRS if os.path.lexists(p)]
+    etc = [os.path.join("/etc", name) for name in ETC_FILES if os.path.lexists(os.path.join("/etc", name))]
+    return system + etc
+
+
+def build_root(new_root: str, allow: list[tuple[str, bool]], hide: list[str], *, tmp_mb: int) -> list[str]:
+    """Switch this process (already in its own mount namespace) to a fresh root that holds only ``allow``.
+
+    ``allow``: (path, writable) pairs bound at their own paths; a top-level symlink such as ``/bin ->
+    usr/bin`` is recreated as a link. Everything else of the host (other users' files, credentials,
+    the project, the data root, /proc, /sys, /run) simply does not exist inside. ``hide`` paths nested in
+    an allowed tree (e.g. a secrets folder inside a virtualenv) are covered with empty read-only tmpfs.
+    The scratch directories become private tmpfs, /dev holds only the harmless character devices, and the
+    root itself is read-only. Returns notes for the sandbox's report.
+    """
+    mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
+    for scratch in SCRATCH_DIRS:
+        if scratch.startswith("/dev/"):
+            continue  # made with /dev below
+        target = new_root + scratch
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_mb}m")
+    _populate_dev(new_root, tmp_mb)
+    bound: list[tuple[str, bool]] = []
+    for path, writable in sorted({(os.path.abspath(p), w) for p, w in allow if os.path.lexists(p)}):
+        if any(_under(path, b) and (bw or not writable) for b, bw in bound):
+            continue  # already visible through an allowed parent with at least these rights
+        target = new_root + path
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            if not os.path.lexists(target):
+                os.symlink(os.readlink(path), target)
+            continue
+        real = os.path.realpath(path)
+        _mount_point(target, real)
+        _bind(real, target, writable)
+        bound.append((path, writable))
+    hidden = []
+    for h in sorted({os.path.realpath(p) for p in hide if os.path.exists(p)}):
+        if os.path.isdir(h) and any(_under(h, b) for b, _ in bound) and not any(_under(b, h) for b, _ in bound):
+            mount("tmpfs", new_root + h, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=4k")
+            hidden.append(h)
+    os.makedirs(new_root + "/proc", mode=0o555, exist_ok=True)  # empty: no host process is visible
+    mount(None, new_root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    # pivot_root(".", ".") stacks the old root on top of the new one; detaching it leaves no trace inside.
+    os.chdir(new_root)
+    pivot_root(".", ".")
+    umount(".")
+    os.chdir("/")
+    return [f"root: {len(bound)} allowed paths ({', '.join(p for p, _ in bound)})"] + (
+        [f"hidden inside allowed trees: {', '.join(hidden)}"] if hidden else []
+    )
+
+
+def _populate_dev(new_root: str, tmp_mb: int) -> None:
+    dev = new_root + "/dev"
+    os.makedirs(dev, mode=0o755, exist_ok=True)
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
+    for name in DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            _mount_point(f"{dev}/{name}", f"/dev/{name}")
+            mount(f"/dev/{name}", f"{dev}/{name}", None, MS_BIND)
+    for scratch in ("/dev/shm", "/dev/mqueue"):
+        os.makedirs(new_root + scratch, mode=0o755, exist_ok=True)
+        mount("tmpfs", new_root + scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_mb}m")
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):  # fmt: skip
+        os.symlink(target, f"{dev}/{link}")
+
+
+def private_cell_view(workdir: str, *, tmp_mb: int, disk_mb: int, owner_gid: int | None) -> None:
+    """Give this freshly forked cell its own mount and IPC namespaces (called before it drops privileges).
+
+    Inside: fresh scratch tmpfs (/tmp, /var/tmp, /dev/shm...), and the workspace's parent covered by a
+    tmpfs of ``disk_mb`` (the session's disk quota) holding only this cell's workspace, whose inputs are
+    read-only bind mounts of the host's copies. Other trajectories' workspaces, files left in scratch by
+    earlier cells and SysV/POSIX IPC objects of anyone else are out of reach; everything the cell writes
+    dies with its namespaces when it ends.
+    """
+    unshare(CLONE_NEWNS | CLONE_NEWIPC)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount(workdir, CELL_STAGING, None, MS_BIND)  # the host's copies, before the parent is covered
+    for scratch in SCRATCH_DIRS:
+        if os.path.isdir(scratch):
+            mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_mb}m")
+    parent = os.path.dirname(workdir)
+    os.makedirs(parent, mode=0o711, exist_ok=True)  # recreated when a fresh /tmp covered it
+    mount("tmpfs", parent, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0711,size={disk_mb}m")
+    os.mkdir(workdir, 0o700)
+    if owner_gid is not None:  # the cell's uid/gid may create files; the sticky bit guards the inputs
+        os.chown(workdir, 0, owner_gid)
+        os.chmod(workdir, 0o1770)
+    for entry in os.scandir(CELL_STAGING):
+        if entry.is_file(follow_symlinks=False):
+            target = os.path.join(workdir, entry.name)
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444))
+            _bind(entry.path, target, writable=False)
+    umount(CELL_STAGING)
+
+
+def umount(target: str) -> None:
+    _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown syscall number on {platform.machine()}")
+    _check(_libc.syscall(number, new_root.encode(), put_old.encode()), "pivot_root")
 
 
 class PidsCgroup:
-    """One pids cgroup per cell under a per-zygote parent: caps fork bombs and finds every descendant."""
+    """One pids cgroup per cell under a per-zygote parent: caps fork bombs and finds every descendant.
+
+    Every operation is relative to a descriptor of the parent opened at probe time: the zygote later
+    pivots into a root that has no /sys at all."""
 
     def __init__(self, base: Path):
         self.base = base
+        self.fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
         self._n = 0
 
     @classmethod
@@ -221,34 +307,76 @@ class PidsCgroup:
                 _rmdir(base)
         return None
 
-    def create(self, max_procs: int) -> Path:
+    def create(self, max_procs: int) -> str:
+        """A new cell cgroup; returns its name (relative to ``self.fd``)."""
         self._n += 1
-        path = self.base / f"cell-{self._n}"
-        path.mkdir()
-        (path / "pids.max").write_text(str(max_procs))
-        return path
+        name = f"cell-{self._n}"
+        os.mkdir(name, dir_fd=self.fd)
+        _write_at(self.fd, f"{name}/pids.max", str(max_procs))
+        return name
 
-    @staticmethod
-    def kill_all(path: Path) -> None:
-        for _ in range(200):
-            pids = [int(p) for p in _read(str(path / "cgroup.procs")).split()]
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.002)
+    def join(self, name: str) -> None:
+        _write_at(self.fd, f"{name}/cgroup.procs", str(os.getpid()))
 
-    def remove(self, path: Path) -> bool:
-        self.kill_all(path)
-        return _rmdir(path)
+    def kill_all(self, name: str) -> None:
+        _kill_cgroup_members(lambda: _read_at(self.fd, f"{name}/cgroup.procs"))
+
+    def remove(self, name: str) -> bool:
+        self.kill_all(name)
+        return _rmdir_at(self.fd, name)
 
     def close(self) -> None:
-        for child in self.base.glob("cell-*"):
-            self.remove(child)
+        for child in os.listdir(self.fd):
+            if child.startswith("cell-"):
+                self.remove(child)
+        os.close(self.fd)
         _rmdir(self.base)
+
+
+def _kill_cgroup_members(read_procs) -> None:
+    for _ in range(200):
+        pids = [int(p) for p in read_procs().split()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.002)
+
+
+def _write_at(dir_fd: int, rel: str, text: str) -> None:
+    fd = os.open(rel, os.O_WRONLY, dir_fd=dir_fd)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _read_at(dir_fd: int, rel: str) -> str:
+    try:
+        fd = os.open(rel, os.O_RDONLY, dir_fd=dir_fd)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 1 << 16).decode()
+    finally:
+        os.close(fd)
+
+
+def _rmdir_at(dir_fd: int, name: str) -> bool:
+    for _ in range(50):
+        try:
+            os.rmdir(name, dir_fd=dir_fd)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                return False
+            time.sleep(0.002)
+    return False
 
 
 def _sweep_dead_zygote_cgroups(parent: Path) -> None:
@@ -258,7 +386,7 @@ def _sweep_dead_zygote_cgroups(parent: Path) -> None:
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
             continue
         for cell in stale.glob("cell-*"):
-            PidsCgroup.kill_all(cell)
+            _kill_cgroup_members(lambda: _read(str(cell / "cgroup.procs")))
             _rmdir(cell)
         _rmdir(stale)
 

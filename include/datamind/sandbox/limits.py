@@ -26,12 +26,20 @@ LAYER_PIDS_CGROUP = "pids_cgroup"
 LAYER_NPROC = "rlimit_nproc"
 LAYER_PGROUP_KILL = "process_group_kill"
 LAYER_NO_NEW_PRIVS = "no_new_privs"
+LAYER_ROOT = "allowlisted_root"  # the cell's filesystem is an allow-list (pivot_root into a fresh tmpfs)
+LAYER_CELL_MOUNTS = "private_cell_mounts"  # per-cell mount namespace: own scratch, own workspace only
+LAYER_IPC = "ipc_namespace"
+LAYER_PIDNS = "pid_namespace"
+LAYER_DISK_QUOTA = "disk_quota"
 
 # What "strict" demands: no network, hidden host paths, no privilege inside, and a fork bomb
 # cannot outgrow its cell. Each tuple is a set of alternatives, one of which must be active.
 STRICT_REQUIREMENTS: tuple[tuple[str, ...], ...] = (
     (LAYER_NETNS,),
     (LAYER_MOUNTNS,),
+    (LAYER_ROOT,),
+    (LAYER_CELL_MOUNTS,),
+    (LAYER_IPC,),
     (LAYER_UID, LAYER_USERNS),
     (LAYER_PIDS_CGROUP, LAYER_NPROC),
 )
@@ -53,7 +61,8 @@ class SandboxLimits:
     head_chars: int = 2000  # observation keeps this many leading characters...
     tail_chars: int = 2000  # ...and this many trailing ones
     sql_timeout_s: float = 10.0  # per statement, enforced by a SQLite progress handler
-    tmp_mb: int = 64  # size of the private /tmp, /var/tmp and /dev/shm inside the sandbox
+    tmp_mb: int = 64  # size of each private scratch tmpfs (/tmp, /var/tmp, /dev/shm) of a cell
+    disk_mb: int = 256  # the workspace's quota: a tmpfs of this size holds everything a cell writes there
     max_code_chars: int = 200_000  # one chunk; longer code is refused before execution
     isolation: IsolationPolicy = "strict"
     isolation_mode: IsolationMode = "auto"
@@ -92,6 +101,7 @@ class SandboxLimits:
             "max_output_bytes",
             "sql_timeout_s",
             "tmp_mb",
+            "disk_mb",
             "max_code_chars",
         ):
             if getattr(self, name) <= 0:

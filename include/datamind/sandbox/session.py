@@ -93,6 +93,7 @@ class Sandbox:
             "mode": self.isolation_mode,
             "hide": self.hidden_paths,
             "expose": [(str(self.workdir_root), True)],
+            "workdir_root": str(self.workdir_root),
             "tmp_mb": self.limits.tmp_mb,
             "preload": list(self.limits.preload),
             "pids_cgroup": self.limits.pids_cgroup,
@@ -137,10 +138,10 @@ class Sandbox:
         if language not in ("python", "sql"):
             raise ValueError(f"language must be 'python' or 'sql', got {language!r}")
         parent = Path(workdir_parent).resolve() if workdir_parent else self.workdir_root
-        if not _visible_inside(parent, self.workdir_root, self.hidden_paths):
+        if parent != self.workdir_root and self.workdir_root not in parent.parents:
             raise ValueError(
-                f"workdir_parent {parent} is hidden inside the sandbox; use a directory under "
-                f"{self.workdir_root} or pass Sandbox(workdir_root=...)"
+                f"workdir_parent {parent} is hidden inside the sandbox (cells see only the working root); "
+                f"use a directory under {self.workdir_root} or pass Sandbox(workdir_root=...)"
             )
         parent.mkdir(parents=True, exist_ok=True)
         db_path = None
@@ -210,6 +211,7 @@ class _Cell:
         self.exit = client.exit_info(pid)
         self.frames = FrameBuffer(max_frame=_STATUS_FRAME_MAX)
         self.dead = False
+        self.retire = False  # the interpreter left work running in the background: do not reuse it
 
     def request(self, prelude: str, code: str, limits: SandboxLimits) -> tuple[str | None, bytes, int, bool]:
         """Send one chunk; returns (status or kill reason, raw output, peak rss kB, process still alive)."""
@@ -246,7 +248,7 @@ class _Cell:
                             break
                     else:
                         try:
-                            status, maxrss = _parse_status(self.frames.feed(data))
+                            status, maxrss, self.retire = _parse_status(self.frames.feed(data))
                         except ValueError:
                             reason = "protocol"
                             break
@@ -273,15 +275,15 @@ class _Cell:
         self.dead = True
 
 
-def _parse_status(frames: list) -> tuple[str | None, int]:
-    """The cell writes its own status frame, so treat it as untrusted input."""
+def _parse_status(frames: list) -> tuple[str | None, int, bool]:
+    """(status, peak rss, retire) from the cell's own status frame, treated as untrusted input."""
     if not frames:
-        return None, 0
+        return None, 0, False
     frame = frames[0]
     if not isinstance(frame, dict) or frame.get("status") not in _STATUSES:
         raise ValueError(f"malformed status frame: {str(frame)[:100]}")
     maxrss = frame.get("maxrss_kb")
-    return frame["status"], maxrss if isinstance(maxrss, int) and maxrss >= 0 else 0
+    return frame["status"], maxrss if isinstance(maxrss, int) and maxrss >= 0 else 0, frame.get("retire") is True
 
 
 def _drain(sock: socket.socket, output: bytearray, max_bytes: int, *, block: bool) -> None:
@@ -339,13 +341,19 @@ class Session:
             exit_info = cell.exit
         else:
             self.workspace.restore_inputs()
+            if self._kernel is not None and self._kernel.exit.event.is_set():
+                # It died between turns (an alarm, a stray signal): that is not the next cell's doing.
+                self._kernel.finish()
+                self._kernel = None
             if self._kernel is None or self._kernel.dead:
                 self._kernel = self.sandbox._spawn(self, "kernel")
             else:
                 prelude = ""
             outcome, raw, maxrss, alive = self._kernel.request(prelude, code, limits)
             exit_info = self._kernel.exit
-            if not alive or outcome not in ("ok", "exception", "memory"):
+            if not alive or outcome not in ("ok", "exception", "memory") or self._kernel.retire:
+                if alive:
+                    self._kernel.kill()
                 self._kernel.finish()
                 maxrss = maxrss or exit_info.maxrss_kb
                 self._kernel = None
@@ -446,13 +454,3 @@ def _default_hidden_paths(limits: SandboxLimits) -> list[str]:
         hidden.append(data_root.removeprefix("file://"))
     hidden += list(limits.hide_paths)
     return [os.path.realpath(p) for p in hidden if p and os.path.realpath(p) != "/"]
-
-
-def _visible_inside(path: Path, workdir_root: Path, hidden: list[str]) -> bool:
-    from datamind.sandbox.isolation import SCRATCH_DIRS
-
-    if path == workdir_root or workdir_root in path.parents:
-        return True
-    return not any(
-        path == Path(h) or Path(h) in path.parents for h in [*hidden, *(os.path.realpath(d) for d in SCRATCH_DIRS)]
-    )
