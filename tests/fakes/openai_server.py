@@ -33,10 +33,11 @@ from typing import Any
 class Fault:
     """One scripted misbehaviour for one request."""
 
-    kind: str  # rate_limit | status | hang | malformed | empty_choices | delay
+    kind: str  # rate_limit | status | hang | malformed | empty_choices | garbage | disconnect | cut
     status: int = 200
     retry_after: float | None = None
     seconds: float = 0.0
+    text: str = ""  # cut: the reply that gets cut in half
 
     @classmethod
     def rate_limit(cls, retry_after: float | None = 0.01) -> "Fault":
@@ -62,6 +63,21 @@ class Fault:
     @classmethod
     def empty_choices(cls) -> "Fault":
         return cls("empty_choices")
+
+    @classmethod
+    def garbage(cls) -> "Fault":
+        """A 200 whose body is not JSON at all (a proxy's HTML page)."""
+        return cls("garbage")
+
+    @classmethod
+    def disconnect(cls) -> "Fault":
+        """Read the request, then close the connection without a byte of response."""
+        return cls("disconnect")
+
+    @classmethod
+    def cut(cls, text: str) -> "Fault":
+        """The reply stops halfway with ``finish_reason: length``, as when a server runs out of tokens."""
+        return cls("cut", text=text)
 
 
 Responder = Callable[[dict], "str | Fault"]
@@ -295,6 +311,17 @@ async def _serve_fault(fault: Fault, reader: asyncio.StreamReader, writer: async
         return False
     if fault.kind == "malformed":
         await _respond_raw(writer, 200, b'{"id": "chatcmpl-x", "choices": [{"message": {"content": "tru', {})
+        return True
+    if fault.kind == "garbage":
+        await _respond_raw(writer, 200, b"<html><body>502 Bad Gateway</body></html>", {"content-type": "text/html"})
+        return True
+    if fault.kind == "disconnect":
+        return False
+    if fault.kind == "cut":
+        words = fault.text.split()
+        body = completion_body({"messages": []}, " ".join(words[: max(1, len(words) // 2)]))
+        body["choices"][0]["finish_reason"] = "length"
+        await _respond(writer, 200, body)
         return True
     if fault.kind == "empty_choices":
         await _respond(

@@ -146,3 +146,36 @@ def test_a_cut_reply_never_becomes_the_final_answer(server, llm_client):
     with pytest.raises(PolicyGaveUp) as err:
         asyncio.run(turn())
     assert err.value.code == "reply_truncated"
+
+
+def test_judge_defaults_handle_llm_sampled_trajectories_without_losing_them(
+    root, tmp_path, server, llm_client, sandbox
+):
+    """The judge DAG's defaults (offline judge, no LLM connection) after an LLM sampling run: consistent
+    queries are judged as usual; an inconsistent one cannot be reflected here and says why, by name."""
+    turns = iter(range(10_000))
+
+    def split_answers(body: dict) -> str:
+        reply = fake_models(body)
+        if "South" in body["messages"][1]["content"] and reply.startswith("<think>The output"):
+            return f"<think>The output answers the question.</think>\n<answer>The result is {next(turns)}.</answer>"
+        return reply
+
+    server.responder = split_answers
+    by_id = {q["query_id"]: q for q in queries()}
+    build_corpus(root, str(tmp_path), [by_id["q1"], by_id["q3"]])
+    for spec in plan_sampling(root, 10, ROLLOUT):
+        sample_shard(root, spec, ROLLOUT, "run-llm", llm_client=llm_client, sandbox=sandbox)
+    calls = server.request_count
+    for spec in plan_judging(root, 10, {}):
+        judge_shard(root, spec, {}, "run-judge")  # no llm_client: the defaults
+    assert server.request_count == calls
+    judged = read_rows(root, DATASET, DIRS["judged"])
+    assert {r["query_id"] for r in judged} == {"q1"}
+    from datamind.judge.stage import rejections_dir
+    from datamind.judge.params import JudgeParams
+    from datamind.schemas import REJECTIONS
+
+    rej = [r for r in read_rows(root, REJECTIONS, rejections_dir(JudgeParams())) if r["query_id"] == "q3"]
+    assert len(rej) == 3 and {r["reason_code"] for r in rej} == {"inconsistent"}
+    assert all("not reflected: sampled by an LLM" in r["reason"] for r in rej)

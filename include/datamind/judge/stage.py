@@ -42,7 +42,8 @@ from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.errors import EndpointUnavailable, LLMError, ParseFailure
 from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.params import RolloutParams
-from datamind.rollout.runner import Critique, SandboxPool, run_one, trajectory_row
+from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
+from datamind.rollout.stage import sampling_state
 from datamind.rollout.tasks import QueryTask, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, shard_paths, write_shard
@@ -118,8 +119,8 @@ def plan_judging(
     """Shard specs over queries that have round-0 trajectories and no judging outcome yet."""
     root = DataRoot.of(root)
     p = _p(params)
-    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=["query_id", "reflection_round"])
-    sampled = {q for q, r in zip(t.column("query_id").to_pylist(), t.column("reflection_round").to_pylist()) if r == 0}
+    # Queries with a trajectory still to be sampled again (a transient LLM failure) wait for it.
+    sampled = sampling_state(root).done
     todo = sorted(sampled - judged_query_ids(root, p))
     return (
         [{"shard_id": shard_id(part), "query_ids": part} for part in chunk(todo, shard_size or p.shard_size)]
@@ -134,6 +135,7 @@ class Outcome:
     rounds: list[Round[dict]]
     selected: list[dict] = field(default_factory=list)
     failure: tuple[str, str, str | None] | None = None  # (reason_code, reason, raw) when the query was not judged
+    no_reflection: str | None = None  # why an inconsistent query could not be reflected in this run
 
 
 def _rej(
@@ -237,19 +239,22 @@ async def _judge_query(
         and p.reflection_rounds > 0
         and len(rows0) >= p.min_samples
     )
+    no_reflection = None
     if can_reflect:
-        rounds += await reflect(
-            question,
-            rounds[0],
-            judge=judge,
-            revise=revise_factory(task, rows0),
-            max_rounds=p.reflection_rounds,
-            min_samples=p.min_samples,
-        )
+        revise, no_reflection = revise_factory(task, rows0)
+        if revise is not None:
+            rounds += await reflect(
+                question,
+                rounds[0],
+                judge=judge,
+                revise=revise,
+                max_rounds=p.reflection_rounds,
+                min_samples=p.min_samples,
+            )
     final = rounds[-1]
     answered = [r["status"] == "answered" and bool(r["final_answer"]) for r in final.candidates]
     keep = selection.select(p.strategy, final.verdict, answered, seed_key=qid, seed=p.seed)
-    return Outcome(qid, rounds, [final.candidates[i] for i in keep])
+    return Outcome(qid, rounds, [final.candidates[i] for i in keep], no_reflection=no_reflection)
 
 
 def judge_shard(
@@ -306,6 +311,13 @@ def judge_shard(
             return pools[0]
 
     def revise_factory(task: QueryTask, rows0: list[dict]):
+        """(the reflection resampler for this query, None) or (None, why it cannot be reflected here)."""
+        same = sampled_with(rows0, rp)  # round 0 and reflection sample alike (backend, turns, top-p, ...)
+        if same.backend == "llm" and llm_client is None:
+            return None, "sampled by an LLM, and this judging run has no LLM connection (backend=llm rescues it)"
+        if same.backend == "offline" and n_offline_samples(task, same.n_samples) == 0:
+            return None, "the offline expert has no program for this query"
+
         async def revise(r: int, previous: list[dict], verdict: Verdict) -> list[dict]:
             pool = await get_pool()
             # the agent sees what each earlier attempt did, not only where it ended (paper eq. 3)
@@ -315,7 +327,6 @@ def judge_shard(
                 r,
                 [attempt_digest(t.get("messages") or []) for t in previous],
             )
-            same = sampled_with(rows0, rp)  # round 0 and reflection sample alike (turns, top-p, ...)
             sampled = await asyncio.gather(
                 *(
                     run_one(task, row["sample_index"], same, pool, llm_client=llm_client, critique=critique)
@@ -326,7 +337,7 @@ def judge_shard(
             reflected_rows.extend(out)
             return out
 
-        return revise
+        return revise, None
 
     async def main() -> list[Outcome | BaseException]:
         sem = asyncio.Semaphore(p.concurrency)
@@ -393,6 +404,8 @@ def judge_shard(
                     code, reason = "too_few_samples", rnd.verdict.reasoning
                 elif not rnd.verdict.consistent and selection.needs_consistency(p.strategy):
                     code, reason = "inconsistent", rnd.verdict.reasoning
+                    if out.no_reflection:
+                        reason = f"{reason} (not reflected: {out.no_reflection})"
                 else:
                     code, reason = "not_selected", f"{p.strategy} kept another trajectory of this query"
                 rejections.append(
@@ -473,4 +486,14 @@ def round0_trajectories(root: DataRoot, query_ids: list[str]) -> list[dict]:
             pc.and_(pc.is_in(t.column("query_id"), value_set=wanted), pc.equal(t.column("reflection_round"), 0))
         )
         rows.extend(t.to_pylist())
-    return rows
+    return latest_attempts(rows)
+
+
+def latest_attempts(rows: list[dict]) -> list[dict]:
+    """One row per (query, sample index): a trajectory sampled again supersedes its earlier attempt."""
+    latest: dict[tuple[str, int], dict] = {}
+    for r in rows:
+        key = (r["query_id"], r["sample_index"])
+        if key not in latest or r["created_at"] > latest[key]["created_at"]:
+            latest[key] = r
+    return sorted(latest.values(), key=lambda r: (r["query_id"], r["sample_index"], r["trajectory_id"]))

@@ -22,6 +22,10 @@ class LLMError(Exception):
     reason_code = "llm_error"
 
 
+# Failure codes that say nothing about the item itself: a later run with a healthy endpoint may succeed.
+TRANSIENT_REASONS = frozenset({"llm_retries_exhausted", "llm_rate_limited", "llm_endpoint_unavailable"})
+
+
 class EndpointUnavailable(LLMError):
     reason_code = "llm_endpoint_unavailable"
 

@@ -29,7 +29,10 @@ class RolloutParams:
     exec_workers: int = 2  # sandbox executions running at once per shard (CPU-bound)
     sandbox_mode: str = "chunked"
     shard_size: int = 20  # queries per shard
-    _NOT_IN_FINGERPRINT = ("concurrency", "exec_workers", "shard_size")
+    # A trajectory that failed for a transient cause (the endpoint gave up, rate limits) is sampled again by
+    # later runs, up to this many attempts in all; until then its query is not handed to the judge.
+    max_attempts: int = 3
+    _NOT_IN_FINGERPRINT = ("concurrency", "exec_workers", "shard_size", "max_attempts")
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -44,6 +47,7 @@ class RolloutParams:
             "concurrency",
             "exec_workers",
             "shard_size",
+            "max_attempts",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")

@@ -10,15 +10,18 @@ the whole shard is done, and each write is atomic, so a killed task leaves no pa
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import posixpath
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from datamind.assets import DIRS
 from datamind.ids import stable_id
-from datamind.llm.errors import EndpointUnavailable
+from datamind.llm.errors import TRANSIENT_REASONS, EndpointUnavailable
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import TaskError, load_tasks
@@ -32,32 +35,92 @@ STAGE = "rollout"
 REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
 
 
-def shard_id(query_ids: list[str]) -> str:
-    """Names the shard after the queries it covers: a retry or rerun of the same work writes the same file."""
-    return stable_id(sorted(query_ids))
+def shard_id(query_ids: list[str], resample: dict[str, dict[int, int]] | None = None) -> str:
+    """Names the shard after the queries it covers: a retry or rerun of the same work writes the same file.
+    A re-sampling shard also names the attempt of each trajectory it redoes, so no attempt overwrites another."""
+    if not resample:
+        return stable_id(sorted(query_ids))
+    return stable_id(sorted(query_ids), sorted((q, sorted(a.items())) for q, a in resample.items()))
+
+
+@dataclass
+class SamplingState:
+    """What the trajectories and rollout rejections say, read in one pass."""
+
+    done: set[str] = field(default_factory=set)  # queries whose round 0 is final (or that were rejected)
+    # query -> {sample_index: attempts so far} for trajectories that failed transiently and may be redone
+    resample: dict[str, dict[int, int]] = field(default_factory=dict)
+
+
+def _is_transient(status: str | None, error: str | None) -> bool:
+    return status == "error" and (error or "").split(":", 1)[0].strip() in TRANSIENT_REASONS
+
+
+def sampling_state(root: DataRoot, max_attempts: int | None = None) -> SamplingState:
+    """Round-0 outcome per query. A trajectory is the latest row of its (query, sample index): a re-sampled
+    one supersedes the attempt before it. One whose latest attempt failed for a transient cause (endpoint gave
+    up, rate limits) and has attempts left keeps its query out of ``done``, listed in ``resample``.
+    ``max_attempts`` defaults to what each row's own sampling parameters recorded."""
+    cols = ["query_id", "sample_index", "reflection_round", "status", "error", "created_at", "sampling_params"]
+    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=cols)
+    latest: dict[tuple[str, int], tuple] = {}
+    attempts: Counter = Counter()
+    limits: dict[str | None, int] = {}
+    for q, i, r, status, error, ts, sp in zip(*(t.column(c).to_pylist() for c in cols)):
+        if r != 0:
+            continue
+        key = (q, int(i))
+        attempts[key] += 1
+        if key not in latest or ts > latest[key][2]:
+            latest[key] = (status, error, ts, sp)
+    state = SamplingState()
+    for (q, i), (status, error, _, sp) in latest.items():
+        if max_attempts is not None:
+            cap = max_attempts
+        else:
+            if sp not in limits:
+                limits[sp] = (
+                    RolloutParams.from_dict(json.loads(sp)).max_attempts if sp else RolloutParams().max_attempts
+                )
+            cap = limits[sp]
+        if _is_transient(status, error) and attempts[(q, i)] < cap:
+            state.resample.setdefault(q, {})[i] = attempts[(q, i)]
+        else:
+            state.done.add(q)
+    state.done -= set(state.resample)
+    rej = read_table(root, REJECTIONS, REJECTIONS_DIR, columns=["query_id"])
+    state.done.update(q for q in rej.column("query_id").to_pylist() if q)
+    return state
 
 
 def sampled_query_ids(root: DataRoot) -> set[str]:
-    """Queries already handled: they have round-0 trajectories or a rollout rejection."""
-    done: set[str] = set()
-    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=["query_id", "reflection_round"])
-    done.update(q for q, r in zip(t.column("query_id").to_pylist(), t.column("reflection_round").to_pylist()) if r == 0)
-    rej = read_table(root, REJECTIONS, REJECTIONS_DIR, columns=["query_id"])
-    done.update(q for q in rej.column("query_id").to_pylist() if q)
-    return done
+    """Queries already handled: their round 0 is final, or they have a rollout rejection."""
+    return sampling_state(root).done
 
 
 def plan_sampling(
     root: DataRoot | str, shard_size: int | None = None, params: dict | RolloutParams | None = None
 ) -> list[dict]:
-    """Shard specs (JSON-able, for XCom / dynamic task mapping) over queries not sampled yet, in id order."""
+    """Shard specs (JSON-able, for XCom / dynamic task mapping) over queries not sampled yet, in id order,
+    then over trajectories to sample again (a transient failure with attempts left), named by attempt."""
     root = DataRoot.of(root)
     p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
     size = shard_size or p.shard_size
     ids = sorted(set(read_table(root, QUERIES, DIRS["queries"], columns=["query_id"]).column("query_id").to_pylist()))
-    done = sampled_query_ids(root)  # one pass over the output, never one per query
-    todo = [q for q in ids if q not in done]
-    return [{"shard_id": shard_id(part), "query_ids": part} for part in chunk(todo, size)] if todo else []
+    state = sampling_state(root, p.max_attempts)  # one pass over the output, never one per query
+    todo = [q for q in ids if q not in state.done and q not in state.resample]
+    specs = [{"shard_id": shard_id(part), "query_ids": part} for part in chunk(todo, size)]
+    again = [q for q in ids if q in state.resample]
+    for part in chunk(again, size):
+        resample = {q: state.resample[q] for q in part}
+        specs.append(
+            {
+                "shard_id": shard_id(part, resample),
+                "query_ids": part,
+                "resample": {q: sorted(a) for q, a in resample.items()},
+            }
+        )
+    return specs
 
 
 def _rejection(
@@ -117,7 +180,8 @@ def sample_shard(
             rejections.append(_rejection(qid, "no_reference_solution", why, run_id, now, task.query["file_id"]))
             continue
         fewer += n < p.n_samples
-        jobs.extend((task, i) for i in range(n))
+        again = spec.get("resample", {}).get(qid)
+        jobs.extend((task, i) for i in (again if again is not None else range(n)))
 
     results: list = []
     if jobs:
@@ -139,7 +203,7 @@ def sample_shard(
         rejections.append(_rejection(qid, code, reason, run_id, now, tasks[qid].query["file_id"]))
         rows = [r for r in rows if r["query_id"] != qid]  # a query is sampled whole or not at all
 
-    sid = str(spec.get("shard_id") or shard_id(qids))
+    sid = str(spec.get("shard_id") or shard_id(qids))  # a re-sampling spec always carries its own
     if not sid.isalnum():
         raise ValueError(f"shard_id must be alphanumeric (it names a file), got {sid!r}")
     name = f"part-{sid}.parquet"
