@@ -1,10 +1,11 @@
-"""Stage finalizers: shard summaries merge into run totals; only this run's rows are validated."""
+"""Stage finalizers: shard summaries merge into run totals; this run's rows (and unreported runs') are validated."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
-from datamind.pipeline import merge_summaries, rows_of_run
+from datamind.pipeline import finalize_stage, merge_summaries, rows_of_run
 from datamind.schemas import REJECTIONS
 from datamind.shards import write_shard
 from datamind.storage import DataRoot
@@ -36,3 +37,30 @@ def test_rows_of_run_keeps_only_that_run(tmp_path):
     write_shard(root, REJECTIONS, "rejections", rows[2:], "part-2.parquet")
     assert sorted(rows_of_run(root, "rejections", "run-a").column("item_id").to_pylist()) == ["i0", "i2"]
     assert rows_of_run(root, "rejections", "run-c").num_rows == 0
+
+
+def test_rows_of_a_run_killed_before_its_quality_check_are_validated_by_the_next_run(tmp_path):
+    root = DataRoot(str(tmp_path))
+    now = datetime.now(timezone.utc)
+
+    def rows(run: str, n: int) -> list[dict]:
+        return [
+            {"item_id": f"{run}-{i}", "stage": "s", "reason_code": "r", "created_at": now, "run_id": run}
+            for i in range(n)
+        ]
+
+    write_shard(root, REJECTIONS, "rejections", rows("run-a", 2), "part-a.parquet")
+    first = finalize_stage(root, "rejections", "demo", [], "run-a")
+    assert first["new_rows"] == 2 and "unreported_runs_covered" not in first
+    # run-b writes its shard and is killed before its finalizer: nothing reports its rows...
+    write_shard(root, REJECTIONS, "rejections", rows("run-b", 3), "part-b.parquet")
+    # ...so run-c, which wrote one row, validates four and says whose they are.
+    write_shard(root, REJECTIONS, "rejections", rows("run-c", 1), "part-c.parquet")
+    third = finalize_stage(root, "rejections", "demo", [], "run-c")
+    assert third["new_rows"] == 4 and third["unreported_runs_covered"] == ["run-b"]
+    summary = json.loads((tmp_path / "reports" / "demo" / "run-c" / "summary.json").read_text())
+    assert summary["covers_runs"] == ["run-b"] and summary["summary"]["n_rows"] == 4
+    # Covered once is enough: the next run checks only its own rows again.
+    write_shard(root, REJECTIONS, "rejections", rows("run-d", 1), "part-d.parquet")
+    fourth = finalize_stage(root, "rejections", "demo", [], "run-d")
+    assert fourth["new_rows"] == 1 and "unreported_runs_covered" not in fourth

@@ -1,8 +1,9 @@
 """Stage finalizers the DAGs call once all shards of a run are written.
 
-Each reads back exactly the rows this run wrote (by ``run_id``), validates them with the stage's
-Great Expectations suite, writes the report under ``reports/<stage>/<run_id>/`` and returns a
-short summary for the task log. A run that wrote nothing new (a rerun) still reports, with zero rows.
+Each reads back the rows this run wrote (by ``run_id``), plus the rows of earlier runs that never reported
+(killed before their quality check), validates them with the stage's Great Expectations suite, writes the
+report under ``reports/<stage>/<run_id>/`` (naming the runs it covered) and returns a short summary for the
+task log. A run that wrote nothing new (a rerun) still reports, with zero rows.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from datamind import assets, schemas
@@ -46,11 +48,28 @@ def rows_of_run(root: DataRoot, table: str, run_id: str, rel_dir: str | None = N
 
     Tables without a run_id column (the judged/published dataset) are returned whole.
     """
+    return rows_to_validate(root, table, run_id, rel_dir, reported=None)[0]
+
+
+def rows_to_validate(
+    root: DataRoot, table: str, run_id: str, rel_dir: str | None, reported: set[str] | None
+) -> tuple[Any, list[str]]:
+    """(rows of ``run_id`` plus rows of runs that no report has validated, those other run ids).
+
+    A run killed before its quality check never reports; its rows are checked by the next run of the stage
+    instead of never. ``reported=None`` selects this run's rows only."""
     schema = schemas.ALL[table]
     data = read_table(root, schema, rel_dir or assets.DIRS[table])
-    if "run_id" in data.column_names and data.num_rows:
-        data = data.filter(pc.equal(data.column("run_id"), run_id))
-    return data
+    if "run_id" not in data.column_names or not data.num_rows:
+        return data, []
+    runs = data.column("run_id")
+    mine = pc.equal(runs, run_id)
+    if reported is None:
+        return data.filter(mine), []
+    orphans = sorted({r for r in pc.unique(runs).to_pylist() if r is not None and r != run_id} - reported)
+    if orphans:
+        mine = pc.or_(mine, pc.is_in(runs, value_set=pa.array(orphans, type=pa.string())))
+    return data.filter(pc.fill_null(mine, False)), orphans
 
 
 def finalize_stage(
@@ -63,15 +82,17 @@ def finalize_stage(
     rel_dir: str | None = None,
     raise_on_failure: bool = False,
 ) -> dict[str, Any]:
-    from datamind.quality.validate import validate_table
+    from datamind.quality.validate import reported_runs, validate_table
 
-    data = rows_of_run(root, table, run_id, rel_dir)
+    data, orphans = rows_to_validate(root, table, run_id, rel_dir, reported_runs(root, stage))
     result: dict[str, Any] = {"stage": stage, "table": table, "new_rows": data.num_rows}
+    if orphans:
+        result["unreported_runs_covered"] = orphans
     result.update(merge_summaries(summaries))
     if data.num_rows == 0:
         result["quality"] = "no new rows to validate"
         return result
-    report = validate_table(root, table, data.to_pandas(), run_id=run_id, stage=stage)
+    report = validate_table(root, table, data.to_pandas(), run_id=run_id, stage=stage, covers_runs=orphans)
     log.info("%s", report.summary_text)
     result["quality_success"] = report.success
     result["quality_report"] = report.location

@@ -16,6 +16,7 @@ from datamind.assets import DIRS
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import TRAJECTORIES
 from datamind.shards import read_rows
+from datamind.storage import DataRoot
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,3 +79,24 @@ def test_killed_sampling_task_leaves_nothing_partial_and_rerun_writes_one_shard(
     ids = [(r["query_id"], r["sample_index"]) for r in rows]
     assert len(ids) == len(set(ids)) == summary["n_trajectories"] == 8 * 3 * 3
     assert {r["run_id"] for r in rows} == {"run-rerun"}
+
+    # The rerun equals a run that was never interrupted (same ids, conversations and answers).
+    clean = DataRoot(str(tmp_path / "uninterrupted"))
+    build_corpus(clean, str(tmp_path / "clean-staged"), _copies(8))
+    sample_shard(clean, spec, {}, "run-clean", sandbox=sandbox)
+    volatile = ("run_id", "created_at")
+
+    def content(r: DataRoot) -> dict:
+        return {
+            t["trajectory_id"]: {k: v for k, v in t.items() if k not in volatile}
+            for t in read_rows(r, TRAJECTORIES, DIRS["trajectories"])
+        }
+
+    rerun, uninterrupted = content(root), content(clean)
+    differing = [tid for tid in uninterrupted if rerun.get(tid) != uninterrupted[tid]]
+    lost = set(uninterrupted) - set(rerun)
+    print(
+        f"\nkill -9 tally (sampling): partial files visible 0, lost {len(lost)}, "
+        f"duplicated {len(ids) - len(set(ids))}, differing from an uninterrupted run {len(differing)}"
+    )
+    assert not lost and not differing

@@ -97,6 +97,20 @@ def report_dir(stage: str, run_id: str) -> str:
     return posixpath.join(REPORTS, path_segment(stage, "stage"), path_segment(run_id, "run_id"))
 
 
+def reported_runs(root: DataRoot, stage: str) -> set[str]:
+    """Run ids whose rows of ``stage`` some report has validated (their own, or a later run's that covered them)."""
+    stage_dir = posixpath.join(REPORTS, path_segment(stage, "stage"))
+    runs: set[str] = set()
+    for path in root.glob(stage_dir, "*/summary.json"):
+        try:
+            doc = json.loads(root.read_text(root.rel(path)))
+        except (ValueError, OSError):
+            continue  # an unreadable report validates nothing
+        runs.add(str(doc.get("run_id")))
+        runs.update(str(r) for r in doc.get("covers_runs") or [])
+    return runs
+
+
 def _claim(root: DataRoot, rel_dir: str, table_name: str) -> None:
     """Refuse to overwrite another table's report in the same stage run (a retry of the same table is fine)."""
     rel = posixpath.join(rel_dir, "summary.json")
@@ -238,12 +252,14 @@ def validate_table(
     limits: Limits | None = None,
     related: Mapping[str, object] | None = None,
     update_index: bool = True,
+    covers_runs: list[str] | None = None,
 ) -> QualityReport:
     """Validate ``df_or_arrow`` (one table's rows) and publish its report; see the module docstring.
 
     ``related`` optionally passes other tables (pandas or Arrow) for the summary: ``trajectories`` gives the
     consistency rate and rescue yield of a ``dataset`` table, ``rejections`` adds drop reasons.
-    ``limits`` defaults to ``Limits.from_env()``, the limits ingestion applies.
+    ``limits`` defaults to ``Limits.from_env()``, the limits ingestion applies. ``covers_runs`` names other
+    runs whose rows are validated here too (runs killed before their own report), recorded in summary.json.
     """
     suite = suite_for(table_name, limits)
     df = with_absent_nullable_columns(table_name, to_frame(df_or_arrow))
@@ -283,6 +299,7 @@ def validate_table(
     )
     summary_doc = {
         **header,
+        "covers_runs": sorted(covers_runs or []),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "success": success,
         "statistics": stats,
