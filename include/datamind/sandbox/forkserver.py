@@ -93,9 +93,11 @@ def zygote_main(fd: int) -> None:
     layers += ["rlimit_nproc", "rlimits", "process_group_kill", "no_new_privs"]
     if private_root:
         layers += ["private_cell_mounts", "ipc_namespace", "disk_quota"]
-    # A per-cell pid namespace: a cell sees and signals only its own processes, and when its init exits
-    # the kernel kills everything left inside (detached descendants included).
-    use_pidns = "network_namespace" in layers and _pid_namespace_works()
+    # A per-cell pid namespace: a cell sees and signals only its own processes, and when its init exits the
+    # kernel kills everything left inside (detached descendants included). Root mode has that from the
+    # dedicated uid (nothing else runs as it) and the cgroup or uid sweep, and skips the namespace's
+    # teardown (~20 ms per cell while the cgroup waits for it).
+    use_pidns = mode != "root" and "network_namespace" in layers and _pid_namespace_works()
     if use_pidns:
         layers.append("pid_namespace")
     for name in config["preload"]:
