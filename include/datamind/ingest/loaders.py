@@ -822,7 +822,7 @@ def _load_sqlite(local_path: str, limits: Limits) -> LoadResult:
             except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
                 error = str(exc)
                 if "too big" in error:
-                    error = f"a value is larger than the {value_cap:,}-byte cap ({error})"
+                    error = f"a value is larger than the {value_cap:,}-byte cap (string or blob too big)"
                 tables.append(LoadedTable(name, None, 0, 0, opts, ddl=ddl, error=error[:300]))
                 continue
             except LoadError as exc:

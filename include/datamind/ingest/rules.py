@@ -152,12 +152,16 @@ def _numeric_share(s: pd.Series) -> float:
 def check_table(t: LoadedTable, limits: Limits, in_database: bool = False) -> Verdict:
     if t.error:
         return Verdict.reject("unloadable", f"cannot read table: {t.error}")
+    declared = t.read_options.get("dimension")
+    unread = f" (as the sheet declares, {declared}; not read)" if declared else ""
     if t.n_cols > limits.max_cols:
-        return Verdict.reject("too_many_columns", f"{t.n_cols:,} columns, more than the {limits.max_cols:,} allowed")
+        return Verdict.reject(
+            "too_many_columns", f"{t.n_cols:,} columns, more than the {limits.max_cols:,} allowed{unread}"
+        )
     cap = limits.table_row_cap(in_database)
     if t.n_rows > cap:
         approx = "about " if t.rows_estimated else ""
-        return Verdict.reject("too_many_rows", f"{approx}{t.n_rows:,} rows, more than the {cap:,} allowed")
+        return Verdict.reject("too_many_rows", f"{approx}{t.n_rows:,} rows, more than the {cap:,} allowed{unread}")
     if t.n_rows == 0 or t.n_cols == 0:
         return Verdict.reject("empty_table", f"{t.n_rows} data rows and {t.n_cols} columns")
     if not in_database and t.n_rows < limits.min_rows:
