@@ -61,17 +61,24 @@ def publish_dataset():
             {k: v for k, v in audit.items() if not isinstance(v, dict)},
         )
         # The release's one name travels with the Asset event, so train_agent and a person see the same id.
-        context["outlet_events"][DATASET].extra = {
-            "version": manifest.get("version_id") or f"v{manifest['version']}",
-            "content_hash": manifest.get("content_hash"),
-            "rows_out": manifest.get("n_samples"),
-            "rejected": manifest.get("filtered_by_reason"),
-        }
+        version = manifest.get("version_id") or f"v{manifest['version']}"
+        context["outlet_events"][DATASET].extra = {"version": version, "content_hash": manifest.get("content_hash")}
+        quality: dict = {"new_rows": manifest.get("n_samples"), "rejected": manifest.get("filtered_by_reason")}
+        if not manifest.get("unchanged"):
+            version_dir = f"{DIRS['dataset']}/v{manifest['version']}"
+            quality = finalize_stage(
+                root, "dataset", "publish_dataset", [], run_id, rel_dir=version_dir, origin=runtime.origin()
+            )
+            runtime.log_summary("Dataset quality", quality)
+        rows_in = manifest.get("n_judged", manifest.get("n_samples", 0) + manifest.get("n_filtered", 0))
+        rejected = manifest.get("filtered_by_reason") or {}
+        runtime.announce(
+            DATASET,
+            {**quality, "rows_in": rows_in, "new_rows": manifest.get("n_samples"), "rejected": rejected},
+            version,
+        )
         if manifest.get("unchanged"):
             return manifest
-        version_dir = f"{DIRS['dataset']}/v{manifest['version']}"
-        quality = finalize_stage(root, "dataset", "publish_dataset", [], run_id, rel_dir=version_dir)
-        runtime.log_summary("Dataset quality", quality)
         return {**manifest, "quality_report": quality.get("quality_report")}
 
     publish()

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Debian packages the project needs at run or test time. Idempotent; a no-op when all are present.
 #   sqlite3: inspect BIRD databases by hand.  util-linux: unshare/setpriv for the sandbox.
+#   chromium: the headless browser the UI test drives through Playwright (never downloaded by Playwright).
 set -euo pipefail
 need=()
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "Missing Debian packages: ${need[*]} (install them as root: apt-get install ${need[*]})" >&2

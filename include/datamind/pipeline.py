@@ -81,7 +81,9 @@ def finalize_stage(
     *,
     rel_dir: str | None = None,
     raise_on_failure: bool = False,
+    origin: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """Validate and report (see the module docstring); ``origin`` names the DAG and task for the report."""
     from datamind.quality.validate import reported_runs, validate_table
 
     data, orphans = rows_to_validate(root, table, run_id, rel_dir, reported_runs(root, stage))
@@ -92,14 +94,58 @@ def finalize_stage(
     if data.num_rows == 0:
         result["quality"] = "no new rows to validate"
         return result
-    report = validate_table(root, table, data.to_pandas(), run_id=run_id, stage=stage, covers_runs=orphans)
+    result["rejected"] = rejected_by_reason(root, table, data, run_id)
+    counts = {k: v for k, v in result.items() if k not in ("stage", "table")}
+    report = validate_table(
+        root, table, data.to_pandas(), run_id=run_id, stage=stage, covers_runs=orphans, counts=counts, origin=origin
+    )
     log.info("%s", report.summary_text)
     result["quality_success"] = report.success
     result["quality_report"] = report.location
+    result["report_path"] = report.report_dir
     if raise_on_failure and not report.success:
         raise RuntimeError(f"{stage}: quality checks failed, see {report.location}")
     return result
 
 
-def finalize_ingest(root: DataRoot, summaries: list[dict[str, Any]], source_name: str, run_id: str) -> dict[str, Any]:
-    return finalize_stage(root, "catalog_files", f"ingest_{source_name}", summaries, run_id)
+def finalize_ingest(
+    root: DataRoot, summaries: list[dict[str, Any]], source_name: str, run_id: str, origin: dict | None = None
+) -> dict[str, Any]:
+    return finalize_stage(root, "catalog_files", f"ingest_{source_name}", summaries, run_id, origin=origin)
+
+
+# The count a stage's shards report for the items they took in, per output table.
+_ROWS_IN = {
+    "catalog_files": "files",
+    "catalog_tables": "files",
+    "queries": "n_tables",
+    "trajectories": "n_queries",
+    "dataset": "n_queries",
+}
+
+
+def rejected_by_reason(root: DataRoot, table: str, data, run_id: str) -> dict[str, int]:
+    """What this run dropped, by reason: rejected catalog rows for ingestion, else its ``rejections`` rows."""
+    if table == "catalog_files":
+        rows = data.filter(pc.equal(data.column("status"), "rejected")) if data.num_rows else data
+        codes = rows.column("reason_code").to_pylist() if rows.num_rows else []
+    else:
+        rej = read_table(root, schemas.REJECTIONS, assets.DIRS["rejections"], columns=["reason_code", "run_id"])
+        codes = rej.filter(pc.equal(rej.column("run_id"), run_id)).column("reason_code").to_pylist()
+    counts: dict[str, int] = {}
+    for code in codes:
+        counts[code or "unknown"] = counts.get(code or "unknown", 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def asset_event_extra(result: dict[str, Any], *, version: str, report_url: str | None) -> dict[str, Any]:
+    """What an Asset event carries for a person and for the next DAG: the version it announces, rows in and
+    out of the run, drops by reason and where the quality report is served."""
+    rows_in = result.get(_ROWS_IN.get(result.get("table", ""), ""), result.get("rows_in"))
+    return {
+        "version": version,
+        "rows_in": rows_in,
+        "rows_out": result.get("new_rows", 0),
+        "rejected": result.get("rejected", {}),
+        "report_url": report_url if result.get("quality_report") else None,
+    }

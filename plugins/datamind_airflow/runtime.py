@@ -91,3 +91,25 @@ def fail_fast_on_permanent_errors(what: str):
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(f"{what}: {type(exc).__name__}: {exc} (permanent: not retried)") from exc
+
+
+def origin() -> dict[str, str]:
+    """The DAG and task writing a report (so the UI can link the task to it)."""
+    from airflow.sdk import get_current_context
+
+    ti = get_current_context()["ti"]
+    return {"dag_id": ti.dag_id, "task_id": ti.task_id}
+
+
+def announce(asset, result: dict[str, Any], version: str | None = None) -> None:
+    """Put the run's numbers and its report's URL on the Asset event this task emits."""
+    from airflow.sdk import get_current_context
+
+    from datamind.pipeline import asset_event_extra
+    from datamind_airflow.reports_app import task_report_url
+
+    context = get_current_context()
+    ti = context["ti"]
+    url = task_report_url(ti.dag_id, context["run_id"], ti.task_id)
+    extra = asset_event_extra(result, version=version or context["run_id"], report_url=url)
+    context["outlet_events"][asset].extra = {**context["outlet_events"][asset].extra, **extra}

@@ -64,8 +64,17 @@ def sharded_stage(
         """Validate this run's rows with Great Expectations, write the report, announce the Asset."""
         from datamind.pipeline import finalize_stage
 
-        result = finalize_stage(runtime.data_root(), table, stage, list(summaries), runtime.run_id(), rel_dir=rel_dir)
+        result = finalize_stage(
+            runtime.data_root(),
+            table,
+            stage,
+            list(summaries),
+            runtime.run_id(),
+            rel_dir=rel_dir,
+            origin=runtime.origin(),
+        )
         runtime.log_summary(stage, result)
+        runtime.announce(outlet, result)
         return result
 
     return publish_task(process_task.expand(spec=plan_task()))

@@ -39,12 +39,12 @@ def file_row(i: int, **over) -> dict:
     return row
 
 
-def rejected_file_row(i: int, reason_code: str, **over) -> dict:
+def rejected_file_row(i: int, reason_code: str, reason: str = "why", **over) -> dict:
     return file_row(
         i,
         status="rejected",
         reason_code=reason_code,
-        reason="why",
+        reason=reason,
         n_tables=0,
         n_rows=None,
         n_cols=None,

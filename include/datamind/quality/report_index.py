@@ -62,6 +62,7 @@ def _row(doc: dict) -> str:
     links = " · ".join(
         _link(f"{d}/{target}", label)
         for target, label in (
+            ("report.html", "report"),
             ("data_docs/index.html", "Data Docs"),
             ("validation.json", "validation.json"),
             ("summary.json", "summary.json"),

@@ -116,6 +116,59 @@ def file_rejection_reasons(catalog_files: pd.DataFrame) -> list[dict]:
     return [{"stage": "ingest", "reason_code": r, "count": n} for r, n in ordered]
 
 
+_EXAMPLES_PER_REASON = 3
+_EXAMPLE_CHARS = 240
+
+
+def drop_examples(df: pd.DataFrame, item_column: str) -> dict[str, list[dict]]:
+    """A few rejected items per reason code (``{code: [{item, reason}]}``), for a person to look at."""
+    out: dict[str, list[dict]] = {}
+    if not len(df) or "reason_code" not in df:
+        return out
+    reasons = df["reason"].tolist() if "reason" in df else [None] * len(df)
+    items = df[item_column].tolist() if item_column in df else [None] * len(df)
+    for code, item, reason in zip(df["reason_code"].tolist(), items, reasons):
+        bucket = out.setdefault(_label(code), [])
+        if len(bucket) < _EXAMPLES_PER_REASON:
+            bucket.append({"item": _label(item), "reason": _label(reason)[:_EXAMPLE_CHARS]})
+    return out
+
+
+def category_by_hop(df: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """``{category: {hop: n}}`` over the 18 categories (rows with none left out) and hops 1-5."""
+    if not {"category", "hop"} <= set(df.columns):
+        return {}
+    counts = Counter(zip(map(_label, df["category"].tolist()), map(_label, df["hop"].tolist())))
+    hops = [str(h) for h in range(MIN_HOP, MAX_HOP + 1)]
+    cats = list(CATEGORY_IDS) + sorted({c for c, _ in counts} - set(CATEGORY_IDS))
+    return {c: {h: counts.get((c, h), 0) for h in hops} for c in cats if any(counts.get((c, h)) for h in hops)}
+
+
+_MAX_HISTOGRAMS = 6
+_BINS = 10
+
+
+def column_histograms(df: pd.DataFrame) -> dict[str, dict]:
+    """Per numeric column (ids and flags left out): ``{"edges": [...], "counts": [...], "nulls": n}``."""
+    out: dict[str, dict] = {}
+    for col in df.columns:
+        if len(out) >= _MAX_HISTOGRAMS or str(col).endswith("_id") or df[col].dtype == bool:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce") if pd.api.types.is_numeric_dtype(df[col]) else None
+        if values is None:
+            continue
+        present = values.dropna().to_numpy(dtype=float)
+        if len(present) < 2 or np.unique(present).size < 2:
+            continue
+        counts, edges = np.histogram(present, bins=_BINS)
+        out[str(col)] = {
+            "edges": [round(float(e), 4) for e in edges],
+            "counts": [int(c) for c in counts],
+            "nulls": int(values.isna().sum()),
+        }
+    return out
+
+
 def _where(df: pd.DataFrame, column: str, value: str) -> pd.DataFrame:
     # Compare value by value: a nullable-string comparison yields NA for nulls, which cannot mask a frame.
     mask = np.array([not is_missing(v) and v == value for v in df[column].tolist()], dtype=bool)
@@ -143,6 +196,8 @@ def summarize(table_name: str, df: pd.DataFrame, related: Mapping[str, pd.DataFr
         s["accepted_tables"] = _sum(accepted, "n_tables")
         s["accepted_rows"] = _sum(accepted, "n_rows")
         s["drop_reasons"] = file_rejection_reasons(df) if {"status", "reason_code"} <= set(df.columns) else []
+        if "status" in df:
+            s["drop_examples"] = drop_examples(_where(df, "status", "rejected"), "rel_path")
     elif table_name == "catalog_tables":
         s["n_files"] = _n_unique(df, "file_id")
         s["by_format"] = distribution(df.get("format", []))
@@ -151,6 +206,7 @@ def summarize(table_name: str, df: pd.DataFrame, related: Mapping[str, pd.DataFr
         s["n_files"] = _n_unique(df, "file_id")
         s["by_category"] = category_distribution(df)
         s["by_hop"] = hop_distribution(df)
+        s["category_by_hop"] = category_by_hop(df)
         s["by_backend"] = distribution(df.get("backend", []))
     elif table_name == "trajectories":
         s["n_queries"] = _n_unique(df, "query_id")
@@ -164,6 +220,7 @@ def summarize(table_name: str, df: pd.DataFrame, related: Mapping[str, pd.DataFr
         s["n_files"] = _n_unique(df, "file_id")
         s["by_category"] = category_distribution(df)
         s["by_hop"] = hop_distribution(df)
+        s["category_by_hop"] = category_by_hop(df)
         s["by_data_format"] = distribution(df.get("data_format", []))
         if "trajectories" in related:
             judged = related["trajectories"]["query_id"].tolist()
@@ -181,8 +238,11 @@ def summarize(table_name: str, df: pd.DataFrame, related: Mapping[str, pd.DataFr
     elif table_name == "rejections":
         s["by_stage"] = distribution(df.get("stage", []))
         s["drop_reasons"] = drop_reasons(df)
+        s["drop_examples"] = drop_examples(df, "item_id")
     if "rejections" in related and table_name != "rejections":
         s["drop_reasons"] = s.get("drop_reasons", []) + drop_reasons(related["rejections"])
+        s.setdefault("drop_examples", {}).update(drop_examples(related["rejections"], "item_id"))
+    s["column_histograms"] = column_histograms(df)
     return s
 
 

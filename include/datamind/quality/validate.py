@@ -34,6 +34,7 @@ import pyarrow as pa
 from datamind import schemas
 from datamind.quality import gx_runner
 from datamind.quality.report_index import REPORTS, rebuild_index
+from datamind.quality.report_page import render_report
 from datamind.quality.summaries import format_summary, summarize
 from datamind.quality.suites import Suite, suite_for
 from datamind.settings import Limits
@@ -253,6 +254,8 @@ def validate_table(
     related: Mapping[str, object] | None = None,
     update_index: bool = True,
     covers_runs: list[str] | None = None,
+    counts: Mapping | None = None,
+    origin: Mapping | None = None,
 ) -> QualityReport:
     """Validate ``df_or_arrow`` (one table's rows) and publish its report; see the module docstring.
 
@@ -260,6 +263,8 @@ def validate_table(
     consistency rate and rescue yield of a ``dataset`` table, ``rejections`` adds drop reasons.
     ``limits`` defaults to ``Limits.from_env()``, the limits ingestion applies. ``covers_runs`` names other
     runs whose rows are validated here too (runs killed before their own report), recorded in summary.json.
+    ``counts`` (the stage's own numbers in and out) and ``origin`` (``dag_id``, ``task_id``) go into the
+    report as given.
     """
     suite = suite_for(table_name, limits)
     df = with_absent_nullable_columns(table_name, to_frame(df_or_arrow))
@@ -284,6 +289,7 @@ def validate_table(
         "report_dir": root.uri(rel_dir),
         "validation": root.uri(rel_dir, "validation.json"),
         "summary": root.uri(rel_dir, "summary.json"),
+        "report": root.uri(rel_dir, "report.html"),
         "data_docs": root.uri(docs_rel, "index.html"),
         "index": root.uri(REPORTS, "index.html"),
     }
@@ -300,6 +306,8 @@ def validate_table(
     summary_doc = {
         **header,
         "covers_runs": sorted(covers_runs or []),
+        "counts": dict(counts or {}),
+        "origin": dict(origin or {}),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "success": success,
         "statistics": stats,
@@ -310,6 +318,8 @@ def validate_table(
     root.write_text(
         posixpath.join(rel_dir, "summary.json"), json.dumps(summary_doc, indent=1, default=str, ensure_ascii=False)
     )
+    page = render_report(json.loads(json.dumps(summary_doc, default=str)), {"validation": validation})
+    root.write_text(posixpath.join(rel_dir, "report.html"), page)
     if update_index:
         rebuild_index(root)
 

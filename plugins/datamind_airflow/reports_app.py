@@ -1,0 +1,128 @@
+"""The quality reports inside the Airflow UI: a FastAPI app the api-server mounts at ``/datamind``.
+
+    /datamind/reports/                          every report, newest first (regenerated from summary.json files)
+    /datamind/reports/<stage>/<run>/            one report (report.html; rendered from its JSON if missing)
+    /datamind/reports/<stage>/<run>/<file>      its validation.json, summary.json, Data Docs pages
+    /datamind/task/<dag_id>/<run_id>/<task_id>  the report a task wrote (the task's "Quality report" link)
+
+Files are read from the data root (a local folder or object storage), so any api-server shows what any worker
+wrote. Every route needs a logged-in Airflow user, as the rest of the UI does.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import posixpath
+import re
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+PREFIX = "/datamind"
+_SAFE_PART = re.compile(r"^[A-Za-z0-9._+=-][A-Za-z0-9._+= -]*$")
+
+
+async def _logged_in(request: Request) -> None:
+    """The Airflow user of the request (bearer token or the UI's session cookie), else 401."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    token = request.headers.get("authorization", "")
+    creds = None
+    if token.lower().startswith("bearer "):
+        from fastapi.security import HTTPAuthorizationCredentials
+
+        creds = HTTPAuthorizationCredentials(scheme="Bearer", credentials=token.split(" ", 1)[1])
+    await get_user(request, None, creds)
+
+
+def _root():
+    from datamind_airflow import runtime
+
+    return runtime.data_root()
+
+
+def _safe(path: str) -> str:
+    """A relative path under reports/ with no way out of it."""
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") or not _SAFE_PART.match(p) for p in parts):
+        raise HTTPException(404, "no such report file")
+    return "/".join(parts)
+
+
+def _index_html(root) -> str:
+    from datamind.quality.report_index import load_summaries, render_index
+
+    return render_index(load_summaries(root))
+
+
+def _report_html(root, rel_dir: str) -> str:
+    from datamind.quality.report_page import render_report
+
+    page = posixpath.join(rel_dir, "report.html")
+    if root.exists(page):
+        return root.read_text(page)
+    summary = posixpath.join(rel_dir, "summary.json")
+    if not root.exists(summary):
+        raise HTTPException(404, "no such report")
+    validation_rel = posixpath.join(rel_dir, "validation.json")
+    validation = json.loads(root.read_text(validation_rel)) if root.exists(validation_rel) else {}
+    return render_report(json.loads(root.read_text(summary)), validation)
+
+
+def find_task_report(root, dag_id: str, run_id: str, task_id: str) -> str | None:
+    """reports/<stage>/<run>/ written by that task of that run (newest first), else None."""
+    from datamind.quality.report_index import REPORTS, load_summaries
+    from datamind.quality.validate import path_segment
+
+    run_dir = path_segment(run_id, "run_id")
+    for doc in load_summaries(root):
+        origin = doc.get("origin") or {}
+        same_run = doc.get("_dir", "").endswith("/" + run_dir)
+        if same_run and origin.get("dag_id") == dag_id and origin.get("task_id") == task_id:
+            return posixpath.join(REPORTS, doc["_dir"])
+    return None
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="DataMind quality reports", dependencies=[Depends(_logged_in)])
+
+    @app.get("/reports/", response_class=HTMLResponse)
+    def index() -> str:
+        return _index_html(_root())
+
+    @app.get("/reports/{path:path}")
+    def report_file(path: str) -> Response:
+        from datamind.quality.report_index import REPORTS
+
+        root = _root()
+        rel = posixpath.join(REPORTS, _safe(path))
+        if path.endswith("/") or path.count("/") == 1 and not posixpath.splitext(path)[1]:
+            return HTMLResponse(_report_html(root, rel.rstrip("/")))
+        if not root.exists(rel):
+            raise HTTPException(404, f"no such report file: {path}")
+        media = mimetypes.guess_type(rel)[0] or "application/octet-stream"
+        with root.open(root.path(rel)) as fh:
+            return Response(fh.read(), media_type=media)
+
+    @app.get("/task/{dag_id}/{run_id}/{task_id}")
+    def task_report(dag_id: str, run_id: str, task_id: str):
+        from datamind.quality.report_index import REPORTS
+
+        found = find_task_report(_root(), dag_id, run_id, task_id)
+        if found is None:
+            message = f"Task {dag_id}.{task_id} of run {run_id} has not written a quality report (yet)."
+            return HTMLResponse(
+                f"<!doctype html><meta charset='utf-8'><p>{message}</p>"
+                f"<p><a href='{PREFIX}/reports/'>All reports</a></p>",
+                status_code=404,
+            )
+        rel = posixpath.relpath(found, REPORTS)
+        return RedirectResponse(f"{PREFIX}/reports/{quote(rel)}/", status_code=307)
+
+    return app
+
+
+def task_report_url(dag_id: str, run_id: str, task_id: str) -> str:
+    return f"{PREFIX}/task/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/{quote(task_id, safe='')}"

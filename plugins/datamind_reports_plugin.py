@@ -1,0 +1,36 @@
+"""Airflow plugin: the data quality reports in the UI (a nav entry, a view per run and task, task links)."""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+from airflow.sdk import BaseOperatorLink
+
+from datamind_airflow.reports_app import PREFIX, create_app, task_report_url
+
+# Tasks that validate a stage's output and write a report (stages.sharded_stage, ingest, publish_dataset).
+REPORTING_TASKS = frozenset({"publish", "publish_catalog"})
+
+
+class QualityReportLink(BaseOperatorLink):
+    """ "Quality report" on every task that writes one: opens that task's report of that run."""
+
+    name = "Quality report"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        if operator.task_id not in REPORTING_TASKS:
+            return ""
+        return task_report_url(ti_key.dag_id, ti_key.run_id, ti_key.task_id)
+
+
+class DatamindReportsPlugin(AirflowPlugin):
+    name = "datamind_reports"
+    fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "DataMind quality reports"}]
+    global_operator_extra_links = [QualityReportLink()]
+    external_views = [
+        {
+            "name": "Quality reports",
+            "href": f"{PREFIX}/reports/",
+            "destination": "nav",
+            "url_route": "datamind-quality-reports",
+        }
+    ]
