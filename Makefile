@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint airflow lock bench clean
+.PHONY: install demo test test-fast lint airflow cluster cluster-stop lock bench clean
 
 install: $(STAMP)
 
@@ -36,7 +36,7 @@ test-fast: install
 
 # The Airflow UI and a scheduler on http://localhost:8080 (user admin; password in airflow_home/simple_auth_manager_passwords.json.generated).
 airflow: install
-	bin/airflow standalone
+	bin/standalone
 
 bench: install
 	$(PY) scripts/bench_profile.py
@@ -44,6 +44,13 @@ bench: install
 	$(PY) scripts/bench_sandbox.py
 	$(PY) scripts/bench_rollout.py
 	OMP_NUM_THREADS=1 $(PY) scripts/bench_train.py
+
+# The multi-worker deployment natively (PostgreSQL, Redis, an S3 server, Celery workers): prints the UI URL and login.
+cluster: install
+	$(PY) scripts/cluster.py start
+
+cluster-stop:
+	$(PY) scripts/cluster.py stop
 
 lock:
 	rm -rf /tmp/datamind-lock && $(PYTHON) -m venv /tmp/datamind-lock

@@ -108,7 +108,7 @@ def evaluate_agent():
             uri = (event.extra or {}).get("checkpoint_uri")
             log.info("Triggered by checkpoint %s", uri)
             if uri and not raw.get("checkpoint") and raw.get("agent_conn_id") == _default("agent_conn_id"):
-                raw["checkpoint"] = uri.split("://", 1)[-1]  # evaluate the checkpoint that was just trained
+                raw["checkpoint"] = uri  # evaluate the checkpoint that was just trained (fetched if remote)
         runtime.settings()  # DATAMIND_BENCHMARKS from the Airflow Variable when the environment has none
         p = EvalParams.from_dict(raw)
         with agent_client_for(p) as agent, judge_client_for(p) as judge:

@@ -70,6 +70,7 @@ def ingest_kaggle():
     @task(retries=3)
     def crawl() -> list[dict]:
         """Search, filter and download; land files under the data root and plan them into shards."""
+        from datamind.ingest.kaggle import KaggleAuthError
         from datamind.ingest.kaggle_config import KaggleCrawlConfig, KaggleCredentials
         from datamind.ingest.kaggle_stage import crawl_to_landing
 
@@ -91,7 +92,9 @@ def ingest_kaggle():
             else None
         )
         limits = limits_from_params(params)
-        files, summary = crawl_to_landing(runtime.data_root(), config, credentials, limits, runtime.run_id())
+        # missing or refused credentials will not fix themselves between retries
+        with runtime.fail_fast_on_permanent_errors("Kaggle crawl", also=(KaggleAuthError,)):
+            files, summary = crawl_to_landing(runtime.data_root(), config, credentials, limits, runtime.run_id())
         runtime.log_summary("Kaggle crawl", summary)
         return plan_source_files(files, "kaggle", params)
 

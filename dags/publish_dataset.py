@@ -63,13 +63,13 @@ def publish_dataset():
         # The release's one name travels with the Asset event, so train_agent and a person see the same id.
         version = manifest.get("version_id") or f"v{manifest['version']}"
         context["outlet_events"][DATASET].extra = {"version": version, "content_hash": manifest.get("content_hash")}
-        quality: dict = {"new_rows": manifest.get("n_samples"), "rejected": manifest.get("filtered_by_reason")}
-        if not manifest.get("unchanged"):
-            version_dir = f"{DIRS['dataset']}/v{manifest['version']}"
-            quality = finalize_stage(
-                root, "dataset", "publish_dataset", [], run_id, rel_dir=version_dir, origin=runtime.origin()
-            )
-            runtime.log_summary("Dataset quality", quality)
+        if manifest.get("unchanged"):  # the same release again: no event, train_agent is not woken
+            runtime.announce(DATASET, {"new_rows": 0}, version)
+        version_dir = f"{DIRS['dataset']}/v{manifest['version']}"
+        quality = finalize_stage(
+            root, "dataset", "publish_dataset", [], run_id, rel_dir=version_dir, origin=runtime.origin()
+        )
+        runtime.log_summary("Dataset quality", quality)
         rows_in = manifest.get("n_judged", manifest.get("n_samples", 0) + manifest.get("n_filtered", 0))
         rejected = manifest.get("filtered_by_reason") or {}
         runtime.announce(
@@ -77,8 +77,6 @@ def publish_dataset():
             {**quality, "rows_in": rows_in, "new_rows": manifest.get("n_samples"), "rejected": rejected},
             version,
         )
-        if manifest.get("unchanged"):
-            return manifest
         return {**manifest, "quality_report": quality.get("quality_report")}
 
     publish()

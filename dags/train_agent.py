@@ -27,6 +27,7 @@ and run a worker that serves that queue. Outputs: `runs/train/<run_id>/` (manife
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from datetime import timedelta
@@ -59,7 +60,8 @@ log = logging.getLogger(__name__)
             description="sft: supervised only. sft+rl: cold-start SFT, then SFT + DAPO.",
         ),
         "overrides": Param(
-            {},
+            # a deployment may set its own defaults (the local cluster: a few CPU steps on a tiny model)
+            json.loads(os.environ.get("DATAMIND_TRAIN_OVERRIDES") or "{}"),
             type="object",
             title="Config overrides",
             description='Nested or dotted keys over Table 2 defaults, e.g. {"rl.group_size": 8}.',

@@ -80,3 +80,11 @@ class Settings:
             limits=Limits.from_env(),
             shard_size=_env_int("DATAMIND_SHARD_SIZE", 50),
         )
+
+
+def worker_hostname() -> str:
+    """The name a worker records on the task instances it runs (Airflow's ``[core] hostname_callable``):
+    ``DATAMIND_WORKER_HOSTNAME`` where a deployment gives its workers their own names, else the FQDN."""
+    import socket
+
+    return os.environ.get("DATAMIND_WORKER_HOSTNAME") or socket.getfqdn()

@@ -110,6 +110,27 @@ class DataRoot:
         if self.fs.exists(path):
             self.fs.rm(path, recursive=True)
 
+    def local_file(self, uri: str) -> str:
+        """A local path for a stored file named by a full URL (s3://bucket/key), an absolute path, or a path
+        relative to the data root (downloaded once per worker when the root is remote)."""
+        path = uri.split("://", 1)[1] if "://" in uri else uri
+        if "://" not in uri and not posixpath.isabs(path):
+            path = self.path(path)
+        return self.local_copy(path)
+
+    def local_dir(self, uri: str) -> str:
+        """A local folder for a stored folder (a checkpoint), named like ``local_file``; a remote one is
+        downloaded once per worker."""
+        if "://" not in uri and (self.is_local or posixpath.isabs(uri)):
+            return uri if posixpath.isabs(uri) else self.path(uri)
+        path = uri.split("://", 1)[1] if "://" in uri else self.path(uri)
+        local = os.path.join(tempfile.gettempdir(), "datamind-cache", stable_id(self.protocol, path))
+        if not os.path.isdir(local):
+            tmp = f"{local}.{uuid.uuid4().hex}.tmp"
+            self.fs.get(path.rstrip("/") + "/", tmp + "/", recursive=True)
+            os.replace(tmp, local)
+        return local
+
     def local_copy(self, path: str) -> str:
         """A local filesystem path for ``path``; remote files are downloaded once per worker.
 

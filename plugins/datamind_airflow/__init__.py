@@ -23,6 +23,9 @@ CHECKPOINTS = Asset(names.CHECKPOINTS)
 
 DEFAULT_ARGS = {
     "owner": "datamind",
+    # every task logs its own summary once; Airflow's echo of the returned value (shard specs, summaries)
+    # would print it a second time
+    "show_return_value_in_logs": False,
     "retries": 2,
     "retry_delay": timedelta(seconds=20),
     "retry_exponential_backoff": True,

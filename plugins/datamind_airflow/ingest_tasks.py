@@ -72,7 +72,9 @@ def publish_catalog(summaries: list[dict], source_name: str) -> dict:
     """Validate this run's catalog rows with Great Expectations, write the report, announce the Asset."""
     from datamind.pipeline import finalize_ingest
 
-    result = finalize_ingest(runtime.data_root(), list(summaries), source_name, runtime.run_id(), runtime.origin())
+    result = finalize_ingest(
+        runtime.data_root(), runtime.mapped_results(summaries), source_name, runtime.run_id(), runtime.origin()
+    )
     runtime.log_summary(f"Ingest of {source_name}", result)
     runtime.announce(CATALOG_FILES, result)
     return result

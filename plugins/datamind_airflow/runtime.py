@@ -83,11 +83,12 @@ PERMANENT_ERRORS = (FileNotFoundError, NotADirectoryError, PermissionError, Valu
 
 
 @contextlib.contextmanager
-def fail_fast_on_permanent_errors(what: str):
-    """Turn a permanent error into AirflowFailException: the task fails at once, with the cause, no retries."""
+def fail_fast_on_permanent_errors(what: str, also: tuple[type[BaseException], ...] = ()):
+    """Turn a permanent error (``PERMANENT_ERRORS`` and ``also``) into AirflowFailException: the task fails at
+    once, with the cause, no retries."""
     try:
         yield
-    except PERMANENT_ERRORS as exc:
+    except (*PERMANENT_ERRORS, *also) as exc:
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(f"{what}: {type(exc).__name__}: {exc} (permanent: not retried)") from exc
@@ -102,8 +103,15 @@ def origin() -> dict[str, str]:
 
 
 def announce(asset, result: dict[str, Any], version: str | None = None) -> None:
-    """Put the run's numbers and its report's URL on the Asset event this task emits."""
+    """Put the run's numbers and its report's URL on the Asset event this task emits.
+
+    A run that wrote nothing new emits no event (the task ends as skipped): a rerun or a backfill over
+    work already done stops here instead of waking every downstream DAG to find nothing to do."""
     from airflow.sdk import get_current_context
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    if not result.get("new_rows"):
+        raise AirflowSkipException(f"nothing new for {asset.name}: downstream DAGs are not triggered")
 
     from datamind.pipeline import asset_event_extra
     from datamind_airflow.reports_app import task_report_url
@@ -113,3 +121,9 @@ def announce(asset, result: dict[str, Any], version: str | None = None) -> None:
     url = task_report_url(ti.dag_id, context["run_id"], ti.task_id)
     extra = asset_event_extra(result, version=version or context["run_id"], report_url=url)
     context["outlet_events"][asset].extra = {**context["outlet_events"][asset].extra, **extra}
+
+
+def mapped_results(values) -> list:
+    """Every result of a mapped upstream task. Indexing up to ``len`` reads exactly the stored results;
+    iterating the lazy sequence probes one past the end and makes the SDK log an "XCom not found" error."""
+    return [values[i] for i in range(len(values))]

@@ -68,7 +68,7 @@ def sharded_stage(
             runtime.data_root(),
             table,
             stage,
-            list(summaries),
+            runtime.mapped_results(summaries),
             runtime.run_id(),
             rel_dir=rel_dir,
             origin=runtime.origin(),

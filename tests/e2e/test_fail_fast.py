@@ -43,3 +43,19 @@ def test_a_mistyped_source_fails_the_run_at_once(airflow_db, tmp_path, monkeypat
     plan = next(ti for ti in run.get_task_instances() if ti.task_id == "plan")
     assert plan.state == "failed" and plan.try_number <= 1  # failed, not up_for_retry
     print(f"mistyped source_uri: run failed in {elapsed:.1f} s (dag.test, one try)")
+
+
+def test_missing_kaggle_credentials_fail_the_crawl_at_once(airflow_db, tmp_path, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("DATAMIND_DATA_ROOT", str(tmp_path / "data"))
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "no-kaggle-config"))  # no kaggle.json, no token
+    for var in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    dag = DagBag(dag_folder=str(REPO / "dags" / "ingest_kaggle.py")).dags["ingest_kaggle"]
+    t0 = time.monotonic()
+    run = dag.test(run_conf={"kaggle_conn_id": "no_such_connection"})
+    elapsed = time.monotonic() - t0
+    crawl = next(ti for ti in run.get_task_instances() if ti.task_id == "crawl")
+    assert run.state == "failed" and crawl.state == "failed" and crawl.try_number <= 1
+    print(f"missing Kaggle credentials: run failed in {elapsed:.1f} s (dag.test, one try)")

@@ -177,7 +177,7 @@ def evaluate(
         from datamind.llm import LLMClient, LLMConfig, ResponseCache
 
         name = f"checkpoint-{stable_id(p.checkpoint, length=10)}"  # cache entries never mix checkpoints
-        with serve(p.checkpoint, name, p.serve_engine) as url:
+        with serve(root.local_dir(p.checkpoint), name, p.serve_engine) as url:
             config = LLMConfig(base_url=url, api_key="", models={"agent": name}, timeout_s=600.0, max_retries=1)
             client = LLMClient(config, cache=ResponseCache(root))
             return evaluate(root, replace(p, model=name), client, judge_client, sandbox=sandbox)

@@ -43,6 +43,7 @@ from datamind.llm.errors import EndpointUnavailable, LLMError, ParseFailure
 from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
+from datamind.progress import progress_log
 from datamind.rollout.stage import sampling_state
 from datamind.rollout.tasks import QueryTask, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
@@ -342,12 +343,19 @@ def judge_shard(
     async def main() -> list[Outcome | BaseException]:
         sem = asyncio.Semaphore(p.concurrency)
 
-        async def one(qid: str) -> Outcome:
+        async def one(qid: str, progress) -> Outcome:
             async with sem:
-                return await _judge_query(qid, by_query[qid], tasks[qid], judge, p, revise_factory)
+                try:
+                    outcome = await _judge_query(qid, by_query[qid], tasks[qid], judge, p, revise_factory)
+                except BaseException:
+                    progress.advance(ok=False)
+                    raise
+                progress.advance(ok=outcome.failure is None)
+                return outcome
 
         try:
-            res = await asyncio.gather(*(one(q) for q in todo), return_exceptions=True)
+            async with progress_log(log, "judging queries", total=len(todo)) as progress:
+                res = await asyncio.gather(*(one(q, progress) for q in todo), return_exceptions=True)
         finally:
             if llm_client is not None:
                 await llm_client.aclose()

@@ -79,13 +79,6 @@ def chain_of(row: dict, by_id: dict[str, dict]) -> list[dict]:
     return sorted(seen.values(), key=lambda r: (r["hop"], r["query_id"])) + [row]
 
 
-def _local(root: DataRoot, uri: str) -> str:
-    path = uri.split("://", 1)[-1] if "://" in uri else uri
-    if not path.startswith("/"):
-        path = root.path(path)
-    return root.local_copy(path)
-
-
 def load_tasks(root: DataRoot, query_ids: list[str]) -> tuple[dict[str, QueryTask], dict[str, TaskError]]:
     """Tasks for ``query_ids``; queries that cannot run come back as errors keyed by query id."""
     queries = read_table(root, QUERIES, DIRS["queries"])
@@ -125,7 +118,7 @@ def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict)
     if fmt not in ("csv", "xlsx", "sqlite"):
         raise TaskError("unsupported_format", f"data format {fmt!r} is not csv, xlsx or sqlite")
     try:
-        path = _local(root, staged)
+        path = root.local_file(staged)
     except (OSError, ValueError) as exc:
         raise TaskError("data_file_unreadable", f"{staged}: {exc}") from exc
     raw_options = (table or {}).get("read_options")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import posixpath
 import tempfile
 from dataclasses import dataclass, field
 
@@ -48,10 +47,7 @@ class TableOutput:
 
 def data_path(root: DataRoot, staged_uri: str) -> str:
     """Local filesystem path of a staged file (a relative ``staged_uri`` is under the data root)."""
-    path = staged_uri.split("://", 1)[-1]
-    if "://" not in staged_uri and not posixpath.isabs(path):
-        path = root.path(path)
-    return root.local_copy(path)
+    return root.local_file(staged_uri)
 
 
 def _ingest_frame(path: str, read_options: dict) -> pd.DataFrame | None:
