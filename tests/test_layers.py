@@ -10,7 +10,7 @@ PKG = Path(__file__).resolve().parents[1] / "include" / "datamind"
 
 # Bottom to top; a module may import its own layer and the layers below it.
 LAYERS = [
-    {"ids", "categories", "settings", "storage", "schemas", "shards", "assets", "vocabulary"},
+    {"ids", "categories", "settings", "storage", "schemas", "shards", "assets", "vocabulary", "progress"},
     {"llm", "sandbox", "quality"},
     {"ingest"},
     {"profile"},
