@@ -18,25 +18,28 @@ import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind.settings import REPO_ROOT
-from datamind_airflow import DAG_DEFAULTS, runtime
+from datamind_airflow import DAG_DEFAULTS, drop_folder, runtime
 from datamind_airflow.ingest_tasks import ingest_shard, limit_params, plan_source_files, publish_catalog
 
 
+SCHEDULE, SOURCE_URI, SOURCE_NAME = drop_folder("bird", str(REPO_ROOT / "samples" / "bird"), "bird")
+
+
 @dag(
-    schedule=None,
+    schedule=SCHEDULE,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "ingest"],
     params={
         **limit_params(20, "Databases"),
         "source_uri": Param(
-            str(REPO_ROOT / "samples" / "bird"),
+            SOURCE_URI,
             type="string",
             title="BIRD root",
             description="Directory or archive (.zip) holding <db_id>/<db_id>.sqlite folders; fsspec URLs work too.",
             minLength=1,
         ),
-        "source_name": Param("bird", type="string", title="Source name", pattern="^[a-z0-9][a-z0-9_.-]*$"),
+        "source_name": Param(SOURCE_NAME, type="string", title="Source name", pattern="^[a-z0-9][a-z0-9_.-]*$"),
         "sample_size": Param(
             None,
             type=["null", "integer"],

@@ -18,7 +18,7 @@ import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind.settings import REPO_ROOT
-from datamind_airflow import DAG_DEFAULTS, runtime
+from datamind_airflow import DAG_DEFAULTS, drop_folder, runtime
 from datamind_airflow.ingest_tasks import (
     ingest_shard,
     limit_params,
@@ -28,26 +28,37 @@ from datamind_airflow.ingest_tasks import (
 )
 
 
+SCHEDULE, SOURCE_URI, SOURCE_NAME = drop_folder("files", str(REPO_ROOT / "samples" / "files"), "samples")
+
+
 @dag(
-    schedule=None,
+    schedule=SCHEDULE,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "ingest"],
     params={
         **limit_params(50, "Files"),
         "source_uri": Param(
-            str(REPO_ROOT / "samples" / "files"),
+            SOURCE_URI,
             type="string",
             title="Source URI",
             description="Directory, glob (e.g. /data/*.csv), .zip archive, or fsspec URL (s3://bucket/prefix).",
             minLength=1,
         ),
         "source_name": Param(
-            "samples",
+            SOURCE_NAME,
             type="string",
             title="Source name",
             description="Short name recorded as the files' source; part of every file_id.",
             pattern="^[a-z0-9][a-z0-9_.-]*$",
+        ),
+        "more_source_uris": Param(
+            [],
+            type="array",
+            items={"type": "string", "minLength": 1},
+            title="More source URIs",
+            description="Backfill several folders or prefixes in one run: their files are listed together "
+            "(each under its folder's name) and ingested in mapped shards.",
         ),
     },
     **DAG_DEFAULTS,
@@ -56,11 +67,12 @@ def ingest_files():
     @task
     def plan() -> list[dict]:
         """List the source, hash every file and split the new ones into shards."""
-        from datamind.ingest.sources import list_source_files
+        from datamind.ingest.sources import list_sources
 
         params = get_current_context()["params"]
-        with runtime.fail_fast_on_permanent_errors(f"cannot list source {params['source_uri']!r}"):
-            files = list_source_files(params["source_uri"], limits_from_params(params))
+        uris = [params["source_uri"], *(params.get("more_source_uris") or [])]
+        with runtime.fail_fast_on_permanent_errors(f"cannot list source {', '.join(map(repr, uris))}"):
+            files = list_sources(uris, limits_from_params(params))
         return plan_source_files(files, params["source_name"], params)
 
     summaries = ingest_shard.expand(spec=plan())

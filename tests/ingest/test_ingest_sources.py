@@ -136,3 +136,24 @@ def test_symlinks_out_of_the_source_and_escaping_zip_members_are_recorded_not_fo
     for f in (files["leak.csv"], zipped["../up.csv"]):
         with pytest.raises(Exception):
             f.read_bytes()  # never read
+
+
+def test_several_sources_list_together_and_keep_equal_names_apart(tmp_path):
+    from ingest_builders import write_csv
+
+    from datamind.ingest.sources import list_sources
+    from datamind.ingest.stage import plan_ingest
+    from datamind.storage import DataRoot
+
+    for quarter in ("2024-q1", "2024-q2"):
+        (tmp_path / quarter).mkdir()
+        write_csv(tmp_path / quarter / "sales.csv", 30 + len(quarter))
+    (tmp_path / "2024-q2" / "extra.csv").write_text("a,b\n1,2\n")
+    files = list_sources([str(tmp_path / "2024-q1"), str(tmp_path / "2024-q2") + "/"])
+    assert [f.rel_path for f in files] == ["2024-q1/sales.csv", "2024-q2/extra.csv", "2024-q2/sales.csv"]
+    assert {f.provenance["source_uri"] for f in files} == {str(tmp_path / "2024-q1"), str(tmp_path / "2024-q2") + "/"}
+    specs = plan_ingest(DataRoot(str(tmp_path / "root")), files, "backfill", 2)
+    ids = [e["file_id"] for s in specs for e in s["files"]]
+    assert len(specs) == 2 and len(set(ids)) == 3  # one run, mapped shards, every file once
+    # a single source keeps its paths unchanged
+    assert [f.rel_path for f in list_sources([str(tmp_path / "2024-q1")])] == ["sales.csv"]

@@ -19,7 +19,7 @@ import re
 import zipfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
@@ -288,4 +288,32 @@ def _list_fsspec(source_uri: str, limits: Limits) -> list[SourceFile]:
         if _hidden(rel):
             continue
         out.append(_file_entry(rel, url(p), int(info.get("size") or 0), limits))
+    return out
+
+
+def source_label(uri: str) -> str:
+    """A short name for a source URI: its last path component without globs or archive suffixes."""
+    tail = uri.split("::")[-1].rstrip("/").split("://", 1)[-1]
+    parts = [p for p in tail.split("/") if p and not any(ch in p for ch in "*?[")]
+    name = parts[-1] if parts else "source"
+    return re.sub(r"[^\w.-]", "_", name.removesuffix(".zip")) or "source"
+
+
+def list_sources(uris: list[str], limits: Limits | None = None) -> list[SourceFile]:
+    """The files of several sources in one listing (a backfill of many folders or prefixes in one run).
+
+    One source keeps its files' paths as they are; with several, each file's ``rel_path`` starts with its
+    source's label (``2024-q1/sales.csv``), so equal names in different sources stay distinct files."""
+    if len(uris) == 1:
+        return list_source_files(uris[0], limits)
+    labels: list[str] = []
+    for uri in uris:
+        label = source_label(uri)
+        while label in labels:
+            label = f"{label}_{len(labels)}"
+        labels.append(label)
+    out: list[SourceFile] = []
+    for uri, label in zip(uris, labels):
+        for f in list_source_files(uri, limits):
+            out.append(replace(f, rel_path=f"{label}/{f.rel_path}", provenance={**f.provenance, "source_uri": uri}))
     return out
