@@ -11,14 +11,21 @@ to the listed version) and records provenance: dataset ref, version, license, UR
   failing is recorded in `rejections/` (stage `ingest_kaggle`) and the crawl goes on.
 * Dataset versions already in the catalog are skipped; the same version is never downloaded twice.
 
+* Scheduled and backfill runs crawl their own interval: only datasets last updated inside the run's
+  data interval are taken (newest-updated first), so a backfill over a date range fetches each week
+  once. Manual runs crawl what is there now (form field *Crawl window*).
+
 Landed files go to `landing/kaggle/<owner>/<dataset>/<version>/` under the data root, then through
 the same filtering as every source into `catalog/files`, which triggers **profile_files**.
 """
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
+
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, task
 
 from datamind_airflow import DAG_DEFAULTS
 from datamind_airflow import runtime
@@ -30,9 +37,12 @@ from datamind_airflow.ingest_tasks import (
     publish_catalog,
 )
 
+log = logging.getLogger(__name__)
+
 
 @dag(
-    schedule="@weekly",
+    # Monday 00:00 UTC, each run covering the week before it (its data interval), so backfills window by week.
+    schedule=CronTriggerTimetable("0 0 * * 1", timezone="UTC", interval=timedelta(weeks=1)),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "ingest"],
@@ -62,6 +72,14 @@ from datamind_airflow.ingest_tasks import (
         "max_file_bytes": Param(
             64 * 1024 * 1024, type="integer", minimum=1, title="Max file size (bytes)", section="Limits"
         ),
+        "crawl_window": Param(
+            "auto",
+            type="string",
+            enum=["auto", "interval", "none"],
+            title="Crawl window",
+            description="auto: scheduled and backfill runs take only datasets last updated in their data interval "
+            "(each week once); manual runs take what is there now. interval: always the run's interval. none: never.",
+        ),
         "kaggle_conn_id": Param("kaggle_default", type="string", title="Kaggle Connection"),
     },
     **DAG_DEFAULTS,
@@ -71,10 +89,11 @@ def ingest_kaggle():
     def crawl() -> list[dict]:
         """Search, filter and download; land files under the data root and plan them into shards."""
         from datamind.ingest.kaggle import KaggleAuthError
-        from datamind.ingest.kaggle_config import KaggleCrawlConfig, KaggleCredentials
+        from datamind.ingest.kaggle_config import KaggleCrawlConfig, KaggleCredentials, crawl_window
         from datamind.ingest.kaggle_stage import crawl_to_landing
 
-        params = dict(get_current_context()["params"])
+        context = get_current_context()
+        params = dict(context["params"])
         config_keys = (
             "queries",
             "licenses",
@@ -84,7 +103,14 @@ def ingest_kaggle():
             "max_dataset_bytes",
             "max_file_bytes",
         )
-        config = KaggleCrawlConfig.from_dict({k: params[k] for k in config_keys})
+        run_type = str(getattr(context["dag_run"].run_type, "value", context["dag_run"].run_type))
+        with runtime.fail_fast_on_permanent_errors("Kaggle crawl window"):
+            window = crawl_window(
+                params["crawl_window"], run_type, context.get("data_interval_start"), context.get("data_interval_end")
+            )
+            config = KaggleCrawlConfig.from_dict({**{k: params[k] for k in config_keys}, **window})
+        if config.windowed:
+            log.info("crawling datasets last updated in [%s, %s)", config.updated_since, config.updated_before)
         conn = runtime.connection_dict(params["kaggle_conn_id"])
         credentials = (
             KaggleCredentials.from_connection(conn.get("login"), conn.get("password"), conn.get("extra"))

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fakes.kaggle_server import FakeKaggleServer  # noqa: E402
+from fakes.kaggle_server import FakeKaggleServer, weekly_catalog  # noqa: E402
 
 USER, KEY = "tester", "kgl-key-5d1e0c7b-SECRET"
 MB = 1024 * 1024
@@ -33,12 +33,12 @@ def kaggle(tmp_path, monkeypatch):
         yield server
 
 
-def _run(conf):
+def _run(conf, logical_date=None):
     from airflow.dag_processing.dagbag import DagBag
 
     repo = Path(__file__).resolve().parents[2]
     dag = DagBag(dag_folder=str(repo / "dags" / "ingest_kaggle.py")).dags["ingest_kaggle"]
-    return dag.test(run_conf=conf)
+    return dag.test(run_conf=conf, logical_date=logical_date)
 
 
 def test_crawl_lands_catalogs_and_reruns_as_a_no_op(airflow_db, kaggle, tmp_path, caplog):
@@ -84,3 +84,22 @@ def test_crawl_lands_catalogs_and_reruns_as_a_no_op(airflow_db, kaggle, tmp_path
     assert again == len(rows)
     for text in [caplog.text] + [p.read_text(errors="ignore") for p in data.rglob("*.json")]:
         assert KEY not in text
+
+
+def test_a_run_for_a_past_week_crawls_that_week_and_each_week_lands_once(airflow_db, kaggle, tmp_path):
+    import duckdb
+    import pendulum
+
+    kaggle.catalog = weekly_catalog(8)
+    conf = {"queries": ["sales"], "crawl_window": "interval"}
+    for week in (2, 3, 2):  # weeks 2 and 3 of the backfill, then week 2 again
+        run = _run(conf, logical_date=pendulum.datetime(2026, 1, 5, tz="UTC").add(weeks=week, hours=12))
+        assert run.state == "success"
+    data = tmp_path / "data"
+    refs = duckdb.sql(
+        f"SELECT json_extract_string(provenance, '$.dataset_ref') FROM '{data}/catalog/files/*.parquet'"
+    ).fetchall()
+    # a run's interval is the week its logical date falls in; the dataset updated that Monday is taken,
+    # and the second run for week 2 found its version in the catalog
+    assert sorted(r[0] for r in refs) == ["wk/sales-w02", "wk/sales-w03"]
+    assert len(kaggle.calls_to("DownloadDataset")) == 2

@@ -30,6 +30,7 @@ import time
 import zipfile
 import zlib
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote
 
@@ -232,6 +233,27 @@ def default_catalog() -> list[FakeDataset]:
             votes=80,
         ),
     ]
+
+
+def weekly_catalog(weeks: int) -> list[FakeDataset]:
+    """One "sales" dataset ``wk/sales-wNN`` last updated on each Monday from 2026-01-05 (week 0), 09:00 UTC."""
+    out = []
+    for w in range(weeks):
+        day = datetime(2026, 1, 5, 9, tzinfo=timezone.utc) + timedelta(weeks=w)
+        data = csv_bytes(["day", "units"], [[d, w * 100 + d] for d in range(1, 31)])
+        out.append(
+            FakeDataset(
+                "wk",
+                f"sales-w{w:02d}",
+                f"Sales week {w}",
+                "CC0: Public Domain",
+                "CC",
+                1,
+                [FakeFile("units.csv", data)],
+                last_updated=day.isoformat().replace("+00:00", ".000Z"),
+            )
+        )
+    return out
 
 
 def _json_dataset(ds: FakeDataset) -> dict:

@@ -15,13 +15,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # makes tests/fakes importable as `fakes`
 
-from fakes.kaggle_server import FakeFile, FakeKaggleServer  # noqa: E402
+from fakes.kaggle_server import FakeFile, FakeKaggleServer, weekly_catalog  # noqa: E402
 
 from datamind.ingest.kaggle import (  # noqa: E402
     KaggleAuthError,
@@ -337,6 +338,63 @@ def test_already_seen_versions_are_skipped_and_new_versions_fetched(kaggle_env, 
     server.dataset("alice/retail-sales").version = 4
     third = crawl_kaggle(config(), CREDS, str(dest), already_seen=set(first.completed))
     assert {f.rel_path for f in third.files} == {"alice/retail-sales/4/sales.csv", "alice/retail-sales/4/stores.xlsx"}
+
+
+def test_a_windowed_crawl_takes_only_its_interval_and_a_backfill_covers_each_week_once(kaggle_env, server, dest):
+    server.catalog = weekly_catalog(10)
+    start = datetime(2026, 1, 5, tzinfo=timezone.utc)
+    fetched: dict[int, set[str]] = {}
+    for w in (1, 2, 3):  # a backfill of three weekly intervals
+        lo, hi = start + timedelta(weeks=w), start + timedelta(weeks=w + 1)
+        server.calls.clear()
+        cfg = config(max_pages=1, updated_since=lo.isoformat(), updated_before=hi.isoformat())
+        result = crawl_kaggle(cfg, CREDS, str(dest / str(w)))
+        fetched[w] = set(result.completed)
+        bodies = [c["body"] for c in server.calls_to("ListDatasets")]
+        assert {b["sortBy"] for b in bodies} == {"DATASET_SORT_BY_UPDATED"}
+        # newest first in pages of 3: weeks 9-7, 6-4, 3-1, 0. With max_pages=1 the two pages wholly newer
+        # than the window are walked past free, and the page holding the window is the one counted.
+        assert len(bodies) == 3
+        assert result.skipped == [] and result.failures == []
+    assert fetched == {w: {f"wk/sales-w{w:02d}@1"} for w in (1, 2, 3)}
+    # the walk stops at the first page wholly older than the window, however many pages are allowed
+    server.calls.clear()
+    lo = start + timedelta(weeks=7)
+    crawl_kaggle(config(max_pages=5, updated_since=lo.isoformat()), CREDS, str(dest / "7"))
+    assert len(server.calls_to("ListDatasets")) == 2
+    # a rerun of an interval (its versions now in the catalog) downloads nothing
+    server.calls.clear()
+    lo = start + timedelta(weeks=2)
+    again = crawl_kaggle(
+        config(updated_since=lo.isoformat(), updated_before=(lo + timedelta(weeks=1)).isoformat()),
+        CREDS,
+        str(dest / "again"),
+        already_seen=fetched[2],
+    )
+    assert again.files == [] and server.calls_to("DownloadDataset") == []
+
+
+def test_crawl_window_follows_the_run_type():
+    from datamind.ingest.kaggle_config import crawl_window
+
+    lo, hi = datetime(2026, 2, 2, tzinfo=timezone.utc), datetime(2026, 2, 9, tzinfo=timezone.utc)
+    window = {"updated_since": "2026-02-02T00:00:00+00:00", "updated_before": "2026-02-09T00:00:00+00:00"}
+    assert crawl_window("auto", "scheduled", lo, hi) == window
+    assert crawl_window("auto", "backfill", lo, hi) == window
+    assert crawl_window("auto", "manual", lo, hi) == {"updated_since": None, "updated_before": None}
+    assert crawl_window("interval", "manual", lo, hi) == window
+    assert crawl_window("none", "backfill", lo, hi) == {"updated_since": None, "updated_before": None}
+    with pytest.raises(ValueError, match="no data interval"):
+        crawl_window("interval", "manual", None, None)
+    with pytest.raises(ValueError, match="empty"):
+        KaggleCrawlConfig(updated_since="2026-02-09", updated_before="2026-02-02")
+    with pytest.raises(ValueError, match="ISO 8601"):
+        KaggleCrawlConfig(updated_since="last tuesday")
+    # a naive bound is UTC, an offset is converted, and a window always searches newest-updated first
+    cfg = KaggleCrawlConfig(updated_since="2026-02-02T01:00:00+01:00", sort_by="votes")
+    assert cfg.updated_since == "2026-02-02T00:00:00+00:00" and cfg.sort_by == "updated"
+    assert cfg.in_window(datetime(2026, 2, 1, 23, 59)) == "older"
+    assert cfg.in_window(datetime(2026, 2, 2)) == "in"
 
 
 def test_rerun_rewrites_the_same_paths(kaggle_env, server, dest):

@@ -281,7 +281,10 @@ class _Crawl:
         taken = 0
         token: str | None = None
         server_pages_by_token = False
-        for page_no in range(1, self.cfg.max_pages + 1):
+        counted = skipped_pages = 0
+        page_no = 0
+        while counted < self.cfg.max_pages:
+            page_no += 1
             req = self._search_request(query)
             if token:
                 req.page_token = token
@@ -295,12 +298,19 @@ class _Crawl:
                 self._fail(f"search:{query}", None, "search", exc.reason, exc.attempts, query)
                 return
             datasets = [d for d in (resp.datasets or []) if d is not None]
+            places = [self.cfg.in_window(d.last_updated) for d in datasets]
             log.info("query %r page %d: %d dataset(s)", query, page_no, len(datasets))
-            for ds in datasets:
-                if self._process(ds, query):
+            for ds, place in zip(datasets, places):
+                if place == "in" and self._process(ds, query):
                     taken += 1
                     if taken >= self.cfg.max_datasets_per_query:
                         return
+            if datasets and all(p == "older" for p in places):
+                return  # newest first: everything after this page is before the window too
+            if datasets and all(p == "newer" for p in places) and skipped_pages < self.cfg.max_skip_pages:
+                skipped_pages += 1  # walking past datasets updated after the window costs no page budget
+            else:
+                counted += 1
             # Follow the server's page tokens; a server that never sends one is paged by number,
             # where only a full page hints at more.
             token = resp.next_page_token or None

@@ -10,6 +10,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -105,6 +106,37 @@ def _positive_int(name: str, value: Any) -> int:
     return out
 
 
+def _as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _iso_utc(name: str, value: Any) -> str | None:
+    """A window bound as a comparable UTC ISO string (``2026-01-05T00:00:00+00:00``)."""
+    if value in (None, ""):
+        return None
+    try:
+        parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"KaggleCrawlConfig.{name} must be an ISO 8601 date-time, got {value!r}") from exc
+    return _as_utc(parsed).isoformat()
+
+
+def crawl_window(mode: str, run_type: str, start: datetime | None, end: datetime | None) -> dict[str, str | None]:
+    """The window a crawl run covers, as KaggleCrawlConfig fields.
+
+    ``mode`` 'auto' windows scheduled and backfill runs by their data interval and leaves manual runs
+    unwindowed (a person asking for a crawl wants what is there now); 'interval' always windows (an error
+    without an interval); 'none' never does."""
+    if mode not in ("auto", "interval", "none"):
+        raise ValueError(f"crawl window must be 'auto', 'interval' or 'none', got {mode!r}")
+    wanted = mode == "interval" or (mode == "auto" and run_type in ("scheduled", "backfill"))
+    if not wanted:
+        return {"updated_since": None, "updated_before": None}
+    if start is None or end is None or start >= end:
+        raise ValueError(f"this run has no data interval to crawl ({start} to {end}); use crawl window 'none'")
+    return {"updated_since": _iso_utc("updated_since", start), "updated_before": _iso_utc("updated_before", end)}
+
+
 @dataclass(frozen=True)
 class KaggleCrawlConfig:
     """One crawl's search and limits. ``licenses`` is an allow-list of canonical ids (see ``LICENSE_IDS``)
@@ -121,6 +153,13 @@ class KaggleCrawlConfig:
     page_size: int = 20
     max_files_per_dataset: int = 20
     sort_by: str = "votes"
+    # A crawl window (ISO 8601, UTC when no offset): only datasets last updated in [updated_since, updated_before)
+    # are taken, so each interval of a scheduled crawl or a backfill fetches its own week. A window searches
+    # newest-updated first (whatever sort_by says) so the walk can stop once it is past the window's start;
+    # pages entirely newer than the window do not count against max_pages, up to max_skip_pages of them.
+    updated_since: str | None = None
+    updated_before: str | None = None
+    max_skip_pages: int = 100
     retries: int = 4  # attempts per API call, the first included
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
@@ -149,9 +188,19 @@ class KaggleCrawlConfig:
             "max_pages",
             "page_size",
             "max_files_per_dataset",
+            "max_skip_pages",
             "retries",
         ):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        for name in ("updated_since", "updated_before"):
+            object.__setattr__(self, name, _iso_utc(name, getattr(self, name)))
+        if self.updated_since and self.updated_before and self.updated_since >= self.updated_before:
+            raise ValueError(
+                f"KaggleCrawlConfig window is empty: updated_since {self.updated_since} "
+                f"is not before updated_before {self.updated_before}"
+            )
+        if self.windowed:
+            object.__setattr__(self, "sort_by", "updated")
         for name in ("backoff_base_s", "backoff_max_s", "request_timeout_s"):
             value = float(getattr(self, name))
             if value < 0 or (name == "request_timeout_s" and value == 0):
@@ -170,6 +219,21 @@ class KaggleCrawlConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+    @property
+    def windowed(self) -> bool:
+        return bool(self.updated_since or self.updated_before)
+
+    def in_window(self, updated: datetime | None) -> str:
+        """'in', 'newer' or 'older' for a dataset last updated at ``updated`` (unknown times count as in)."""
+        if updated is None:
+            return "in"
+        when = _as_utc(updated).isoformat()
+        if self.updated_before and when >= self.updated_before:
+            return "newer"
+        if self.updated_since and when < self.updated_since:
+            return "older"
+        return "in"
 
     def allows_license(self, name: str | None) -> bool:
         allowed = {a.lower() for a in self.licenses}
