@@ -35,15 +35,11 @@ import os
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-from datamind.evaluate.params import EvalParams
+from datamind.evaluate.params import OFFLINE_AGENT, EvalParams
 from datamind_airflow import CHECKPOINTS, DAG_DEFAULTS, runtime
+from datamind_airflow.forms import form_params
 
 log = logging.getLogger(__name__)
-D = EvalParams.__dataclass_fields__  # the one place the defaults live
-
-
-def _default(name: str):
-    return D[name].default
 
 
 def _default_suites() -> dict:
@@ -58,41 +54,13 @@ def _default_suites() -> dict:
     doc_md=__doc__,
     tags=["datamind", "evaluation"],
     params={
-        "agent_conn_id": Param(
-            _default("agent_conn_id"),
-            type="string",
-            title="Agent Connection",
-            description="OpenAI-compatible endpoint of the agent under test; 'offline' = reference policy (held-out).",
-        ),
-        "model": Param(None, type=["null", "string"], title="Model", description="Overrides the Connection's model."),
-        "checkpoint": Param(
-            None,
-            type=["null", "string"],
-            title="Checkpoint folder",
-            description="A train_agent checkpoint to serve on this worker (CPU) as the agent; "
-            "on a new checkpoint event it is filled in from the event.",
-        ),
-        "serve_engine": Param(
-            _default("serve_engine"),
-            type="string",
-            enum=["auto", "cpu", "vllm"],
-            title="How a checkpoint is served",
-            description="vllm on a GPU worker, cpu in this task, auto = vllm when installed and a GPU is visible.",
-        ),
+        **form_params(EvalParams),
         "suites": Param(
             _default_suites(),
             type="object",
             title="Suites",
             description='Suite kind -> folder or file, e.g. {"dabench": "/data/dabench", "heldout": ""}.',
         ),
-        "trials": Param(_default("trials"), type="integer", minimum=1, maximum=16, title="Trials per question"),
-        "temperature": Param(_default("temperature"), type="number", minimum=0, maximum=2, title="Temperature"),
-        "top_p": Param(_default("top_p"), type="number", minimum=0.01, maximum=1, title="Top-p"),
-        "max_turns": Param(_default("max_turns"), type="integer", minimum=1, maximum=50, title="Max turns"),
-        "judge_conn_id": Param(
-            None, type=["null", "string"], title="Judge Connection", description="Empty: rule-based judges only."
-        ),
-        "limit": Param(None, type=["null", "integer"], minimum=1, title="Questions per suite (empty = all)"),
     },
     **DAG_DEFAULTS,
 )
@@ -107,7 +75,7 @@ def evaluate_agent():
         for event in (context.get("triggering_asset_events") or {}).get(CHECKPOINTS, []):
             uri = (event.extra or {}).get("checkpoint_uri")
             log.info("Triggered by checkpoint %s", uri)
-            if uri and not raw.get("checkpoint") and raw.get("agent_conn_id") == _default("agent_conn_id"):
+            if uri and not raw.get("checkpoint") and raw.get("agent_conn_id") == OFFLINE_AGENT:
                 raw["checkpoint"] = uri  # evaluate the checkpoint that was just trained (fetched if remote)
         runtime.settings()  # DATAMIND_BENCHMARKS from the Airflow Variable when the environment has none
         p = EvalParams.from_dict(raw)

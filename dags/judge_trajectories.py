@@ -25,12 +25,12 @@ New rows trigger **publish_dataset**.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
 from datamind.judge.params import JudgeParams
-from datamind.judge.selection import STRATEGIES
-from datamind.rollout.params import BACKENDS, RolloutParams
+from datamind.rollout.params import RolloutParams
 from datamind_airflow import DAG_DEFAULTS, JUDGED, TRAJECTORIES
+from datamind_airflow.forms import form_params, llm_conn_param
 from datamind_airflow.stages import sharded_stage
 
 
@@ -47,26 +47,16 @@ def process(root, spec, params, run_id, llm_client):
     return judge_shard(root, spec, params, run_id, llm_client=llm_client)
 
 
-J = JudgeParams()
-
-
 @dag(
     schedule=[TRAJECTORIES],
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "trajectories"],
     params={
-        # the one place the defaults live: the stage's dataclasses
-        "backend": Param(
-            RolloutParams().backend, type="string", enum=list(BACKENDS), title="Judge and reflection backend"
-        ),
-        "strategy": Param(J.strategy, type="string", enum=list(STRATEGIES), title="Selection strategy"),
-        "reflection_rounds": Param(
-            J.reflection_rounds, type="integer", minimum=0, maximum=5, title="Reflection rounds"
-        ),
-        "rel_tol": Param(J.rel_tol, type="number", minimum=0, maximum=1, title="Numeric tolerance (offline judge)"),
-        "shard_size": Param(J.shard_size, type="integer", minimum=1, maximum=1000, title="Queries per task instance"),
-        "llm_conn_id": Param("datamind_llm", type="string", title="LLM Connection", section="LLM"),
+        # the rollout backend: it judges (unless Judge says otherwise) and samples the reflection rounds
+        "backend": form_params(RolloutParams)["backend"],
+        **form_params(JudgeParams),
+        "llm_conn_id": llm_conn_param(),
     },
     **DAG_DEFAULTS,
 )

@@ -13,9 +13,12 @@ New rows trigger **synthesize_queries** via the `catalog/tables` Asset.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
+from datamind.profile.params import ProfileParams
+from datamind.stage_params import from_params
 from datamind_airflow import CATALOG_FILES, CATALOG_TABLES, DAG_DEFAULTS
+from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
@@ -23,7 +26,7 @@ def plan(root, params):
     """Accepted files without a catalog/tables row yet, split into shards."""
     from datamind.profile.stage import plan_profile
 
-    return plan_profile(root, int(params["shard_size"]))
+    return plan_profile(root, from_params(ProfileParams, params).shard_size)
 
 
 def process(root, spec, params, run_id, llm_client):
@@ -37,9 +40,7 @@ def process(root, spec, params, run_id, llm_client):
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "profile"],
-    params={
-        "shard_size": Param(50, type="integer", minimum=1, maximum=1000, title="Files per task instance"),
-    },
+    params=form_params(ProfileParams),
     **DAG_DEFAULTS,
 )
 def profile_files():

@@ -17,9 +17,11 @@ nothing. The new version triggers **train_agent**. Quality report: `reports/publ
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
+from datamind.publish.params import PublishParams
 from datamind_airflow import DAG_DEFAULTS, DATASET, JUDGED
+from datamind_airflow.forms import form_params
 from datamind_airflow import runtime
 
 
@@ -28,16 +30,7 @@ from datamind_airflow import runtime
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "dataset"],
-    params={
-        "shard_rows": Param(500, type="integer", minimum=1, maximum=100_000, title="Rows per Parquet shard"),
-        "judged_partition": Param(
-            None,
-            type=["null", "string"],
-            title="Judging configuration",
-            description="Which judged/params=<fingerprint> partition to publish; needed only when several "
-            "judging configurations (e.g. selection strategies) were run side by side.",
-        ),
-    },
+    params=form_params(PublishParams),
     **DAG_DEFAULTS,
 )
 def publish_dataset():
@@ -51,9 +44,7 @@ def publish_dataset():
         context = get_current_context()
         params = context["params"]
         root, run_id = runtime.data_root(), runtime.run_id()
-        manifest = publish_version(
-            root, run_id, shard_rows=int(params["shard_rows"]), judged_partition=params.get("judged_partition") or None
-        )
+        manifest = publish_version(root, run_id, {**params, "judged_partition": params["judged_partition"] or None})
         runtime.log_summary("Published dataset", {k: v for k, v in manifest.items() if not isinstance(v, (list, dict))})
         audit = manifest.get("audit") or {}
         runtime.log_summary(

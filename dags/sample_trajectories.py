@@ -16,13 +16,12 @@ Output: `trajectories/*.parquet`. New rows trigger **judge_trajectories**.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
-from datamind.rollout.params import BACKENDS, RolloutParams
+from datamind.rollout.params import RolloutParams
 from datamind_airflow import DAG_DEFAULTS, QUERIES, TRAJECTORIES
+from datamind_airflow.forms import form_params, llm_conn_param
 from datamind_airflow.stages import sharded_stage
-
-D = RolloutParams()  # the one place the defaults live: form, Python API and fingerprint agree
 
 
 def plan(root, params):
@@ -43,20 +42,7 @@ def process(root, spec, params, run_id, llm_client):
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "trajectories"],
-    params={
-        "backend": Param(D.backend, type="string", enum=list(BACKENDS), title="Expert policy"),
-        "n_samples": Param(D.n_samples, type="integer", minimum=1, maximum=8, title="Trajectories per query (N)"),
-        "max_turns": Param(D.max_turns, type="integer", minimum=1, maximum=30, title="Maximum turns"),
-        "temperature": Param(
-            D.temperature, type="number", minimum=0, maximum=2, title="Sampling temperature", section="LLM"
-        ),
-        "top_p": Param(D.top_p, type="number", minimum=0, maximum=1, title="Top-p", section="LLM"),
-        "shard_size": Param(D.shard_size, type="integer", minimum=1, maximum=1000, title="Queries per task instance"),
-        "concurrency": Param(
-            D.concurrency, type="integer", minimum=1, maximum=64, title="Concurrent rollouts per task"
-        ),
-        "llm_conn_id": Param("datamind_llm", type="string", title="LLM Connection", section="LLM"),
-    },
+    params={**form_params(RolloutParams), "llm_conn_id": llm_conn_param()},
     **DAG_DEFAULTS,
 )
 def sample_trajectories():

@@ -18,11 +18,11 @@ report under `reports/synthesize_queries/<run>/`. New rows trigger **sample_traj
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
-from datamind.categories import CATEGORY_IDS
 from datamind.synth.params import SynthParams
 from datamind_airflow import CATALOG_TABLES, DAG_DEFAULTS, QUERIES
+from datamind_airflow.forms import form_params, llm_conn_param
 from datamind_airflow.stages import sharded_stage
 
 
@@ -39,37 +39,12 @@ def process(root, spec, params, run_id, llm_client):
     return synthesize_shard(root, spec, params, run_id, llm_client=llm_client)
 
 
-S = SynthParams()
-
-
 @dag(
     schedule=[CATALOG_TABLES],
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "synthesis"],
-    params={
-        # the one place the defaults live: SynthParams
-        "backend": Param(S.backend, type="string", enum=["offline", "llm"], title="Backend"),
-        "categories": Param(
-            list(CATEGORY_IDS),
-            type="array",
-            items={"type": "string", "enum": list(CATEGORY_IDS)},
-            title="Task categories",
-        ),
-        "queries_per_category": Param(
-            S.queries_per_category, type="integer", minimum=1, maximum=20, title="Questions per category per table"
-        ),
-        "n_chains": Param(S.n_chains, type="integer", minimum=0, maximum=20, title="Composed chains per table"),
-        "min_hops": Param(
-            S.min_hops, type="integer", minimum=2, maximum=5, title="Minimum hops", section="Composition"
-        ),
-        "max_hops": Param(
-            S.max_hops, type="integer", minimum=2, maximum=5, title="Maximum hops", section="Composition"
-        ),
-        "shard_size": Param(S.shard_size, type="integer", minimum=1, maximum=500, title="Tables per task instance"),
-        "seed": Param(S.seed, type="integer", title="Seed"),
-        "llm_conn_id": Param("datamind_llm", type="string", title="LLM Connection", section="LLM"),
-    },
+    params={**form_params(SynthParams), "llm_conn_id": llm_conn_param()},
     **DAG_DEFAULTS,
 )
 def synthesize_queries():

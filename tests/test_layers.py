@@ -10,7 +10,18 @@ PKG = Path(__file__).resolve().parents[1] / "include" / "datamind"
 
 # Bottom to top; a module may import its own layer and the layers below it.
 LAYERS = [
-    {"ids", "categories", "settings", "storage", "schemas", "shards", "assets", "vocabulary", "progress"},
+    {
+        "ids",
+        "categories",
+        "settings",
+        "storage",
+        "schemas",
+        "shards",
+        "assets",
+        "vocabulary",
+        "progress",
+        "stage_params",
+    },
     {"llm", "sandbox", "quality"},
     {"ingest"},
     {"profile"},

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from datamind.stage_params import check_ranges, param
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,21 +29,32 @@ def _env_int(name: str, default: int) -> int:
 class Limits:
     """Acceptance limits for data files (the paper's section 3.1 filter, made configurable)."""
 
-    min_rows: int = 20
-    max_rows: int = 1000
+    # paper, section 3.1: tables of 20 to 1,000 rows
+    min_rows: int = param(20, "Minimum rows per table", minimum=1, section="Limits")
+    max_rows: int = param(1000, "Maximum rows per CSV/XLSX table", minimum=1, section="Limits")
     # A database keeps its big tables (BIRD-style fact tables are what multi-table questions join to); the
     # 20-1,000-row rule is for flat files. Above this a database table is rejected as too_many_rows.
-    max_db_table_rows: int = 200_000
-    max_cols: int = 200
+    max_db_table_rows: int = param(
+        200_000,
+        "Maximum rows per database table",
+        minimum=1,
+        section="Limits",
+        description="BIRD-style databases keep their large tables up to this size",
+    )
+    # The rest are the deployment's guards (DATAMIND_* variables), not choices made per run.
+    max_cols: int = param(200, "Maximum columns", minimum=1, form=False)
     # Files larger than this are rejected before parsing so a hostile or huge input cannot exhaust memory.
-    max_file_bytes: int = 64 * 1024 * 1024
+    max_file_bytes: int = param(64 * 1024 * 1024, "Maximum file size", minimum=1, form=False)
     # Bound on what we decompress out of an archive member (zip-bomb guard).
-    max_uncompressed_bytes: int = 256 * 1024 * 1024
-    max_cell_chars: int = 10_000
+    max_uncompressed_bytes: int = param(256 * 1024 * 1024, "Maximum uncompressed member size", minimum=1, form=False)
+    max_cell_chars: int = param(10_000, "Maximum characters per cell", minimum=1, form=False)
     # Each file is parsed in a child process under these caps: a reader that aborts, allocates without
     # bound or spins costs that one file (rejected as parse_limit), never the shard or the worker.
-    parse_memory_mb: int = 4096
-    parse_cpu_s: int = 120
+    parse_memory_mb: int = param(4096, "Parser memory cap (MB)", minimum=64, form=False)
+    parse_cpu_s: int = param(120, "Parser CPU cap per file (s)", minimum=1, form=False)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
 
     @classmethod
     def from_env(cls) -> "Limits":

@@ -12,6 +12,7 @@ import posixpath
 from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamind.ids import stable_id
@@ -48,12 +49,30 @@ def shard_paths(root: DataRoot, rel_dir: str) -> list[str]:
     return root.glob(rel_dir, "**", "*.parquet") if root.exists(rel_dir) else []
 
 
-def read_table(root: DataRoot, schema: TableSchema, rel_dir: str, columns: list[str] | None = None) -> pa.Table:
-    """All shards under ``rel_dir`` as one table (empty table with the schema when none)."""
+def read_table(
+    root: DataRoot,
+    schema: TableSchema,
+    rel_dir: str,
+    columns: list[str] | None = None,
+    where: tuple[str, Iterable[str]] | None = None,
+) -> pa.Table:
+    """All shards under ``rel_dir`` as one table (empty table with the schema when none).
+
+    ``where=(column, values)`` keeps the rows whose ``column`` is one of ``values``, reading that column
+    first and the other columns only of shards that hold a match: a task that needs its own few rows of a
+    large table pays for one column of it, not for every row's payload."""
+    wanted = pa.array(sorted(set(where[1])), type=pa.string()) if where else None
     tables = []
     for path in shard_paths(root, rel_dir):
         with root.open(path) as fh:
-            t = pq.read_table(fh, columns=columns)
+            if wanted is None:
+                t = pq.read_table(fh, columns=columns)
+            else:
+                pf = pq.ParquetFile(fh)
+                mask = pc.is_in(pf.read(columns=[where[0]]).column(0), value_set=wanted)
+                if not pc.any(mask).as_py():
+                    continue
+                t = pf.read(columns=columns).filter(mask)
         schema.check(t, where=path)
         if columns is None:
             t = (
@@ -68,5 +87,11 @@ def read_table(root: DataRoot, schema: TableSchema, rel_dir: str, columns: list[
     return pa.concat_tables(tables, promote_options="default")
 
 
-def read_rows(root: DataRoot, schema: TableSchema, rel_dir: str, columns: list[str] | None = None) -> list[dict]:
-    return read_table(root, schema, rel_dir, columns).to_pylist()
+def read_rows(
+    root: DataRoot,
+    schema: TableSchema,
+    rel_dir: str,
+    columns: list[str] | None = None,
+    where: tuple[str, Iterable[str]] | None = None,
+) -> list[dict]:
+    return read_table(root, schema, rel_dir, columns, where).to_pylist()

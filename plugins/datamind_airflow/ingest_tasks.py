@@ -9,24 +9,13 @@ from airflow.sdk import Param, task
 from datamind.settings import Limits
 from datamind_airflow import CATALOG_FILES
 from datamind_airflow import runtime
+from datamind_airflow.forms import form_params
 
 
 def limit_params(shard_size: int, unit: str = "Files") -> dict[str, Param]:
-    """The acceptance limits and shard size every ingest DAG offers in its trigger form."""
-    d = Limits()  # the one place the acceptance defaults live
+    """The acceptance limits (as this deployment set them) and shard size every ingest DAG offers in its form."""
     return {
-        "min_rows": Param(d.min_rows, type="integer", minimum=1, title="Minimum rows per table", section="Limits"),
-        "max_rows": Param(
-            d.max_rows, type="integer", minimum=1, title="Maximum rows per CSV/XLSX table", section="Limits"
-        ),
-        "max_db_table_rows": Param(
-            d.max_db_table_rows,
-            type="integer",
-            minimum=1,
-            title="Maximum rows per database table",
-            description="BIRD-style databases keep their large tables up to this size",
-            section="Limits",
-        ),
+        **form_params(Limits, defaults=Limits.from_env()),
         "shard_size": Param(
             shard_size, type="integer", minimum=1, maximum=1000, title=f"{unit} per task instance", section="Limits"
         ),

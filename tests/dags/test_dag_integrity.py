@@ -107,6 +107,11 @@ def test_assets_chain_the_pipeline(dagbag):
         ("evaluate_agent", "datamind.evaluate.params:EvalParams"),
         ("synthesize_queries", "datamind.synth.params:SynthParams"),
         ("judge_trajectories", "datamind.judge.params:JudgeParams"),
+        ("profile_files", "datamind.profile.params:ProfileParams"),
+        ("publish_dataset", "datamind.publish.params:PublishParams"),
+        ("ingest_files", "datamind.settings:Limits"),
+        ("ingest_bird", "datamind.settings:Limits"),
+        ("ingest_kaggle", "datamind.settings:Limits"),
     ],
 )
 def test_form_defaults_equal_the_stage_dataclass_defaults(dagbag, dag_id, params_cls):
@@ -124,3 +129,41 @@ def test_form_defaults_equal_the_stage_dataclass_defaults(dagbag, dag_id, params
     if hasattr(cls, "fingerprint"):
         fp = lambda p: p.fingerprint() if callable(p.fingerprint) else p.fingerprint  # noqa: E731
         assert fp(cls.from_dict(form)) == fp(cls())
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "params_cls"),
+    [
+        ("sample_trajectories", "datamind.rollout.params:RolloutParams"),
+        ("synthesize_queries", "datamind.synth.params:SynthParams"),
+        ("judge_trajectories", "datamind.judge.params:JudgeParams"),
+        ("evaluate_agent", "datamind.evaluate.params:EvalParams"),
+        ("publish_dataset", "datamind.publish.params:PublishParams"),
+        ("ingest_files", "datamind.settings:Limits"),
+    ],
+)
+def test_form_fields_are_the_dataclass_fields_with_their_ranges(dagbag, dag_id, params_cls):
+    """Every form field of the stage's dataclass is on the form with the same type, range and choices, and a
+    value the form refuses is one the dataclass refuses too."""
+    import importlib
+
+    from airflow.sdk.definitions.param import Param as SdkParam
+
+    from datamind.stage_params import form_schema
+
+    module, _, name = params_cls.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    params = dagbag.dags[dag_id].params
+    for field_name, spec in form_schema(cls).items():
+        assert field_name in params, f"{dag_id} form lacks {field_name}"
+        schema = params.get_param(field_name).schema
+        for key in ("type", "minimum", "maximum", "enum", "items", "title"):
+            assert schema.get(key) == spec.get(key), (field_name, key, schema.get(key), spec.get(key))
+        if "maximum" in spec:
+            too_big = spec["maximum"] + 1
+            with pytest.raises(Exception):
+                SdkParam(too_big, **{k: v for k, v in schema.items()}).resolve()
+            with pytest.raises(ValueError, match=field_name):
+                cls(**{field_name: too_big}) if cls.__name__ != "EvalParams" else cls(
+                    suites={"heldout": ""}, **{field_name: too_big}
+                )

@@ -113,7 +113,7 @@ def test_missing_and_unreadable_tables_become_rejections(root, catalog, small_cs
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ({"categories": ["nope"]}, "unknown categories"),
+        ({"categories": ["nope"]}, r"categories \(Task categories\) must be one of .*got 'nope'"),
         ({"min_hops": 1}, "min_hops"),
         ({"max_hops": 6}, "max_hops"),
         ({"backend": "gpt"}, "backend"),

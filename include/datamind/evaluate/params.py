@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from datamind.ids import stable_id
+from datamind.stage_params import check_ranges, param
 from datamind.judge.consistency import REL_TOL
 from datamind.vocabulary import EVAL_SUITES
 
@@ -20,40 +21,47 @@ OFFLINE_AGENT = "offline"
 class EvalParams:
     """The form of evaluate_agent (and the Python API): every default lives here."""
 
-    agent_conn_id: str = OFFLINE_AGENT  # Connection of an OpenAI-compatible endpoint; "offline" = reference policy
-    # A local checkpoint folder (train_agent's output) served on loopback for the run, instead of a Connection.
-    checkpoint: str | None = None
-    serve_engine: str = "auto"  # how a checkpoint is served: vllm (GPU worker), cpu, or auto
-    model: str | None = None  # overrides the connection's ``agent`` model
-    suites: dict = field(default_factory=dict)  # kind -> folder or file ("heldout" -> a version, "" = latest)
-    trials: int = 3  # paper: 3 independent trials
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_turns: int = 10
-    max_tokens: int = 2048
-    judge_conn_id: str | None = None  # empty: rule-based judges only
-    limit: int | None = None  # questions per suite; None = all
-    rel_tol: float = REL_TOL  # the paper's 3% numeric tolerance for free-form answers
-    concurrency: int = 8
-    exec_workers: int = 2
+    agent_conn_id: str = param(
+        OFFLINE_AGENT,
+        "Agent Connection",
+        description="OpenAI-compatible endpoint of the agent under test; 'offline' = reference policy (held-out).",
+    )
+    model: str | None = param(None, "Model", description="Overrides the Connection's model.")
+    checkpoint: str | None = param(
+        None,
+        "Checkpoint folder",
+        description="A train_agent checkpoint to serve on this worker as the agent; "
+        "on a new checkpoint event it is filled in from the event.",
+    )
+    serve_engine: str = param(
+        "auto",
+        "How a checkpoint is served",
+        enum=("auto", "cpu", "vllm"),
+        description="vllm on a GPU worker, cpu in this task, auto = vllm when installed and a GPU is visible.",
+    )
+    # kind -> folder or file ("heldout" -> a version, "" = latest); its form default comes from the deployment
+    suites: dict = field(default_factory=dict)
+    trials: int = param(3, "Trials per question", minimum=1, maximum=16)  # paper, appendix D: 3 trials
+    temperature: float = param(0.7, "Temperature", minimum=0, maximum=2)
+    top_p: float = param(0.95, "Top-p", minimum=0.01, maximum=1)
+    max_turns: int = param(10, "Max turns", minimum=1, maximum=50)
+    max_tokens: int = param(2048, "Tokens per turn", minimum=16, maximum=32768)
+    judge_conn_id: str | None = param(None, "Judge Connection", description="Empty: rule-based judges only.")
+    limit: int | None = param(None, "Questions per suite (empty = all)", minimum=1)
+    rel_tol: float = param(REL_TOL, "Numeric tolerance", minimum=0, maximum=1)  # paper: 3 % for free-form answers
+    concurrency: int = param(8, "Concurrent trials", minimum=1, maximum=64)
+    exec_workers: int = param(2, "Sandbox executions at once", minimum=1, maximum=64)
     _NOT_IN_ID = ("concurrency", "exec_workers", "serve_engine")
 
     def __post_init__(self) -> None:
         unknown = set(self.suites) - set(SUITE_KINDS)
         if unknown:
             raise ValueError(f"unknown suite kinds {sorted(unknown)}; known: {', '.join(SUITE_KINDS)}")
-        if self.serve_engine not in ("auto", "cpu", "vllm"):
-            raise ValueError(f"serve_engine must be auto, cpu or vllm, got {self.serve_engine!r}")
+        check_ranges(self)
         if self.checkpoint and self.agent_conn_id != OFFLINE_AGENT:
             raise ValueError("give either a checkpoint to serve or an agent_conn_id, not both")
         if not self.suites:
             raise ValueError("name at least one suite, e.g. {'dabench': '/data/dabench'}")
-        if self.trials < 1 or self.max_turns < 1 or self.concurrency < 1 or self.exec_workers < 1:
-            raise ValueError("trials, max_turns, concurrency and exec_workers must be >= 1")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("limit must be >= 1 (or empty for all questions)")
-        if not 0 <= self.temperature <= 2 or not 0 < self.top_p <= 1:
-            raise ValueError("need 0 <= temperature <= 2 and 0 < top_p <= 1")
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> "EvalParams":

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from datamind.ids import stable_id
+from datamind.stage_params import check_ranges, param
 from datamind.judge import selection
 from datamind.judge.consistency import REL_TOL
 from datamind.rollout.params import ORCHESTRATION_KEYS, RolloutParams
@@ -19,18 +20,21 @@ JUDGE_BACKENDS = ("offline", "llm")
 
 @dataclass(frozen=True)
 class JudgeParams:
-    judge_backend: str | None = None  # offline | llm; None = the rollout backend (one switch for a DAG)
-    strategy: str = selection.DEFAULT_STRATEGY
-    reflection_rounds: int = 1  # 0 disables the rescue loop
+    judge_backend: str | None = param(
+        None, "Judge", enum=(*JUDGE_BACKENDS, None), description="Empty: the rollout backend (one switch for a run)."
+    )
+    strategy: str = param(selection.DEFAULT_STRATEGY, "Selection strategy", enum=selection.STRATEGIES)
+    reflection_rounds: int = param(1, "Reflection rounds", minimum=0, maximum=5)  # 0 disables the rescue loop
     # Fewer trajectories than this cannot show consistency; None = N, the rollout's n_samples (paper: N = 3).
-    min_samples: int | None = None
-    rel_tol: float = REL_TOL  # numeric tolerance of the offline judge and of the reference check (paper: 3 %)
+    min_samples: int | None = param(None, "Minimum trajectories to judge", minimum=1, maximum=8)
+    # numeric tolerance of the offline judge and of the reference check (paper, appendix G.4: 3 %)
+    rel_tol: float = param(REL_TOL, "Numeric tolerance (offline judge)", minimum=0, maximum=1)
     # Compare the selected answer with the synthesizer's executed reference answer where there is one.
-    verify_reference: bool = True
-    judge_temperature: float = 0.0
-    concurrency: int = 8
-    shard_size: int = 20
-    seed: int = 0  # random_select
+    verify_reference: bool = param(True, "Check against the executed reference answer")
+    judge_temperature: float = param(0.0, "Judge temperature", minimum=0, maximum=2, section="LLM")
+    concurrency: int = param(8, "Queries judged at once per task", minimum=1, maximum=64)
+    shard_size: int = param(20, "Queries per task instance", minimum=1, maximum=1000)
+    seed: int = param(0, "Seed (random selection)")
     # RolloutParams for reflection resampling of trajectories that do not record their own: a query's
     # reflection reuses the parameters its round-0 trajectories were sampled with (trajectories 1.2+).
     rollout: dict = field(default_factory=dict)
@@ -38,11 +42,7 @@ class JudgeParams:
     def __post_init__(self) -> None:
         if self.min_samples is None:
             object.__setattr__(self, "min_samples", RolloutParams.from_dict(self.rollout).n_samples)
-        if self.judge_backend is not None and self.judge_backend not in JUDGE_BACKENDS:
-            raise ValueError(f"judge_backend must be one of {JUDGE_BACKENDS}, got {self.judge_backend!r}")
-        selection.check_strategy(self.strategy)
-        if self.reflection_rounds < 0 or self.min_samples < 1 or self.concurrency < 1 or self.shard_size < 1:
-            raise ValueError("need reflection_rounds >= 0, min_samples >= 1, concurrency >= 1, shard_size >= 1")
+        check_ranges(self)
         RolloutParams.from_dict(self.rollout)  # validate early
 
     @classmethod

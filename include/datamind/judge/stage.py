@@ -18,6 +18,7 @@ can run side by side on the same trajectories without mixing::
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import posixpath
@@ -26,9 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from datamind.assets import DIRS
 from datamind.ids import stable_id
@@ -47,7 +46,7 @@ from datamind.progress import progress_log
 from datamind.rollout.stage import sampling_state
 from datamind.rollout.tasks import QueryTask, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
-from datamind.shards import chunk, read_table, shard_paths, write_shard
+from datamind.shards import chunk, read_table, write_shard
 from datamind.storage import DataRoot
 
 log = logging.getLogger(__name__)
@@ -220,14 +219,72 @@ def dataset_row(
     }
 
 
+class Rescue:
+    """The reflection rescue loop's resampler (paper, eq. 3): an inconsistent query is sampled again with a
+    critique of what its earlier attempts did. A context manager owning a sandbox pool that opens on first
+    use, so a shard whose queries are all consistent never starts a sandbox; reflected trajectories collect
+    in ``reflected``."""
+
+    def __init__(
+        self, rp: RolloutParams, sandbox: Any | None, llm_client: Any | None, run_id: str | None, now, salt: str
+    ):
+        self.rp, self.sandbox, self.llm_client = rp, sandbox, llm_client
+        self.run_id, self.now, self.salt = run_id, now, salt  # what each reflected trajectory row records
+        self.reflected: list[dict] = []
+        self._pool: SandboxPool | None = None
+        self._lock = asyncio.Lock()
+
+    def __enter__(self) -> "Rescue":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.__exit__(*exc)
+            self._pool = None
+
+    async def _sandbox_pool(self) -> SandboxPool:
+        async with self._lock:
+            if self._pool is None:
+                pool = SandboxPool(self.rp, self.sandbox)
+                await asyncio.get_running_loop().run_in_executor(None, pool.__enter__)
+                self._pool = pool
+            return self._pool
+
+    def resampler(self, task: QueryTask, rows0: list[dict]):
+        """(the resampler for this query, None) or (None, why it cannot be reflected in this run)."""
+        same = sampled_with(rows0, self.rp)  # round 0 and reflection sample alike (backend, turns, top-p, ...)
+        if same.backend == "llm" and self.llm_client is None:
+            return None, "sampled by an LLM, and this judging run has no LLM connection (backend=llm rescues it)"
+        if same.backend == "offline" and n_offline_samples(task, same.n_samples) == 0:
+            return None, "the offline expert has no program for this query"
+        return functools.partial(self._resample, task, rows0, same), None
+
+    async def _resample(
+        self, task: QueryTask, rows0: list[dict], same: RolloutParams, r: int, previous: list[dict], verdict: Verdict
+    ) -> list[dict]:
+        pool = await self._sandbox_pool()
+        # the agent sees what each earlier attempt did, not only where it ended (paper eq. 3)
+        critique = Critique(
+            [t.get("final_answer") for t in previous],
+            verdict.reasoning,
+            r,
+            [attempt_digest(t.get("messages") or []) for t in previous],
+        )
+        sampled = await asyncio.gather(
+            *(
+                run_one(task, row["sample_index"], same, pool, llm_client=self.llm_client, critique=critique)
+                for row in rows0
+            )
+        )
+        out = [trajectory_row(s, same, self.run_id, self.now, id_salt=self.salt) for s in sampled]
+        self.reflected.extend(out)
+        return out
+
+
 async def _judge_query(
-    qid: str,
-    rows0: list[dict],
-    task: QueryTask,
-    judge: Any,
-    p: JudgeParams,
-    revise_factory,
+    qid: str, rows0: list[dict], task: QueryTask, judge: Any, p: JudgeParams, rescue: Rescue
 ) -> Outcome:
+    """Judge a query's round 0; rescue an inconsistent one by reflection; select the samples to keep."""
     question = task.query["question"]
     try:
         v0 = await judge_answers(judge, question, [r["final_answer"] for r in rows0], p.min_samples)
@@ -242,7 +299,7 @@ async def _judge_query(
     )
     no_reflection = None
     if can_reflect:
-        revise, no_reflection = revise_factory(task, rows0)
+        revise, no_reflection = rescue.resampler(task, rows0)
         if revise is not None:
             rounds += await reflect(
                 question,
@@ -258,6 +315,173 @@ async def _judge_query(
     return Outcome(qid, rounds, [final.candidates[i] for i in keep], no_reflection=no_reflection)
 
 
+# -- the steps of a judging shard: group, decide (judge + rescue + select), collect rows, write ------------------
+
+
+def _group(
+    root: DataRoot, qids: list[str], run_id: str | None, now: datetime
+) -> tuple[dict[str, list[dict]], dict[str, QueryTask], list[dict]]:
+    """Round-0 trajectories per query (one per sample index), the queries' tasks, and the rejections of
+    queries that cannot be judged (no trajectories, or a task that does not load)."""
+    by_query: dict[str, list[dict]] = {}
+    for r in round0_trajectories(root, qids):  # sorted by query, sample index, trajectory id
+        group = by_query.setdefault(r["query_id"], [])
+        if not group or group[-1]["sample_index"] != r["sample_index"]:  # one row per sample (reruns overwrite)
+            group.append(r)
+    tasks, errors = load_tasks(root, qids)
+    rejections = []
+    for qid in qids:
+        if qid not in by_query:
+            rejections.append(_rej(qid, qid, "no_trajectories", "no round-0 trajectories for this query", run_id, now))
+        elif qid in errors:
+            rejections.append(_rej(qid, qid, errors[qid].code, str(errors[qid]), run_id, now))
+    return by_query, tasks, rejections
+
+
+async def _decide_one(
+    rows0: list[dict], task: QueryTask, judge: Any, p: JudgeParams, rescue: Rescue, sem: asyncio.Semaphore, progress
+) -> Outcome:
+    async with sem:
+        try:
+            outcome = await _judge_query(task.query_id, rows0, task, judge, p, rescue)
+        except BaseException:
+            progress.advance(ok=False)
+            raise
+        progress.advance(ok=outcome.failure is None)
+        return outcome
+
+
+async def _decide_all(
+    todo: list[str],
+    by_query: dict[str, list[dict]],
+    tasks: dict[str, QueryTask],
+    judge: Any,
+    p: JudgeParams,
+    rescue: Rescue,
+    llm_client: Any | None,
+) -> list[Outcome | BaseException]:
+    """Each query's outcome (or the exception it raised), ``p.concurrency`` at a time, with progress logs."""
+    sem = asyncio.Semaphore(p.concurrency)
+    try:
+        async with progress_log(log, "judging queries", total=len(todo)) as progress:
+            outcomes = await asyncio.gather(
+                *(_decide_one(by_query[q], tasks[q], judge, p, rescue, sem, progress) for q in todo),
+                return_exceptions=True,
+            )
+    finally:
+        if llm_client is not None:  # its HTTP connections belong to this event loop
+            await llm_client.aclose()
+    for r in outcomes:
+        if isinstance(r, EndpointUnavailable):  # no query can be judged: fail the task, write nothing
+            raise r
+    return outcomes
+
+
+@dataclass
+class Collected:
+    judged: list[dict] = field(default_factory=list)
+    rejections: list[dict] = field(default_factory=list)
+    consistent_round0: int = 0
+    rescued: int = 0
+    verified: int = 0
+    refuted: int = 0
+
+
+def _collect(
+    outcome: Outcome | BaseException,
+    task: QueryTask,
+    p: JudgeParams,
+    jversion: str,
+    run_id: str | None,
+    now: datetime,
+    into: Collected,
+) -> None:
+    """The rows one query's outcome produces: its kept samples, and a rejection for every other trajectory."""
+    qid, fid = task.query_id, task.query["file_id"]
+    if isinstance(outcome, BaseException):
+        code = getattr(outcome, "reason_code", "judge_failed") if isinstance(outcome, LLMError) else "judge_failed"
+        log.warning("judging %s failed: %s", qid, outcome, exc_info=outcome)
+        into.rejections.append(_rej(qid, qid, code, f"{type(outcome).__name__}: {outcome}", run_id, now, file_id=fid))
+        return
+    if outcome.failure:
+        code, reason, raw = outcome.failure
+        into.rejections.append(_rej(qid, qid, code, reason, run_id, now, raw, fid))
+        return
+    final = outcome.rounds[-1]
+    into.consistent_round0 += outcome.rounds[0].verdict.consistent
+    into.rescued += len(outcome.rounds) > 1 and final.verdict.consistent
+    kept = {r["trajectory_id"] for r in outcome.selected}
+    for row in outcome.selected:
+        check, why = reference_check(row, task, p)
+        into.refuted += check == CHECK_REFUTED
+        # The ablation strategies without a consistency filter keep every answer, refuted ones marked.
+        if check == CHECK_REFUTED and selection.needs_consistency(p.strategy):
+            into.rejections.append(
+                _rej(row["trajectory_id"], qid, "refuted_by_reference", why, run_id, now, row["final_answer"], fid)
+            )
+            continue
+        into.verified += check == CHECK_VERIFIED
+        into.judged.append(dataset_row(row, task, final.verdict, p, jversion, now, check))
+    for rnd in outcome.rounds:
+        for row in rnd.candidates:
+            if row["trajectory_id"] in kept:
+                continue
+            code, reason = _why_not_kept(row, rnd, outcome, p)
+            into.rejections.append(
+                _rej(
+                    row["trajectory_id"],
+                    qid,
+                    code,
+                    f"round {rnd.round}: {reason}",
+                    run_id,
+                    now,
+                    row["final_answer"],
+                    fid,
+                )
+            )
+
+
+def _why_not_kept(row: dict, rnd: Round[dict], outcome: Outcome, p: JudgeParams) -> tuple[str, str]:
+    if row["status"] != "answered" or not row["final_answer"]:
+        return "no_answer", f"trajectory ended with status {row['status']}: {row.get('error') or ''}".strip()
+    if len(rnd.candidates) < p.min_samples:
+        return "too_few_samples", rnd.verdict.reasoning
+    if not rnd.verdict.consistent and selection.needs_consistency(p.strategy):
+        reason = rnd.verdict.reasoning
+        return "inconsistent", f"{reason} (not reflected: {outcome.no_reflection})" if outcome.no_reflection else reason
+    return "not_selected", f"{p.strategy} kept another trajectory of this query"
+
+
+def _write(
+    root: DataRoot, p: JudgeParams, sid: str, qids: list[str], got: Collected, reflected: list[dict]
+) -> dict[str, str]:
+    """Write the shard's three outputs, then commit them together with one marker (a kill before the marker
+    leaves the queries planned again, and the rerun's files replace these under the same names)."""
+    name = f"part-{sid}.parquet"
+    protocol_mark = posixpath.join(commits_dir(judged_dir(p)), "PROTOCOL")
+    if not root.exists(protocol_mark):  # from now on this partition counts committed shards only
+        earlier = sorted(judged_query_ids(root, p))  # a partition written before commits were recorded
+        if earlier:
+            root.write_text(
+                posixpath.join(commits_dir(judged_dir(p)), "legacy.json"), json.dumps({"query_ids": earlier})
+            )
+        root.write_text(protocol_mark, "a judging shard is done when _commits/<shard>.json exists\n")
+    paths = {
+        "reflected": write_shard(
+            root, TRAJECTORIES, reflected_dir(p), sorted(reflected, key=lambda r: r["trajectory_id"]), name
+        ),
+        "judged": write_shard(root, DATASET, judged_dir(p), sorted(got.judged, key=lambda r: r["sample_id"]), name),
+        "rejections": write_shard(
+            root, REJECTIONS, rejections_dir(p), sorted(got.rejections, key=lambda r: r["item_id"]), name
+        ),
+    }
+    root.write_text(posixpath.join(commits_dir(judged_dir(p)), f"{sid}.json"), json.dumps({"query_ids": qids, **paths}))
+    params_file = posixpath.join(judged_dir(p), "params.json")
+    if not root.exists(params_file):
+        root.write_text(params_file, json.dumps(p.to_dict(), sort_keys=True, indent=2))
+    return paths
+
+
 def judge_shard(
     root: DataRoot | str,
     spec: dict,
@@ -270,203 +494,43 @@ def judge_shard(
     """Judge, rescue and select the queries of ``spec``; returns a JSON-able summary."""
     root = DataRoot.of(root)
     p = _p(params)
-    rp = p.rollout_params
-    if (p.judge == "llm" or rp.backend == "llm") and llm_client is None:
+    if (p.judge == "llm" or p.rollout_params.backend == "llm") and llm_client is None:
         raise ValueError("an LLM judge or LLM reflection needs an llm_client")
+    sid = str(spec.get("shard_id") or shard_id(spec["query_ids"]))
+    if not sid.isalnum():
+        raise ValueError(f"shard_id must be alphanumeric (it names a file), got {sid!r}")
     t0 = time.perf_counter()
     now = datetime.now(timezone.utc)
     qids = sorted(spec["query_ids"])
-    by_query: dict[str, list[dict]] = {}
-    for r in sorted(
-        round0_trajectories(root, qids), key=lambda r: (r["query_id"], r["sample_index"], r["trajectory_id"])
-    ):
-        group = by_query.setdefault(r["query_id"], [])
-        if not group or group[-1]["sample_index"] != r["sample_index"]:  # one row per sample (reruns overwrite)
-            group.append(r)
-    tasks, errors = load_tasks(root, qids)
+
+    by_query, tasks, rejections = _group(root, qids, run_id, now)
     judge = (
         OfflineJudge(p.rel_tol)
         if p.judge == "offline"
         else LLMJudge(llm_client, params={"temperature": p.judge_temperature})
     )
-    jversion = _judge_version(judge, p)
-    rejections: list[dict] = []
-    for qid in qids:
-        if qid not in by_query:
-            rejections.append(_rej(qid, qid, "no_trajectories", "no round-0 trajectories for this query", run_id, now))
-        elif qid in errors:
-            rejections.append(_rej(qid, qid, errors[qid].code, str(errors[qid]), run_id, now))
     todo = [q for q in qids if q in by_query and q in tasks]
+    with Rescue(p.rollout_params, sandbox, llm_client, run_id, now, p.fingerprint()) as rescue:
+        outcomes = asyncio.run(_decide_all(todo, by_query, tasks, judge, p, rescue, llm_client))
+    got = Collected(rejections=rejections)
+    version = _judge_version(judge, p)
+    for qid, outcome in zip(todo, outcomes):
+        _collect(outcome, tasks[qid], p, version, run_id, now, got)
+    paths = _write(root, p, sid, qids, got, rescue.reflected)
 
-    reflected_rows: list[dict] = []
-    pools: list[SandboxPool] = []
-    pool_lock = asyncio.Lock()
-
-    async def get_pool() -> SandboxPool:
-        # Opened on first use: a shard whose queries are all consistent never starts a sandbox.
-        async with pool_lock:
-            if not pools:
-                pool = SandboxPool(rp, sandbox)
-                await asyncio.get_running_loop().run_in_executor(None, pool.__enter__)
-                pools.append(pool)
-            return pools[0]
-
-    def revise_factory(task: QueryTask, rows0: list[dict]):
-        """(the reflection resampler for this query, None) or (None, why it cannot be reflected here)."""
-        same = sampled_with(rows0, rp)  # round 0 and reflection sample alike (backend, turns, top-p, ...)
-        if same.backend == "llm" and llm_client is None:
-            return None, "sampled by an LLM, and this judging run has no LLM connection (backend=llm rescues it)"
-        if same.backend == "offline" and n_offline_samples(task, same.n_samples) == 0:
-            return None, "the offline expert has no program for this query"
-
-        async def revise(r: int, previous: list[dict], verdict: Verdict) -> list[dict]:
-            pool = await get_pool()
-            # the agent sees what each earlier attempt did, not only where it ended (paper eq. 3)
-            critique = Critique(
-                [t.get("final_answer") for t in previous],
-                verdict.reasoning,
-                r,
-                [attempt_digest(t.get("messages") or []) for t in previous],
-            )
-            sampled = await asyncio.gather(
-                *(
-                    run_one(task, row["sample_index"], same, pool, llm_client=llm_client, critique=critique)
-                    for row in rows0
-                )
-            )
-            out = [trajectory_row(s, same, run_id, now, id_salt=p.fingerprint()) for s in sampled]
-            reflected_rows.extend(out)
-            return out
-
-        return revise, None
-
-    async def main() -> list[Outcome | BaseException]:
-        sem = asyncio.Semaphore(p.concurrency)
-
-        async def one(qid: str, progress) -> Outcome:
-            async with sem:
-                try:
-                    outcome = await _judge_query(qid, by_query[qid], tasks[qid], judge, p, revise_factory)
-                except BaseException:
-                    progress.advance(ok=False)
-                    raise
-                progress.advance(ok=outcome.failure is None)
-                return outcome
-
-        try:
-            async with progress_log(log, "judging queries", total=len(todo)) as progress:
-                res = await asyncio.gather(*(one(q, progress) for q in todo), return_exceptions=True)
-        finally:
-            if llm_client is not None:
-                await llm_client.aclose()
-        for r in res:
-            if isinstance(r, EndpointUnavailable):
-                raise r
-        return res
-
-    try:
-        outcomes = asyncio.run(main())
-    finally:
-        for pool in pools:
-            pool.__exit__(None, None, None)
-
-    judged: list[dict] = []
-    n_consistent0 = n_rescued = n_verified = n_refuted = 0
-    for qid, out in zip(todo, outcomes):
-        task = tasks[qid]
-        fid = task.query["file_id"]
-        if isinstance(out, BaseException):
-            code = getattr(out, "reason_code", "judge_failed") if isinstance(out, LLMError) else "judge_failed"
-            log.warning("judging %s failed: %s", qid, out, exc_info=out)
-            rejections.append(_rej(qid, qid, code, f"{type(out).__name__}: {out}", run_id, now, file_id=fid))
-            continue
-        if out.failure:
-            code, reason, raw = out.failure
-            rejections.append(_rej(qid, qid, code, reason, run_id, now, raw, fid))
-            continue
-        final = out.rounds[-1]
-        n_consistent0 += out.rounds[0].verdict.consistent
-        n_rescued += len(out.rounds) > 1 and final.verdict.consistent
-        kept = {r["trajectory_id"] for r in out.selected}
-        for row in out.selected:
-            check, why = reference_check(row, task, p)
-            n_refuted += check == CHECK_REFUTED
-            # The ablation strategies without a consistency filter keep every answer, refuted ones marked.
-            if check == CHECK_REFUTED and selection.needs_consistency(p.strategy):
-                rejections.append(
-                    _rej(row["trajectory_id"], qid, "refuted_by_reference", why, run_id, now, row["final_answer"], fid)
-                )
-                continue
-            n_verified += check == CHECK_VERIFIED
-            judged.append(dataset_row(row, task, final.verdict, p, jversion, now, check))
-        for rnd in out.rounds:
-            for row in rnd.candidates:
-                if row["trajectory_id"] in kept:
-                    continue
-                if row["status"] != "answered" or not row["final_answer"]:
-                    code, reason = (
-                        "no_answer",
-                        f"trajectory ended with status {row['status']}: {row.get('error') or ''}".strip(),
-                    )
-                elif len(rnd.candidates) < p.min_samples:
-                    code, reason = "too_few_samples", rnd.verdict.reasoning
-                elif not rnd.verdict.consistent and selection.needs_consistency(p.strategy):
-                    code, reason = "inconsistent", rnd.verdict.reasoning
-                    if out.no_reflection:
-                        reason = f"{reason} (not reflected: {out.no_reflection})"
-                else:
-                    code, reason = "not_selected", f"{p.strategy} kept another trajectory of this query"
-                rejections.append(
-                    _rej(
-                        row["trajectory_id"],
-                        qid,
-                        code,
-                        f"round {rnd.round}: {reason}",
-                        run_id,
-                        now,
-                        row["final_answer"],
-                        fid,
-                    )
-                )
-
-    sid = str(spec.get("shard_id") or shard_id(qids))
-    if not sid.isalnum():
-        raise ValueError(f"shard_id must be alphanumeric (it names a file), got {sid!r}")
-    name = f"part-{sid}.parquet"
-    protocol_mark = posixpath.join(commits_dir(judged_dir(p)), "PROTOCOL")
-    if not root.exists(protocol_mark):  # from now on this partition counts committed shards only
-        earlier = sorted(judged_query_ids(root, p))  # a partition written before commits were recorded
-        if earlier:
-            root.write_text(
-                posixpath.join(commits_dir(judged_dir(p)), "legacy.json"), json.dumps({"query_ids": earlier})
-            )
-        root.write_text(protocol_mark, "a judging shard is done when _commits/<shard>.json exists\n")
-    refl_path = write_shard(
-        root, TRAJECTORIES, reflected_dir(p), sorted(reflected_rows, key=lambda r: r["trajectory_id"]), name
-    )
-    judged_path = write_shard(root, DATASET, judged_dir(p), sorted(judged, key=lambda r: r["sample_id"]), name)
-    rej_path = write_shard(root, REJECTIONS, rejections_dir(p), sorted(rejections, key=lambda r: r["item_id"]), name)
-    # the shard's outputs count only once all of them are written: this marker commits them together
-    root.write_text(
-        posixpath.join(commits_dir(judged_dir(p)), f"{sid}.json"),
-        json.dumps({"query_ids": qids, "judged": judged_path, "rejections": rej_path, "reflected": refl_path}),
-    )
-    params_file = posixpath.join(judged_dir(p), "params.json")
-    if not root.exists(params_file):
-        root.write_text(params_file, json.dumps(p.to_dict(), sort_keys=True, indent=2))
     summary = {
         "shard_id": sid,
-        "path": judged_path,
-        "reflected_path": refl_path,
-        "rejections_path": rej_path,
+        "path": paths["judged"],
+        "reflected_path": paths["reflected"],
+        "rejections_path": paths["rejections"],
         "n_queries": len(qids),
-        "n_consistent_round0": n_consistent0,
-        "n_rescued_by_reflection": n_rescued,
-        "n_reflected_trajectories": len(reflected_rows),
-        "n_judged_samples": len(judged),
-        "n_verified": n_verified,
-        "n_refuted": n_refuted,
-        "n_rejections": len(rejections),
+        "n_consistent_round0": got.consistent_round0,
+        "n_rescued_by_reflection": got.rescued,
+        "n_reflected_trajectories": len(rescue.reflected),
+        "n_judged_samples": len(got.judged),
+        "n_verified": got.verified,
+        "n_refuted": got.refuted,
+        "n_rejections": len(got.rejections),
         "strategy": p.strategy,
         "judge": p.judge,
         "partition": p.partition,
@@ -483,18 +547,9 @@ def sampled_with(rows0: list[dict], fallback: RolloutParams) -> RolloutParams:
 
 
 def round0_trajectories(root: DataRoot, query_ids: list[str]) -> list[dict]:
-    """Round-0 trajectories of ``query_ids``, filtered shard by shard so memory holds only this shard's queries."""
-    wanted = pa.array(sorted(query_ids), type=pa.string())
-    rows: list[dict] = []
-    for path in shard_paths(root, DIRS["trajectories"]):
-        with root.open(path) as fh:
-            t = pq.read_table(fh)
-        TRAJECTORIES.check(t, where=path)
-        t = t.filter(
-            pc.and_(pc.is_in(t.column("query_id"), value_set=wanted), pc.equal(t.column("reflection_round"), 0))
-        )
-        rows.extend(t.to_pylist())
-    return latest_attempts(rows)
+    """Round-0 trajectories of ``query_ids`` (only shards holding them are read beyond their query ids)."""
+    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], where=("query_id", query_ids))
+    return latest_attempts(t.filter(pc.equal(t.column("reflection_round"), 0)).to_pylist())
 
 
 def latest_attempts(rows: list[dict]) -> list[dict]:

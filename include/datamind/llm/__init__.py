@@ -9,28 +9,28 @@ results = run_all([llm.chat_parsed("synthesizer", msgs, parse, template_version=
 # EndpointUnavailable, and any bug, is raised and fails the task.
 """
 
-from datamind.llm.cache import ResponseCache, cache_key
-from datamind.llm.client import ChatResult, LLMClient, ParsedResult
-from datamind.llm.config import ROLES, LLMConfig, Price
-from datamind.llm.errors import EndpointUnavailable, LLMCallError, LLMError, ParseFailure, rejection_row
-from datamind.llm.resilience import AdaptiveLimiter, CircuitBreaker, backoff_delay
-from datamind.llm.runner import PER_ITEM_ERRORS, gather_all, run_all
-from datamind.llm.tags import (
-    TagParseError,
-    extract_all,
-    extract_choice,
-    extract_code,
-    extract_optional,
-    extract_tag,
-    extract_tags,
-    strip_code_fences,
-)
-from datamind.llm.usage import UsageMeter
+import importlib
 
-__all__ = [
-    "PER_ITEM_ERRORS", "ROLES", "AdaptiveLimiter", "ChatResult", "CircuitBreaker", "EndpointUnavailable",
-    "LLMCallError", "LLMClient",
-    "LLMConfig", "LLMError", "ParseFailure", "ParsedResult", "Price", "ResponseCache", "TagParseError", "UsageMeter",
-    "backoff_delay", "cache_key", "extract_all", "extract_choice", "extract_code", "extract_optional", "extract_tag",
-    "extract_tags", "gather_all", "rejection_row", "run_all", "strip_code_fences",
-]  # fmt: skip
+# name -> submodule. Loaded on first use: ``datamind.llm.tags`` (text parsing, used at DAG parse time through the
+# filters) must not pull in the HTTP client and ``openai``.
+_EXPORTS = {
+    "ResponseCache": "cache", "cache_key": "cache",
+    "ChatResult": "client", "LLMClient": "client", "ParsedResult": "client",
+    "ROLES": "config", "LLMConfig": "config", "Price": "config",
+    "EndpointUnavailable": "errors", "LLMCallError": "errors", "LLMError": "errors", "ParseFailure": "errors",
+    "rejection_row": "errors",
+    "AdaptiveLimiter": "resilience", "CircuitBreaker": "resilience", "backoff_delay": "resilience",
+    "PER_ITEM_ERRORS": "runner", "gather_all": "runner", "run_all": "runner",
+    "TagParseError": "tags", "extract_all": "tags", "extract_choice": "tags", "extract_code": "tags",
+    "extract_optional": "tags", "extract_tag": "tags", "extract_tags": "tags", "strip_code_fences": "tags",
+    "UsageMeter": "usage",
+}  # fmt: skip
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'datamind.llm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"datamind.llm.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

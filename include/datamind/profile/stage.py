@@ -14,7 +14,6 @@ import json
 from collections import Counter
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from datamind.assets import DIRS
@@ -126,8 +125,7 @@ def profile_file(
 def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None) -> dict[str, Any]:
     """Profile one shard of accepted files into a catalog/tables shard; failures go to rejections."""
     ids = set(shard_spec["files"])
-    catalog = read_table(root, CATALOG_FILES, DIRS["catalog_files"])
-    catalog = catalog.filter(pc.is_in(catalog.column("file_id"), value_set=pa.array(sorted(ids), pa.string())))
+    catalog = read_table(root, CATALOG_FILES, DIRS["catalog_files"], where=("file_id", ids))
     by_id = {r["file_id"]: r for r in catalog.to_pylist()}
     now = dt.datetime.now(dt.timezone.utc)
     rows: list[dict[str, Any]] = []

@@ -20,16 +20,19 @@ import posixpath
 import re
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import fsspec
 
 from datamind.assets import DIRS
-from datamind.filters.rules import FilterConfig, apply_filters
+from datamind.filters.rules import apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.judge.stage import committed_query_ids
 from datamind.publish import card
 from datamind.publish.audit import audit_rows
+from datamind.publish.params import PublishParams
+from datamind.stage_params import from_params
 from datamind.schemas import CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
 from datamind.shards import read_rows, table_to_parquet_bytes
 from datamind.storage import DataRoot
@@ -121,21 +124,18 @@ def _filter_rejection(row: dict, finding, run_id: str | None, now: datetime) -> 
 def publish_dataset(
     root: DataRoot | str,
     run_id: str | None,
-    shard_rows: int = 500,
-    *,
-    judged_partition: str | None = None,
-    filter_config: FilterConfig | None = None,
-    test_fraction: float = 0.1,
+    params: PublishParams | dict | None = None,
+    **overrides,
 ) -> dict:
     """Filter the judged rows and publish them as a new dataset version; returns its manifest.
 
-    ``judged_partition`` picks one judging configuration (``params=<fp>``); it may be omitted when there is
-    only one.
+    ``params`` (or keyword overrides of its fields, e.g. ``shard_rows=100``): ``judged_partition`` picks one
+    judging configuration (``params=<fp>``); it may be omitted when there is only one.
     """
-    if shard_rows < 1:
-        raise ValueError("shard_rows must be >= 1")
-    if not 0 <= test_fraction < 1:
-        raise ValueError("test_fraction must be in [0, 1)")
+    p = params if isinstance(params, PublishParams) else from_params(PublishParams, params)
+    p = replace(p, **overrides) if overrides else p
+    shard_rows, judged_partition, test_fraction = p.shard_rows, p.judged_partition, p.test_fraction
+    filter_config = p.filter_config()
     root = DataRoot.of(root)
     t0 = time.perf_counter()
     now = datetime.now(timezone.utc)
@@ -149,7 +149,7 @@ def publish_dataset(
     unique: dict[str, dict] = {}
     for row in judged:
         unique.setdefault(row["sample_id"], row)  # reruns of a judge shard rewrite identical ids
-    kept, dropped = apply_filters(unique.values(), filter_config or FilterConfig())
+    kept, dropped = apply_filters(unique.values(), filter_config)
     kept, missing = _with_readable_data(root, kept)
     rejections = sorted(
         [_filter_rejection(r, f, run_id, now) for r, f in dropped]

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from datamind.ids import stable_id
+from datamind.stage_params import check_ranges, param
 
 BACKENDS = ("offline", "llm")
 SANDBOX_MODES = ("chunked", "live")
@@ -15,44 +16,40 @@ ORCHESTRATION_KEYS = frozenset({"llm_conn_id"})
 
 @dataclass(frozen=True)
 class RolloutParams:
-    backend: str = "offline"
-    n_samples: int = 3  # N trajectories per query (paper: 3)
-    max_turns: int = 10  # assistant turns per trajectory
-    max_consecutive_void: int = 3  # stop a trajectory that keeps producing void turns
-    # Expert sampling parameters (LLM backend): the paper's inference settings (Table 2: temperature 0.7,
-    # top-p 0.95).  Round 0 and reflection resampling both read them from here.
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_tokens: int = 2048  # per turn
-    seed: int | None = None
-    concurrency: int = 8  # trajectories in flight per shard (LLM waits overlap)
-    exec_workers: int = 2  # sandbox executions running at once per shard (CPU-bound)
-    sandbox_mode: str = "chunked"
-    shard_size: int = 20  # queries per shard
+    backend: str = param("offline", "Expert policy", enum=BACKENDS)
+    n_samples: int = param(3, "Trajectories per query (N)", minimum=1, maximum=8)  # paper: N = 3
+    max_turns: int = param(10, "Maximum turns", minimum=1, maximum=50)  # assistant turns per trajectory
+    # Expert sampling parameters (LLM backend): the paper's inference settings (table 2: temperature 0.7,
+    # top-p 0.95). Round 0 and reflection resampling both read them from here.
+    temperature: float = param(0.7, "Sampling temperature", minimum=0, maximum=2, section="LLM")
+    top_p: float = param(0.95, "Top-p", minimum=0.01, maximum=1, section="LLM")
+    max_tokens: int = param(2048, "Tokens per turn", minimum=16, maximum=32768, section="LLM")
+    seed: int | None = param(None, "Sampling seed", description="Empty: unseeded.", section="LLM")
+    shard_size: int = param(20, "Queries per task instance", minimum=1, maximum=1000)
+    concurrency: int = param(
+        8, "Concurrent rollouts per task", minimum=1, maximum=64, description="Trajectories in flight per shard."
+    )
+    exec_workers: int = param(
+        2, "Sandbox executions at once", minimum=1, maximum=64, section="Sandbox", description="Per shard."
+    )
+    sandbox_mode: str = param(
+        "chunked",
+        "Sandbox mode",
+        enum=SANDBOX_MODES,
+        section="Sandbox",
+        description="chunked: each cell replays the trajectory's earlier cells; live: one kernel per trajectory.",
+    )
+    max_consecutive_void: int = param(
+        3, "Void turns before stopping", minimum=1, maximum=20, section="Sandbox",
+        description="A trajectory that keeps producing turns with neither code nor answer is stopped.",
+    )  # fmt: skip
     # A trajectory that failed for a transient cause (the endpoint gave up, rate limits) is sampled again by
     # later runs, up to this many attempts in all; until then its query is not handed to the judge.
-    max_attempts: int = 3
+    max_attempts: int = param(3, "Attempts per trajectory", minimum=1, maximum=20, section="LLM")
     _NOT_IN_FINGERPRINT = ("concurrency", "exec_workers", "shard_size", "max_attempts")
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.sandbox_mode not in SANDBOX_MODES:
-            raise ValueError(f"sandbox_mode must be one of {SANDBOX_MODES}, got {self.sandbox_mode!r}")
-        for name in (
-            "n_samples",
-            "max_turns",
-            "max_consecutive_void",
-            "max_tokens",
-            "concurrency",
-            "exec_workers",
-            "shard_size",
-            "max_attempts",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if not 0 <= self.temperature <= 2 or not 0 < self.top_p <= 1:
-            raise ValueError("need 0 <= temperature <= 2 and 0 < top_p <= 1")
+        check_ranges(self)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> "RolloutParams":

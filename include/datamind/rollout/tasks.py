@@ -81,16 +81,23 @@ def chain_of(row: dict, by_id: dict[str, dict]) -> list[dict]:
 
 def load_tasks(root: DataRoot, query_ids: list[str]) -> tuple[dict[str, QueryTask], dict[str, TaskError]]:
     """Tasks for ``query_ids``; queries that cannot run come back as errors keyed by query id."""
-    queries = read_table(root, QUERIES, DIRS["queries"])
-    by_id = {r["query_id"]: r for r in queries.to_pylist()}
+    by_id = _queries_with_ancestors(root, query_ids)
     tables = read_table(
         root,
         CATALOG_TABLES,
         DIRS["catalog_tables"],
         columns=["table_id", "file_id", "format", "staged_uri", "read_options"],
+        where=("table_id", {r["table_id"] for r in by_id.values() if r.get("table_id")}),
     )
     by_table = {r["table_id"]: r for r in tables.to_pylist()}
-    files = read_table(root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "format", "staged_uri"])
+    file_ids = {r["file_id"] for r in by_id.values()} | {r["file_id"] for r in by_table.values()}
+    files = read_table(
+        root,
+        CATALOG_FILES,
+        DIRS["catalog_files"],
+        columns=["file_id", "format", "staged_uri"],
+        where=("file_id", file_ids),
+    )
     by_file = {r["file_id"]: r for r in files.to_pylist()}
     tasks: dict[str, QueryTask] = {}
     errors: dict[str, TaskError] = {}
@@ -104,6 +111,17 @@ def load_tasks(root: DataRoot, query_ids: list[str]) -> tuple[dict[str, QueryTas
         except TaskError as exc:
             errors[qid] = exc
     return tasks, errors
+
+
+def _queries_with_ancestors(root: DataRoot, query_ids: list[str]) -> dict[str, dict]:
+    """The rows of ``query_ids`` and of every query their chains build on (one read per hop level)."""
+    by_id: dict[str, dict] = {}
+    missing = set(query_ids)
+    while missing:
+        rows = read_table(root, QUERIES, DIRS["queries"], where=("query_id", missing)).to_pylist()
+        by_id.update((r["query_id"], r) for r in rows)
+        missing = {p for r in rows for p in (r.get("parent_query_ids") or [])} - set(by_id)
+    return by_id
 
 
 def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict) -> QueryTask:

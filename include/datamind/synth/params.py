@@ -7,56 +7,44 @@ from typing import Any
 
 from datamind.categories import CATEGORY_IDS
 from datamind.ids import stable_id
+from datamind.stage_params import check_ranges, param
 
 BACKENDS = ("offline", "llm")
 
 
 @dataclass(frozen=True)
 class SynthParams:
-    categories: tuple[str, ...] = CATEGORY_IDS
-    queries_per_category: int = 2
-    min_hops: int = 2
-    max_hops: int = 5
-    n_chains: int = 3
-    backend: str = "offline"
-    shard_size: int = 20
-    seed: int = 0
-    dedup_threshold: float = 0.8
-    llm_concurrency: int = 4
+    backend: str = param("offline", "Backend", enum=BACKENDS)
+    categories: tuple[str, ...] = param(CATEGORY_IDS, "Task categories", enum=CATEGORY_IDS)
+    queries_per_category: int = param(2, "Questions per category per table", minimum=0, maximum=20)
+    n_chains: int = param(3, "Composed chains per table", minimum=0, maximum=20)
+    # recursive easy-to-hard composition: 2 to 5 hops (paper, section 3.2)
+    min_hops: int = param(2, "Minimum hops", minimum=2, maximum=5, section="Composition")
+    max_hops: int = param(5, "Maximum hops", minimum=2, maximum=5, section="Composition")
+    shard_size: int = param(20, "Tables per task instance", minimum=1, maximum=500)
+    seed: int = param(0, "Seed")
+    dedup_threshold: float = param(
+        0.8, "Near-duplicate threshold", minimum=0.01, maximum=1, section="Quality",
+        description="Questions of one table this similar (token Jaccard) to an earlier one are dropped.",
+    )  # fmt: skip
     # Re-run every stored reference program from its own text in a fresh interpreter before writing.
-    verify_solutions: bool = True
-    solution_timeout_s: float = 30.0
-    # LLM backend: times a question whose program fails is sent back with the error before it is rejected.
-    reference_repairs: int = 1
+    verify_solutions: bool = param(True, "Re-run reference programs", section="Quality")
+    solution_timeout_s: float = param(30.0, "Program time limit (s)", minimum=1, maximum=600, section="Quality")
     # Decontamination: a question sharing this many consecutive words with a benchmark question is dropped
     # (benchmarks from DATAMIND_BENCHMARKS; the usual 13-gram rule).
-    benchmark_ngram: int = 13
+    benchmark_ngram: int = param(13, "Benchmark n-gram overlap", minimum=3, maximum=50, section="Quality")
+    llm_concurrency: int = param(4, "Concurrent LLM requests per task", minimum=1, maximum=64, section="LLM")
+    # LLM backend: times a question whose program fails is sent back with the error before it is rejected.
+    reference_repairs: int = param(1, "Repairs of a failing reference program", minimum=0, maximum=5, section="LLM")
     # Fields that change how work is grouped or scheduled, not what is produced, stay out of the fingerprint.
     _NOT_IN_FINGERPRINT = ("shard_size", "llm_concurrency", "solution_timeout_s")
 
     def __post_init__(self) -> None:
-        unknown = [c for c in self.categories if c not in CATEGORY_IDS]
-        if unknown:
-            raise ValueError(f"unknown categories {unknown}; known: {', '.join(CATEGORY_IDS)}")
         if not self.categories:
             raise ValueError("categories must not be empty")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if not 2 <= self.min_hops <= self.max_hops <= 5:
-            raise ValueError(f"need 2 <= min_hops <= max_hops <= 5, got {self.min_hops}..{self.max_hops}")
-        for name in ("queries_per_category", "n_chains"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0")
-        if self.benchmark_ngram < 3:
-            raise ValueError("benchmark_ngram must be >= 3")
-        if self.reference_repairs < 0:
-            raise ValueError("reference_repairs must be >= 0")
-        if self.shard_size < 1 or self.llm_concurrency < 1:
-            raise ValueError("shard_size and llm_concurrency must be >= 1")
-        if self.solution_timeout_s <= 0:
-            raise ValueError("solution_timeout_s must be positive")
-        if not 0 < self.dedup_threshold <= 1:
-            raise ValueError("dedup_threshold must be in (0, 1]")
+        check_ranges(self)
+        if self.min_hops > self.max_hops:
+            raise ValueError(f"need min_hops <= max_hops, got {self.min_hops}..{self.max_hops}")
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> "SynthParams":

@@ -24,7 +24,7 @@ from typing import Any
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.schemas import CATALOG_TABLES, QUERIES, REJECTIONS
-from datamind.shards import chunk, read_rows, write_shard
+from datamind.shards import chunk, read_rows, read_table, write_shard
 from datamind.storage import DataRoot
 from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.synth import rows as R
@@ -51,10 +51,12 @@ def _summary_paths(root: DataRoot, params: SynthParams) -> list[str]:
     return root.glob(out, "part-*.summary.json") if root.exists(out) else []
 
 
-def catalog_by_id(root: DataRoot) -> dict[str, dict]:
-    """Latest catalog row per table_id (a re-profiled table supersedes its older row)."""
+def catalog_by_id(root: DataRoot, table_ids: list[str] | None = None) -> dict[str, dict]:
+    """Latest catalog row per table_id (a re-profiled table supersedes its older row), of ``table_ids`` only
+    when given."""
     latest: dict[str, dict] = {}
-    for row in read_rows(root, CATALOG_TABLES, DIRS["catalog_tables"]):
+    where = ("table_id", table_ids) if table_ids is not None else None
+    for row in read_rows(root, CATALOG_TABLES, DIRS["catalog_tables"], where=where):
         old = latest.get(row["table_id"])
         if old is None or (row["profiled_at"] or 0) >= (old["profiled_at"] or 0):
             latest[row["table_id"]] = row
@@ -68,7 +70,8 @@ def plan_synthesis(root: DataRoot, shard_size: int, params: SynthParams | dict |
     for path in _summary_paths(root, params):
         with root.open(path) as fh:
             done.update(json.load(fh)["table_ids"])
-    todo = sorted(tid for tid in catalog_by_id(root) if tid not in done)
+    tables = read_table(root, CATALOG_TABLES, DIRS["catalog_tables"], columns=["table_id"]).column("table_id")
+    todo = sorted(set(tables.to_pylist()) - done)
     return [
         {
             "shard_id": stable_id("synthesis", params.fingerprint, part),
@@ -138,7 +141,7 @@ def synthesize_shard(
         log.info("synthesis shard %s already done (%d queries); nothing to do", shard_id, summary["n_queries"])
         return {**summary, "reused": True}
 
-    catalog = catalog_by_id(root)
+    catalog = catalog_by_id(root, shard_spec["table_ids"])
     queries: list[dict] = []
     rejections: list[dict] = []
     skips: list[dict] = []

@@ -1,0 +1,35 @@
+"""The publishing stage's parameters: release layout and the rule filters' limits (form and Python API)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from datamind.filters import linguistic
+from datamind.filters.rules import MAX_ANSWER_TOKENS, FilterConfig
+from datamind.stage_params import check_ranges, param
+
+
+@dataclass(frozen=True)
+class PublishParams:
+    shard_rows: int = param(500, "Rows per Parquet shard", minimum=1, maximum=100_000)
+    judged_partition: str | None = param(
+        None,
+        "Judging configuration",
+        description="Which judged/params=<fingerprint> partition to publish; needed only when several "
+        "judging configurations (e.g. selection strategies) were run side by side.",
+    )
+    test_fraction: float = param(0.1, "Held-out share", minimum=0, maximum=0.5, description="Split by file.")
+    # paper, section 3.4: answers over 1,024 tokens are filtered out
+    max_answer_tokens: int = param(MAX_ANSWER_TOKENS, "Answer length limit (tokens)", minimum=1, maximum=32768,
+                                   section="Rule filters")  # fmt: skip
+    allow_void_turns: bool = param(False, "Keep trajectories with void turns", section="Rule filters")
+    max_minority_script_share: float = param(
+        linguistic.MAX_MINORITY_SHARE, "Largest share of a second script", minimum=0, maximum=1,
+        section="Rule filters", description="Linguistic integrity: text mixing scripts beyond this is filtered.",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+    def filter_config(self) -> FilterConfig:
+        return FilterConfig(self.max_answer_tokens, self.allow_void_turns, self.max_minority_script_share)

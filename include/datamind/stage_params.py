@@ -1,0 +1,105 @@
+"""How a stage declares its parameters: one frozen dataclass whose fields carry their form.
+
+Each field made with ``param()`` holds its default, a title, and the range or choices it accepts. The DAG's
+trigger form is generated from the dataclass (``form_schema``), and the dataclass checks the same ranges when
+it is built (``check_ranges``), so a run from the form, one from Python and the fingerprint of either cannot
+disagree about a default or a limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any
+
+_FORM = "form"
+
+
+def param(
+    default: Any,
+    title: str,
+    *,
+    description: str | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    enum: tuple | list | None = None,
+    section: str | None = None,
+    form: bool = True,
+) -> Any:
+    """A dataclass field with its form. ``enum`` on a tuple field constrains its items. ``form=False`` keeps a
+    field out of the trigger form (set from Python or the environment only)."""
+    spec = {"title": title, "description": description, "minimum": minimum, "maximum": maximum, "section": section}
+    spec = {k: v for k, v in spec.items() if v is not None}
+    if enum is not None:
+        spec["enum"] = list(enum)
+    spec["in_form"] = form
+    if isinstance(default, (list, dict)):
+        raise TypeError("use a tuple (immutable) default for a sequence parameter")
+    return dataclasses.field(default=default, metadata={_FORM: spec})
+
+
+def _json_type(hint: Any) -> tuple[Any, bool]:
+    """(JSON schema type, is a sequence) of a field's annotation."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        kind, seq = _json_type(inner[0])
+        return (["null", kind] if len(inner) < len(args) else kind), seq
+    if typing.get_origin(hint) in (tuple, list):
+        return "array", True
+    return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object"}.get(hint, "string"), False
+
+
+def _specs(cls: type) -> list[tuple[dataclasses.Field, dict, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, f.metadata[_FORM], hints[f.name]) for f in dataclasses.fields(cls) if _FORM in f.metadata]
+
+
+def form_schema(cls: type, exclude: tuple[str, ...] = (), defaults: Any = None) -> dict[str, dict[str, Any]]:
+    """Field name -> {"default", "type", "title", ...}: what an Airflow ``Param`` takes, in declaration order.
+    ``defaults``, an instance of ``cls``, shows its values instead (settings a deployment configured)."""
+    out: dict[str, dict[str, Any]] = {}
+    for f, spec, hint in _specs(cls):
+        if not spec["in_form"] or f.name in exclude:
+            continue
+        kind, seq = _json_type(hint)
+        schema = {k: v for k, v in spec.items() if k != "in_form"}
+        if seq:
+            schema["items"] = {"type": "string", **({"enum": schema.pop("enum")} if "enum" in schema else {})}
+        default = f.default if defaults is None else getattr(defaults, f.name)
+        default = list(default) if isinstance(default, tuple) else default
+        out[f.name] = {"default": default, "type": kind, **schema}
+    return out
+
+
+def check_ranges(obj: Any) -> None:
+    """Raise ValueError naming the field when a value is outside its declared range or choices."""
+    for f, spec, hint in _specs(type(obj)):
+        value = getattr(obj, f.name)
+        if value is None:
+            if not isinstance(_json_type(hint)[0], list):  # only ``X | None`` fields may be empty
+                raise ValueError(f"{f.name} ({spec['title']}) must be set")
+            continue
+        choices = spec.get("enum")
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if choices is not None:
+            bad = [v for v in values if v not in choices]
+            if bad:
+                raise ValueError(f"{f.name} ({spec['title']}) must be one of {choices}, got {bad[0]!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            lo, hi = spec.get("minimum"), spec.get("maximum")
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                span = f">= {lo}" if hi is None else f"<= {hi}" if lo is None else f"between {lo} and {hi}"
+                raise ValueError(f"{f.name} ({spec['title']}) must be {span}, got {value!r}")
+
+
+def from_params(cls: type, raw: dict[str, Any] | None, ignore: frozenset[str] | set[str] = frozenset()):
+    """``cls`` from DAG params or a dict: unknown keys are an error (a typo never silently means a default);
+    keys in ``ignore`` (what only the orchestrator reads, such as a Connection id) are dropped."""
+    raw = {k: v for k, v in (raw or {}).items() if k not in ignore}
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} parameter(s) {unknown}; known: {sorted(known)}")
+    return cls(**raw)

@@ -1,0 +1,426 @@
+"""How each stage's cost grows with the corpus: planners and shards at N = 50, 500, 5,000 source files.
+
+    python scripts/bench_scale.py                      # N = 50 500 5000
+    python scripts/bench_scale.py --sizes 50 --sample-shards 1   # what CI runs, so the script cannot rot
+
+For each size it generates N source files (CSV and XLSX with typed columns: ids, dates, categories, amounts,
+counts, ratings with gaps; 20 to 1,000 rows), runs the real pipeline once (offline engine) over a template of
+the first few of them, and then gives every stage an input of full size: the template's rows are cloned with
+every id rewritten (``stable_id(id, copy)``, the same map in every table, so a cloned query still points at its
+cloned table and file). A stage is measured with half of its input already done (the template's output cloned
+for the first half of the copies), which is the state a planner meets in a rerun or a backfill:
+
+* the planner: wall time over all input items, and per item;
+* a sample of its shards (real processing of planned work), per item;
+* the peak RSS of the process that did both (each stage runs in its own child process).
+
+It prints a table per size, then the growth exponent of each planner between consecutive sizes (1.0 is linear,
+2.0 quadratic): log(t2 / t1) / log(items2 / items1). It asserts nothing about time; the figures are the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "include"))
+
+STAGES = ("ingest", "profile", "synth", "rollout", "judge", "publish")
+# What one item of a stage's input is, for the per-item figures.
+ITEM = {"ingest": "file", "profile": "file", "synth": "table", "rollout": "query", "judge": "query", "publish": "row"}
+TEMPLATE_FILES = 24
+SYNTH = {"categories": ["aggregation", "ranking", "statistical_analysis"], "queries_per_category": 1}
+SYNTH_N_CHAINS = 1
+SHARDS = {"ingest": 50, "profile": 50, "synth": 20, "rollout": 10, "judge": 20}
+
+
+# -- source files ---------------------------------------------------------------------------------------------
+
+DOMAINS = {
+    "sales": (["store", "region", "product"], ["revenue", "unit_price"], ["units", "returns"]),
+    "weather": (["station", "city", "condition"], ["temperature_c", "rainfall_mm"], ["wind_kmh", "humidity_pct"]),
+    "clinic": (["ward", "doctor", "diagnosis"], ["bill_eur", "stay_days"], ["age", "visits"]),
+    "school": (["school", "district", "subject"], ["score", "attendance_rate"], ["students", "absences"]),
+}
+LEVELS = {
+    "store": 12, "region": 5, "product": 30, "station": 20, "city": 15, "condition": 6, "ward": 8, "doctor": 25,
+    "diagnosis": 14, "school": 18, "district": 6, "subject": 9,
+}  # fmt: skip
+
+
+def source_frame(i: int):
+    """The i-th source table: the same for every N (seeded by i), so sizes share their first files."""
+    import numpy as np
+    import pandas as pd
+
+    rng = random.Random(i)
+    domain = rng.choice(sorted(DOMAINS))
+    cats, floats, ints = DOMAINS[domain]
+    n = int(math.exp(rng.uniform(math.log(20), math.log(1000))))
+    gen = np.random.default_rng(i)
+    cols: dict = {"record_id": np.arange(1, n + 1)}
+    start = date(2020, 1, 1) + timedelta(days=rng.randrange(1500))
+    cols["date"] = [(start + timedelta(days=int(d))).isoformat() for d in sorted(gen.integers(0, 700, n))]
+    for c in rng.sample(cats, rng.randint(1, len(cats))):
+        cols[c] = [f"{c.title()} {k}" for k in gen.integers(1, LEVELS[c] + 1, n)]
+    for c in floats:
+        values = np.round(gen.lognormal(3, 0.8, n), 2)
+        if rng.random() < 0.4:
+            values[gen.random(n) < 0.05] = np.nan  # a few gaps, as real exports have
+        cols[c] = values
+    for c in rng.sample(ints, rng.randint(1, len(ints))):
+        cols[c] = gen.poisson(rng.uniform(3, 60), n)
+    return domain, pd.DataFrame(cols)
+
+
+def write_sources(folder: Path, n: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        domain, df = source_frame(i)
+        stem = f"{domain}_{i:05d}"
+        if i % 5 == 4:
+            df.to_excel(folder / f"{stem}.xlsx", index=False, sheet_name=domain)
+        else:
+            df.to_csv(folder / f"{stem}.csv", index=False)
+
+
+# -- the stages, as the DAGs call them ------------------------------------------------------------------------
+
+
+def _params(stage: str) -> dict:
+    if stage == "synth":
+        return {**SYNTH, "n_chains": SYNTH_N_CHAINS, "shard_size": SHARDS["synth"]}
+    return {"shard_size": SHARDS[stage]} if stage in SHARDS else {}
+
+
+def plan(stage: str, root, src: Path) -> list[dict]:
+    if stage == "ingest":
+        from datamind.ingest.sources import list_source_files
+        from datamind.ingest.stage import plan_ingest
+
+        return plan_ingest(root, list_source_files(str(src)), "bench", SHARDS["ingest"])
+    if stage == "profile":
+        from datamind.profile.stage import plan_profile
+
+        return plan_profile(root, SHARDS["profile"])
+    if stage == "synth":
+        from datamind.synth.stage import plan_synthesis
+
+        return plan_synthesis(root, SHARDS["synth"], _params("synth"))
+    if stage == "rollout":
+        from datamind.rollout.stage import plan_sampling
+
+        return plan_sampling(root, SHARDS["rollout"], _params("rollout"))
+    if stage == "judge":
+        from datamind.judge.stage import plan_judging
+
+        return plan_judging(root, SHARDS["judge"], _params("judge"))
+    return [{"publish": True}]  # publishing has no plan: it reads every judged row into one release
+
+
+def process(stage: str, root, spec: dict, run_id: str) -> dict:
+    if stage == "ingest":
+        from datamind.ingest.stage import ingest_shard
+
+        return ingest_shard(root, spec, None, run_id)
+    if stage == "profile":
+        from datamind.profile.stage import profile_shard
+
+        return profile_shard(root, spec, run_id)
+    if stage == "synth":
+        from datamind.synth.stage import synthesize_shard
+
+        return synthesize_shard(root, spec, _params("synth"), run_id)
+    if stage == "rollout":
+        from datamind.rollout.stage import sample_shard
+
+        return sample_shard(root, spec, _params("rollout"), run_id)
+    if stage == "judge":
+        from datamind.judge.stage import judge_shard
+
+        return judge_shard(root, spec, _params("judge"), run_id)
+    from datamind.publish.stage import publish_dataset
+
+    return publish_dataset(root, run_id)
+
+
+def spec_items(stage: str, spec: dict) -> int:
+    for key in ("files", "table_ids", "query_ids"):
+        if key in spec:
+            return len(spec[key])
+    return 0
+
+
+# -- cloning a stage's output ----------------------------------------------------------------------------------
+
+CLONED_DIRS = ("catalog", "queries", "trajectories", "judged", "rejections", "synthesis")
+
+
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def _is_id_column(name: str) -> bool:
+    return name.endswith("_id") or name.endswith("_ids") or name == "duplicate_of"
+
+
+def clone_files(root: Path, rels: list[str], copies: range, ids: set[str]) -> None:
+    """Write copy ``c`` of each file for every c in ``copies``, ids rewritten as ``stable_id(id, c)``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datamind.ids import stable_id
+
+    def remap(value, c):
+        if isinstance(value, str):
+            return stable_id(value, c) if value in ids else value
+        if isinstance(value, list):
+            return [remap(v, c) for v in value]
+        if isinstance(value, dict):
+            return {k: remap(v, c) for k, v in value.items()}
+        return value
+
+    for rel in rels:
+        path = root / rel
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+            id_cols = [n for n in table.column_names if _is_id_column(n)]
+            columns = {n: table.column(n).to_pylist() for n in id_cols}
+        else:
+            doc = json.loads(path.read_text())
+        for c in copies:
+            head, _, rest = path.name.partition(".")  # part-<id>.summary.json -> part-<id>c<copy>.summary.json
+            out = path.with_name(f"{head}c{c}.{rest}")
+            if path.suffix == ".parquet":
+                t = table
+                for n in id_cols:
+                    t = t.set_column(
+                        t.schema.get_field_index(n), t.schema.field(n), pa.array(remap(columns[n], c), t.column(n).type)
+                    )
+                pq.write_table(t, out)
+            else:
+                out.write_text(json.dumps(remap(doc, c)))
+
+
+def template_ids(root: Path) -> set[str]:
+    import pyarrow.parquet as pq
+
+    ids: set[str] = set()
+    for p in root.rglob("*.parquet"):
+        if not any(p.relative_to(root).as_posix().startswith(d) for d in CLONED_DIRS):
+            continue
+        t = pq.read_table(p)
+        for n in t.column_names:
+            if _is_id_column(n) and t.schema.field(n).type == "string":
+                ids.update(v for v in t.column(n).to_pylist() if v)
+    return ids
+
+
+def cloneable(rels: list[str]) -> list[str]:
+    return [
+        r
+        for r in rels
+        if r.split("/")[0] in CLONED_DIRS and r.endswith((".parquet", ".json")) and not r.endswith("params.json")
+        and "PROTOCOL" not in r
+    ]  # fmt: skip
+
+
+# -- one stage in its own process -------------------------------------------------------------------------------
+
+
+def child(args) -> None:
+    """Clone the first half of this stage's output, time its planner and a sample of shards, then undo the
+    sample's writes and clone the second half (the next stage's full input). Prints one JSON line."""
+    from datamind.storage import DataRoot
+
+    root_dir = Path(args.root)
+    root = DataRoot(str(root_dir))
+    work = json.loads((root_dir.parent / "work.json").read_text())
+    stage, copies = args.stage, work["copies"]
+    own = work["outputs"].get(stage, [])
+    ids = set(json.loads((root_dir.parent / "ids.json").read_text()))
+    half = max(1, copies // 2)
+    clone_files(root_dir, own, range(1, half), ids)
+
+    t0 = time.perf_counter()
+    specs = plan(stage, root, root_dir.parent / "src")
+    t_plan = time.perf_counter() - t0
+    items = sum(spec_items(stage, s) for s in specs) if stage != "publish" else _judged_rows(root_dir)
+    before = _files(root_dir)
+    t_shards, shard_items = 0.0, 0
+    for spec in specs[: args.sample_shards]:
+        t0 = time.perf_counter()
+        process(stage, root, spec, f"bench-{stage}")
+        t_shards += time.perf_counter() - t0
+        shard_items += spec_items(stage, spec) if stage != "publish" else items
+    for rel in _files(root_dir) - before:  # the sample's output is measured, not kept
+        (root_dir / rel).unlink()
+    clone_files(root_dir, own, range(half, copies), ids)
+    print(
+        json.dumps(
+            {
+                "peak_rss_mb": _peak_rss_mb(),
+                "stage": stage,
+                "planned_items": items,
+                # the planner saw the done half too: its input is all copies
+                "input_items": (
+                    len(list((root_dir.parent / "src").iterdir()))
+                    if stage == "ingest"
+                    else items
+                    if stage == "publish"
+                    else items * copies // (copies - half)
+                ),
+                "plan_s": t_plan,
+                "shards": min(len(specs), args.sample_shards),
+                "shard_items": shard_items,
+                "shard_s": t_shards,
+            }
+        )
+    )
+
+
+def _judged_rows(root_dir: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(p).num_rows for p in (root_dir / "judged").rglob("*.parquet"))
+
+
+def _peak_rss_mb() -> float:
+    """This process's own high-water RSS (VmHWM starts afresh at exec, unlike ru_maxrss, which keeps the
+    parent's peak across fork and exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_child(argv: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, *argv], stdout=subprocess.PIPE, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# -- the template: the real pipeline over the first files -------------------------------------------------------
+
+
+def build_template(base: Path) -> dict:
+    """Run every stage for real over the first ``TEMPLATE_FILES`` sources (the same at every N); record which
+    files each stage wrote."""
+    from datamind.storage import DataRoot
+
+    src = base / "src"
+    write_sources(src, TEMPLATE_FILES)
+    root_dir = base / "root"
+    root = DataRoot(str(root_dir))
+    outputs: dict[str, list[str]] = {}
+    for stage in STAGES[:-1]:
+        before = _files(root_dir) if root_dir.exists() else set()
+        for spec in plan(stage, root, src):
+            process(stage, root, spec, f"template-{stage}")
+        outputs[stage] = cloneable(sorted(_files(root_dir) - before))
+    # ingest's own clones would be files it never saw; its planner lists the real N files instead
+    outputs.pop("ingest")
+    (base / "ids.json").write_text(json.dumps(sorted(template_ids(root_dir))))
+    return outputs
+
+
+def measure(n: int, base: Path, outputs: dict, sample_shards: int, keep: Path | None) -> list[dict]:
+    work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-", dir=keep))
+    try:
+        t0 = time.perf_counter()
+        write_sources(work / "src", n)
+        print(f"N={n}: {n} source files written in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        root_dir = work / "root"
+        shutil.copytree(base / "root", root_dir)
+        shutil.copy(base / "ids.json", work / "ids.json")
+        copies = max(2, math.ceil(n / TEMPLATE_FILES))
+        (work / "work.json").write_text(json.dumps({"copies": copies, "outputs": outputs}))
+        ids = set(json.loads((work / "ids.json").read_text()))
+        rows = []
+        for stage in STAGES:
+            if stage == "profile":  # the catalog of files is every later stage's first input
+                _clone_catalog(root_dir, copies, ids)
+            rows.append(run_child(["--child", stage, "--root", str(root_dir), "--sample-shards", str(sample_shards)]))
+            print(f"N={n}: {stage} measured", file=sys.stderr)
+        return rows
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _clone_catalog(root_dir: Path, copies: int, ids: set[str]) -> None:
+    rels = [r for r in cloneable(sorted(_files(root_dir))) if r.startswith("catalog/files")]
+    clone_files(root_dir, rels, range(1, copies), ids)
+
+
+# -- report ------------------------------------------------------------------------------------------------------
+
+
+def report(results: dict[int, list[dict]]) -> None:
+    print()
+    print(f"{'N':>6} {'stage':<8} {'items':>7} {'plan s':>8} {'plan ms/item':>12} {'shard items':>11} "
+          f"{'shard ms/item':>13} {'peak RSS MB':>11}")  # fmt: skip
+    for n, rows in results.items():
+        for r in rows:
+            items = r["input_items"] or 1
+            per_shard = 1000 * r["shard_s"] / r["shard_items"] if r["shard_items"] else float("nan")
+            print(
+                f"{n:>6} {r['stage']:<8} {r['input_items']:>7} {r['plan_s']:>8.3f} {1000 * r['plan_s'] / items:>12.3f}"
+                f" {r['shard_items']:>11} {per_shard:>13.2f} {r['peak_rss_mb']:>11.0f}"
+            )
+    sizes = sorted(results)
+    if len(sizes) > 1:
+        print("\nplanner growth exponent between sizes (1.0 = linear, 2.0 = quadratic):")
+        for stage in STAGES[:-1]:
+            parts = []
+            for a, b in zip(sizes, sizes[1:]):
+                ra = next(r for r in results[a] if r["stage"] == stage)
+                rb = next(r for r in results[b] if r["stage"] == stage)
+                if ra["plan_s"] > 0 and ra["input_items"] and rb["input_items"] > ra["input_items"]:
+                    k = math.log(rb["plan_s"] / ra["plan_s"]) / math.log(rb["input_items"] / ra["input_items"])
+                    parts.append(f"{a}->{b}: {k:.2f}")
+            print(f"  {stage:<8} " + ", ".join(parts))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[50, 500, 5000], help="numbers of source files")
+    ap.add_argument("--sample-shards", type=int, default=2, help="shards processed for real per stage")
+    ap.add_argument("--keep", type=Path, help="keep the generated data roots under this folder")
+    ap.add_argument("--child", choices=STAGES, dest="stage", help=argparse.SUPPRESS)
+    ap.add_argument("--root", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.stage:
+        child(args)
+        return
+    base = Path(tempfile.mkdtemp(prefix="bench-scale-template-", dir=args.keep))
+    try:
+        t0 = time.perf_counter()
+        outputs = build_template(base)
+        print(
+            f"template: the pipeline over {TEMPLATE_FILES} files in {time.perf_counter() - t0:.0f} s", file=sys.stderr
+        )
+        results = {}
+        for n in args.sizes:
+            t0 = time.perf_counter()
+            results[n] = measure(n, base, outputs, args.sample_shards, args.keep)
+            print(f"N={n}: {time.perf_counter() - t0:.0f} s in all", file=sys.stderr)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    report(results)
+    print(f"\npeak RSS of this driver (template and clones): {_peak_rss_mb():.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Stage parameters declared once: the form schema and the checks come from the same field declarations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from datamind.stage_params import check_ranges, form_schema, from_params, param
+
+
+@dataclass(frozen=True)
+class Knobs:
+    mode: str = param("fast", "Mode", enum=("fast", "slow"))
+    n: int = param(3, "Count", minimum=1, maximum=8, section="Sizes")
+    ratio: float = param(0.5, "Ratio", minimum=0, maximum=1)
+    seed: int | None = param(None, "Seed")
+    tags: tuple[str, ...] = param(("a",), "Tags", enum=("a", "b"))
+    hidden: int = param(7, "Hidden", minimum=0, form=False)
+    flag: bool = param(True, "Flag")
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
+def test_form_schema_carries_types_ranges_choices_and_order():
+    schema = form_schema(Knobs)
+    assert list(schema) == ["mode", "n", "ratio", "seed", "tags", "flag"]  # declaration order; hidden is not shown
+    assert schema["mode"] == {"default": "fast", "type": "string", "title": "Mode", "enum": ["fast", "slow"]}
+    assert schema["n"] == {"default": 3, "type": "integer", "title": "Count", "minimum": 1, "maximum": 8,
+                           "section": "Sizes"}  # fmt: skip
+    assert schema["ratio"]["type"] == "number"
+    assert schema["seed"]["type"] == ["null", "integer"] and schema["seed"]["default"] is None
+    assert schema["tags"] == {"default": ["a"], "type": "array", "title": "Tags",
+                              "items": {"type": "string", "enum": ["a", "b"]}}  # fmt: skip
+    assert schema["flag"]["type"] == "boolean"
+    assert form_schema(Knobs, defaults=Knobs(n=5))["n"]["default"] == 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "warp"}, r"mode \(Mode\) must be one of \['fast', 'slow'\], got 'warp'"),
+        ({"n": 0}, r"n \(Count\) must be between 1 and 8, got 0"),
+        ({"n": 9}, r"n \(Count\) must be between 1 and 8, got 9"),
+        ({"ratio": 1.5}, r"ratio \(Ratio\) must be between 0 and 1"),
+        ({"tags": ("a", "z")}, r"tags \(Tags\) must be one of \['a', 'b'\], got 'z'"),
+        ({"hidden": -1}, r"hidden \(Hidden\) must be >= 0, got -1"),
+        ({"n": None}, r"n \(Count\) must be set"),
+    ],
+)
+def test_out_of_range_values_name_the_field_and_the_range(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Knobs(**kwargs)
+
+
+def test_valid_values_pass_and_unknown_keys_are_refused():
+    assert Knobs(mode="slow", n=8, ratio=0, seed=None, tags=("a", "b")).n == 8
+    assert from_params(Knobs, {"n": 2, "conn": "x"}, ignore={"conn"}) == Knobs(n=2)
+    with pytest.raises(ValueError, match=r"unknown Knobs parameter\(s\) \['nn'\]"):
+        from_params(Knobs, {"nn": 2})
+
+
+def test_a_mutable_default_is_refused_at_declaration():
+    with pytest.raises(TypeError, match="tuple"):
+        param([1, 2], "List")
