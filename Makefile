@@ -44,6 +44,7 @@ bench: install
 	$(PY) scripts/bench_sandbox.py
 	$(PY) scripts/bench_rollout.py
 	OMP_NUM_THREADS=1 $(PY) scripts/bench_train.py
+	$(PY) scripts/bench_scale.py
 
 # The multi-worker deployment natively (PostgreSQL, Redis, an S3 server, Celery workers): prints the UI URL and login.
 cluster: install

@@ -36,7 +36,7 @@ import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from datamind.evaluate.params import OFFLINE_AGENT, EvalParams
-from datamind_airflow import CHECKPOINTS, DAG_DEFAULTS, runtime
+from datamind_airflow import DAG_DEFAULTS, runtime, wakes_on
 from datamind_airflow.forms import form_params
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def _default_suites() -> dict:
 
 
 @dag(
-    schedule=[CHECKPOINTS],
+    schedule=wakes_on("evaluate_agent"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "evaluation"],
@@ -72,7 +72,7 @@ def evaluate_agent():
 
         context = get_current_context()
         raw = dict(context["params"])
-        for event in (context.get("triggering_asset_events") or {}).get(CHECKPOINTS, []):
+        for event in (context.get("triggering_asset_events") or {}).get(wakes_on("evaluate_agent")[0], []):
             uri = (event.extra or {}).get("checkpoint_uri")
             log.info("Triggered by checkpoint %s", uri)
             if uri and not raw.get("checkpoint") and raw.get("agent_conn_id") == OFFLINE_AGENT:

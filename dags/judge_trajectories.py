@@ -29,7 +29,7 @@ from airflow.sdk import dag
 
 from datamind.judge.params import JudgeParams
 from datamind.rollout.params import RolloutParams
-from datamind_airflow import DAG_DEFAULTS, JUDGED, TRAJECTORIES
+from datamind_airflow import DAG_DEFAULTS, wakes_on
 from datamind_airflow.forms import form_params, llm_conn_param
 from datamind_airflow.stages import sharded_stage
 
@@ -48,7 +48,7 @@ def process(root, spec, params, run_id, llm_client):
 
 
 @dag(
-    schedule=[TRAJECTORIES],
+    schedule=wakes_on("judge_trajectories"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "trajectories"],
@@ -61,9 +61,7 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def judge_trajectories():
-    sharded_stage(
-        plan=plan, process=process, table="dataset", rel_dir="judged", stage="judge_trajectories", outlet=JUDGED
-    )
+    sharded_stage("judge_trajectories", plan=plan, process=process)
 
 
 judge_trajectories()

@@ -17,7 +17,7 @@ from airflow.sdk import dag
 
 from datamind.profile.params import ProfileParams
 from datamind.stage_params import from_params
-from datamind_airflow import CATALOG_FILES, CATALOG_TABLES, DAG_DEFAULTS
+from datamind_airflow import DAG_DEFAULTS, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
@@ -36,7 +36,7 @@ def process(root, spec, params, run_id, llm_client):
 
 
 @dag(
-    schedule=[CATALOG_FILES],
+    schedule=wakes_on("profile_files"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "profile"],
@@ -44,7 +44,7 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def profile_files():
-    sharded_stage(plan=plan, process=process, table="catalog_tables", stage="profile_files", outlet=CATALOG_TABLES)
+    sharded_stage("profile_files", plan=plan, process=process)
 
 
 profile_files()

@@ -20,13 +20,15 @@ import pendulum
 from airflow.sdk import dag, get_current_context, task
 
 from datamind.publish.params import PublishParams
-from datamind_airflow import DAG_DEFAULTS, DATASET, JUDGED
+from datamind_airflow import DAG_DEFAULTS, announces, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow import runtime
 
+DATASET = announces("publish_dataset")
+
 
 @dag(
-    schedule=[JUDGED],
+    schedule=wakes_on("publish_dataset"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "dataset"],

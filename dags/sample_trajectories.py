@@ -19,7 +19,7 @@ import pendulum
 from airflow.sdk import dag
 
 from datamind.rollout.params import RolloutParams
-from datamind_airflow import DAG_DEFAULTS, QUERIES, TRAJECTORIES
+from datamind_airflow import DAG_DEFAULTS, wakes_on
 from datamind_airflow.forms import form_params, llm_conn_param
 from datamind_airflow.stages import sharded_stage
 
@@ -38,7 +38,7 @@ def process(root, spec, params, run_id, llm_client):
 
 
 @dag(
-    schedule=[QUERIES],
+    schedule=wakes_on("sample_trajectories"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "trajectories"],
@@ -46,7 +46,7 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def sample_trajectories():
-    sharded_stage(plan=plan, process=process, table="trajectories", stage="sample_trajectories", outlet=TRAJECTORIES)
+    sharded_stage("sample_trajectories", plan=plan, process=process)
 
 
 sample_trajectories()

@@ -21,7 +21,7 @@ import pendulum
 from airflow.sdk import dag
 
 from datamind.synth.params import SynthParams
-from datamind_airflow import CATALOG_TABLES, DAG_DEFAULTS, QUERIES
+from datamind_airflow import DAG_DEFAULTS, wakes_on
 from datamind_airflow.forms import form_params, llm_conn_param
 from datamind_airflow.stages import sharded_stage
 
@@ -40,7 +40,7 @@ def process(root, spec, params, run_id, llm_client):
 
 
 @dag(
-    schedule=[CATALOG_TABLES],
+    schedule=wakes_on("synthesize_queries"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "synthesis"],
@@ -48,7 +48,7 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def synthesize_queries():
-    sharded_stage(plan=plan, process=process, table="queries", stage="synthesize_queries", outlet=QUERIES)
+    sharded_stage("synthesize_queries", plan=plan, process=process)
 
 
 synthesize_queries()

@@ -35,13 +35,15 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-from datamind_airflow import CHECKPOINTS, DAG_DEFAULTS, DATASET, runtime
+from datamind_airflow import DAG_DEFAULTS, announces, runtime, wakes_on
 
 log = logging.getLogger(__name__)
 
+CHECKPOINTS = announces("train_agent")
+
 
 @dag(
-    schedule=[DATASET],
+    schedule=wakes_on("train_agent"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "training"],

@@ -313,13 +313,13 @@ def run_child(argv: list[str]) -> dict:
 # -- the template: the real pipeline over the first files -------------------------------------------------------
 
 
-def build_template(base: Path) -> dict:
-    """Run every stage for real over the first ``TEMPLATE_FILES`` sources (the same at every N); record which
+def build_template(base: Path, n_files: int) -> dict:
+    """Run every stage for real over the first ``n_files`` sources (the same at every N); record which
     files each stage wrote."""
     from datamind.storage import DataRoot
 
     src = base / "src"
-    write_sources(src, TEMPLATE_FILES)
+    write_sources(src, n_files)
     root_dir = base / "root"
     root = DataRoot(str(root_dir))
     outputs: dict[str, list[str]] = {}
@@ -334,7 +334,9 @@ def build_template(base: Path) -> dict:
     return outputs
 
 
-def measure(n: int, base: Path, outputs: dict, sample_shards: int, keep: Path | None) -> list[dict]:
+def measure(
+    n: int, base: Path, outputs: dict, template_files: int, sample_shards: int, keep: Path | None
+) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-", dir=keep))
     try:
         t0 = time.perf_counter()
@@ -343,7 +345,7 @@ def measure(n: int, base: Path, outputs: dict, sample_shards: int, keep: Path | 
         root_dir = work / "root"
         shutil.copytree(base / "root", root_dir)
         shutil.copy(base / "ids.json", work / "ids.json")
-        copies = max(2, math.ceil(n / TEMPLATE_FILES))
+        copies = max(2, math.ceil(n / template_files))
         (work / "work.json").write_text(json.dumps({"copies": copies, "outputs": outputs}))
         ids = set(json.loads((work / "ids.json").read_text()))
         rows = []
@@ -396,6 +398,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[50, 500, 5000], help="numbers of source files")
     ap.add_argument("--sample-shards", type=int, default=2, help="shards processed for real per stage")
+    ap.add_argument("--template-files", type=int, default=TEMPLATE_FILES, help="files the real pipeline runs over")
     ap.add_argument("--keep", type=Path, help="keep the generated data roots under this folder")
     ap.add_argument("--child", choices=STAGES, dest="stage", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
@@ -406,14 +409,15 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="bench-scale-template-", dir=args.keep))
     try:
         t0 = time.perf_counter()
-        outputs = build_template(base)
+        outputs = build_template(base, args.template_files)
         print(
-            f"template: the pipeline over {TEMPLATE_FILES} files in {time.perf_counter() - t0:.0f} s", file=sys.stderr
+            f"template: the pipeline over {args.template_files} files in {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
         )
         results = {}
         for n in args.sizes:
             t0 = time.perf_counter()
-            results[n] = measure(n, base, outputs, args.sample_shards, args.keep)
+            results[n] = measure(n, base, outputs, args.template_files, args.sample_shards, args.keep)
             print(f"N={n}: {time.perf_counter() - t0:.0f} s in all", file=sys.stderr)
     finally:
         if args.keep is None:

@@ -21,6 +21,7 @@ LAYERS = [
         "vocabulary",
         "progress",
         "stage_params",
+        "stages",
     },
     {"llm", "sandbox", "quality"},
     {"ingest"},

@@ -11,15 +11,27 @@ from datetime import timedelta
 
 from airflow.sdk import Asset
 
-from datamind import assets as names
+from datamind.stages import ASSET_OF, STAGES
 
-CATALOG_FILES = Asset(names.CATALOG_FILES)
-CATALOG_TABLES = Asset(names.CATALOG_TABLES)
-QUERIES = Asset(names.QUERIES)
-TRAJECTORIES = Asset(names.TRAJECTORIES)
-JUDGED = Asset(names.JUDGED)
-DATASET = Asset(names.DATASET)
-CHECKPOINTS = Asset(names.CHECKPOINTS)
+ASSETS = {table: Asset(uri) for table, uri in ASSET_OF.items()}
+CATALOG_FILES = ASSETS["catalog_files"]
+CATALOG_TABLES = ASSETS["catalog_tables"]
+QUERIES = ASSETS["queries"]
+TRAJECTORIES = ASSETS["trajectories"]
+JUDGED = ASSETS["judged"]
+DATASET = ASSETS["dataset"]
+CHECKPOINTS = ASSETS["checkpoints"]
+
+
+def wakes_on(dag_id: str) -> list[Asset]:
+    """The schedule of an Asset-driven stage: the Asset of the table it reads (stage catalog)."""
+    return [ASSETS[STAGES[dag_id].reads]]
+
+
+def announces(dag_id: str) -> Asset:
+    """The Asset a stage emits when it has written new rows of its table (stage catalog)."""
+    return ASSETS[STAGES[dag_id].writes]
+
 
 DEFAULT_ARGS = {
     "owner": "datamind",

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from airflow.sdk import Asset, get_current_context, task
+from airflow.sdk import get_current_context, task
 
-from datamind_airflow import runtime
+from datamind_airflow import announces, runtime
 
 # Params that choose infrastructure (which Connection), not what a stage computes.
 INFRA_PARAMS = {"llm_conn_id"}
@@ -29,20 +29,14 @@ def stage_params() -> dict[str, Any]:
     return {k: v for k, v in get_current_context()["params"].items() if k not in INFRA_PARAMS}
 
 
-def sharded_stage(
-    *,
-    plan: PlanFn,
-    process: ProcessFn,
-    table: str,
-    stage: str,
-    outlet: Asset,
-    rel_dir: str | None = None,
-    parallel_shards: int = 2,
-):
-    """Instantiate the three tasks inside the calling ``@dag`` function.
+def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shards: int = 2):
+    """Instantiate the three tasks inside the calling ``@dag`` function of ``stage`` (a DAG id of the stage
+    catalog, which names the table it writes, that table's contract and directory, and its Asset)."""
+    from datamind.assets import DIRS
+    from datamind.stages import STAGES, contract
 
-    ``table`` names the output's schema; ``rel_dir`` its directory when that is not the table's own.
-    """
+    writes = STAGES[stage].writes
+    table, rel_dir, outlet = contract(writes), DIRS[writes], announces(stage)
 
     @task(task_id="plan")
     def plan_task() -> list[dict]:

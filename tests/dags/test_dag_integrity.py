@@ -167,3 +167,21 @@ def test_form_fields_are_the_dataclass_fields_with_their_ranges(dagbag, dag_id, 
                 cls(**{field_name: too_big}) if cls.__name__ != "EvalParams" else cls(
                     suites={"heldout": ""}, **{field_name: too_big}
                 )
+
+
+def test_every_dag_is_wired_as_the_stage_catalog_says(dagbag):
+    """Schedules and outlets come from datamind.stages: a stage is woken by the table it reads and announces the
+    table it writes, and every DAG file is a stage of the catalog."""
+    from datamind.stages import ASSET_OF, PIPELINE
+
+    assert {s.dag_id for s in PIPELINE} == {p.stem for p in DAG_FILES}
+    for stage in PIPELINE:
+        dag = dagbag.dags[stage.dag_id]
+        emitted = {o.uri.rstrip("/") for t in dag.tasks for o in (getattr(t, "outlets", None) or [])}
+        if stage.writes in ASSET_OF:  # evaluation results end the chain: nothing waits for them
+            assert ASSET_OF[stage.writes] in emitted, f"{stage.dag_id} never announces {stage.writes}"
+        scheduled_on = {u.rstrip("/") for u in _asset_uris(getattr(dag.timetable, "asset_condition", None))}
+        if stage.reads is None:
+            assert not scheduled_on, f"{stage.dag_id} is Asset-scheduled but the catalog says it reads no table"
+        else:
+            assert scheduled_on == {ASSET_OF[stage.reads]}, (stage.dag_id, scheduled_on)

@@ -60,3 +60,23 @@ def test_index_cli_rebuilds(tmp_path):
     )
     assert out.stdout.strip() == str(tmp_path / "reports" / "index.html")
     assert "synth" in (tmp_path / "reports" / "index.html").read_text()
+
+
+def test_index_opens_with_the_pipeline_in_order_and_each_stage_latest_report(tmp_path):
+    root = DataRoot(str(tmp_path))
+    for stage, run, ok, when in (
+        ("judge_trajectories", "old", True, "2026-01-01T00:00:00"),
+        ("judge_trajectories", "new", False, "2026-01-03T00:00:00"),
+        ("profile_files", "p1", True, "2026-01-02T00:00:00"),
+    ):
+        root.write_text(f"reports/{stage}/{run}/summary.json", json.dumps(_summary(stage, run, ok, when)))
+    html = Path(rebuild_index(root)).read_text()
+    pipeline = html[html.index("<h2>Pipeline</h2>") : html.index("<h2>All reports</h2>")]
+    stages = ["ingest_files", "profile_files", "synthesize_queries", "sample_trajectories", "judge_trajectories",
+              "publish_dataset", "train_agent", "evaluate_agent"]  # fmt: skip
+    positions = [pipeline.index(f"<td>{s}</td>") for s in stages]
+    assert positions == sorted(positions)  # upstream first
+    assert "catalog_files &rarr; catalog_tables" in pipeline and "trajectories &rarr; judged" in pipeline
+    judge_row = pipeline[pipeline.index("<td>judge_trajectories</td>") :].split("</tr>")[0]
+    assert "FAIL" in judge_row and 'href="judge_trajectories/new/report.html"' in judge_row  # the latest, not "old"
+    assert "no report yet" in pipeline[pipeline.index("<td>synthesize_queries</td>") :].split("</tr>")[0]

@@ -24,6 +24,7 @@ from datamind.schemas import CATALOG_FILES, REJECTIONS, rejection
 from datamind.settings import Limits
 from datamind.shards import read_table, shard_name, write_shard
 from datamind.storage import DataRoot
+from datamind.stages import STAGES
 
 log = logging.getLogger(__name__)
 SOURCE = "kaggle"
@@ -49,7 +50,7 @@ def _failure_rows(result, run_id: str) -> list[dict[str, Any]]:
             code = item.get("reason_code") or f"{kind}_{item.get('stage', 'unknown')}"
             rows.append(
                 rejection(
-                    "ingest_kaggle",
+                    STAGES["ingest_kaggle"].rejections,
                     stable_id(SOURCE, kind, item.get("ref"), item.get("version"), code, run_id),
                     code,
                     str(item.get("reason", "")),

@@ -48,10 +48,11 @@ from datamind.rollout.tasks import QueryTask, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, write_shard
 from datamind.storage import DataRoot
+from datamind.stages import STAGES
 
 log = logging.getLogger(__name__)
 
-STAGE = "judge"
+STAGE = STAGES["judge_trajectories"].rejections
 REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
 
 

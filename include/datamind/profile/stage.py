@@ -24,8 +24,9 @@ from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejectio
 from datamind.settings import Limits
 from datamind.shards import chunk, read_table, shard_name, write_shard
 from datamind.storage import DataRoot
+from datamind.stages import STAGES
 
-STAGE = "profile"
+STAGE = STAGES["profile_files"].rejections
 
 
 def _profile_failures(root: DataRoot) -> set[str]:

@@ -36,10 +36,11 @@ from datamind.stage_params import from_params
 from datamind.schemas import CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
 from datamind.shards import read_rows, table_to_parquet_bytes
 from datamind.storage import DataRoot
+from datamind.stages import STAGES
 
 log = logging.getLogger(__name__)
 
-STAGE = "filter"
+STAGE = STAGES["publish_dataset"].rejections
 MANIFEST = "manifest.json"
 CARD = "README.md"
 _VDIR = re.compile(r"^v(\d+)$")

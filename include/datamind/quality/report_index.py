@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from urllib.parse import quote
 
 from datamind.assets import DIRS
+from datamind.stages import PIPELINE
 from datamind.storage import DataRoot
 
 REPORTS = DIRS["reports"]
@@ -21,7 +22,7 @@ INDEX = posixpath.join(REPORTS, "index.html")
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#222}
-h1{font-size:1.4rem} p.meta{color:#666}
+h1{font-size:1.4rem} h2{font-size:1.1rem;margin-top:1.5rem} p.meta{color:#666}
 table{border-collapse:collapse;width:100%;font-size:.9rem}
 th,td{border-bottom:1px solid #ddd;padding:.35rem .6rem;text-align:left;vertical-align:top}
 th{background:#f4f4f4;position:sticky;top:0}
@@ -82,6 +83,36 @@ def _row(doc: dict) -> str:
     return f"<tr>{tds}<td>{verdict}</td><td>{html.escape(passed)}</td><td>{links}</td></tr>"
 
 
+def _pipeline(summaries: list[dict]) -> str:
+    """One row per stage in pipeline order: what it reads and writes, and its latest report."""
+    latest: dict[str, dict] = {}
+    for doc in summaries:  # newest first
+        latest.setdefault(doc.get("stage", ""), doc)
+    rows = []
+    for stage in PIPELINE:
+        doc = latest.get(stage.dag_id)
+        if doc is None:
+            last = "no report yet"
+        elif "broken" in doc:
+            last = '<span class="fail">UNREADABLE</span>'
+        else:
+            verdict = "PASS" if doc.get("success") else "FAIL"
+            css = "pass" if doc.get("success") else "fail"
+            last = (
+                f'<span class="{css}">{verdict}</span> '
+                f"{_link(doc['_dir'] + '/report.html', doc.get('run_id') or doc['_dir'])}"
+            )
+        reads = stage.reads or "sources"
+        rows.append(
+            f"<tr><td>{html.escape(stage.dag_id)}</td><td>{html.escape(reads)} &rarr; {html.escape(stage.writes)}"
+            f"</td><td>{html.escape(stage.item)}</td><td>{last}</td></tr>"
+        )
+    return (
+        "<h2>Pipeline</h2>\n<table><thead><tr><th>stage</th><th>reads &rarr; writes</th><th>item</th>"
+        "<th>latest report</th></tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>\n<h2>All reports</h2>\n"
+    )
+
+
 def render_index(summaries: list[dict]) -> str:
     n_fail = sum(1 for s in summaries if not s.get("success"))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -96,6 +127,7 @@ def render_index(summaries: list[dict]) -> str:
         f"<style>{_STYLE}</style></head><body>\n"
         "<h1>DATAMIND data quality reports</h1>\n"
         f'<p class="meta">{len(summaries)} report(s), {n_fail} failing. Regenerated {html.escape(now)}.</p>\n'
+        f"{_pipeline(summaries)}"
         f"<table><thead>{head}</thead><tbody>\n{body}\n</tbody></table>\n</body></html>\n"
     )
 

@@ -29,10 +29,11 @@ from datamind.rollout.tasks import TaskError, load_tasks
 from datamind.schemas import QUERIES, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, write_shard
 from datamind.storage import DataRoot
+from datamind.stages import STAGES
 
 log = logging.getLogger(__name__)
 
-STAGE = "rollout"
+STAGE = STAGES["sample_trajectories"].rejections
 REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
 
 

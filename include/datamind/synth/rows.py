@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 
 from datamind.ids import stable_id
 from datamind.schemas import rejection
+from datamind.stages import STAGES
 
-STAGE = "synthesis"
+STAGE = STAGES["synthesize_queries"].rejections
 MAX_RAW_CHARS = 4000
 
 

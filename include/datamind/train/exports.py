@@ -29,6 +29,7 @@ from datamind.ids import sha256_bytes, stable_id
 from datamind.schemas import DATASET, REJECTIONS, RL_EXPORT, rejection
 from datamind.shards import read_rows, table_to_parquet_bytes, write_shard
 from datamind.storage import DataRoot
+from datamind.stages import STAGES
 
 SFT_DATASET_NAME = "datamind_sft"
 SFT_FILE = "sft/datamind_sft.jsonl"
@@ -187,9 +188,16 @@ def export(
         write_shard(
             root,
             REJECTIONS,
-            posixpath.join(DIRS["rejections"], "export"),
+            posixpath.join(DIRS["rejections"], STAGES["train_agent"].rejections),
             [
-                rejection("export", r["sample_id"], r["reason_code"], r["reason"], run_id=run_id, created_at=now)
+                rejection(
+                    STAGES["train_agent"].rejections,
+                    r["sample_id"],
+                    r["reason_code"],
+                    r["reason"],
+                    run_id=run_id,
+                    created_at=now,
+                )
                 for r in rejected
             ],
             name=f"export-{version}.parquet",
