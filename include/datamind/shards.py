@@ -55,15 +55,17 @@ def read_table(
     rel_dir: str,
     columns: list[str] | None = None,
     where: tuple[str, Iterable[str]] | None = None,
+    paths: Iterable[str] | None = None,
 ) -> pa.Table:
-    """All shards under ``rel_dir`` as one table (empty table with the schema when none).
+    """All shards under ``rel_dir`` as one table (empty table with the schema when none); ``paths`` limits the
+    read to those shards (a planner that knows where a task's rows are hands them over).
 
     ``where=(column, values)`` keeps the rows whose ``column`` is one of ``values``, reading that column
     first and the other columns only of shards that hold a match: a task that needs its own few rows of a
     large table pays for one column of it, not for every row's payload."""
     wanted = pa.array(sorted(set(where[1])), type=pa.string()) if where else None
     tables = []
-    for path in shard_paths(root, rel_dir):
+    for path in shard_paths(root, rel_dir) if paths is None else sorted(set(paths)):
         with root.open(path) as fh:
             if wanted is None:
                 t = pq.read_table(fh, columns=columns)

@@ -48,10 +48,13 @@ def test_planning_thousands_of_queries_reads_the_output_a_bounded_number_of_time
     done = [q["query_id"] for q in queries[:1000]]
     for k in range(0, len(done), 250):  # several output shards
         write_shard(root, TRAJECTORIES, "trajectories", _trajectories(done[k : k + 250]), f"part-{k}.parquet")
-    calls = []
-    real = stage.read_table
-    monkeypatch.setattr(stage, "read_table", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
+    opened = []
+    real = type(root).open
+    monkeypatch.setattr(
+        type(root), "open", lambda self, path, *a, **kw: opened.append(path) or real(self, path, *a, **kw)
+    )
     specs = stage.plan_sampling(root, 500, {})
     planned = [q for s in specs for q in s["query_ids"]]
     assert planned == [q["query_id"] for q in queries[1000:]] and len(specs) == 4
-    assert len(calls) <= 3  # queries, trajectories, rejections: once each
+    # every shard of queries and trajectories is read once, not once per query
+    assert len(opened) == len(set(opened)) == 1 + 4, opened

@@ -121,13 +121,17 @@ def plan_judging(
     root = DataRoot.of(root)
     p = _p(params)
     # Queries with a trajectory still to be sampled again (a transient LLM failure) wait for it.
-    sampled = sampling_state(root).done
-    todo = sorted(sampled - judged_query_ids(root, p))
-    return (
-        [{"shard_id": shard_id(part), "query_ids": part} for part in chunk(todo, shard_size or p.shard_size)]
-        if todo
-        else []
-    )
+    state = sampling_state(root)
+    todo = sorted(state.done - judged_query_ids(root, p))
+    return [
+        # the shard's trajectory files travel with it: a task reads those, not every shard of the table
+        {
+            "shard_id": shard_id(part),
+            "query_ids": part,
+            "sources": sorted(set().union(*(state.files.get(q, ()) for q in part))),
+        }
+        for part in chunk(todo, shard_size or p.shard_size)
+    ]
 
 
 @dataclass
@@ -320,12 +324,12 @@ async def _judge_query(
 
 
 def _group(
-    root: DataRoot, qids: list[str], run_id: str | None, now: datetime
+    root: DataRoot, qids: list[str], run_id: str | None, now: datetime, sources: list[str] | None
 ) -> tuple[dict[str, list[dict]], dict[str, QueryTask], list[dict]]:
     """Round-0 trajectories per query (one per sample index), the queries' tasks, and the rejections of
     queries that cannot be judged (no trajectories, or a task that does not load)."""
     by_query: dict[str, list[dict]] = {}
-    for r in round0_trajectories(root, qids):  # sorted by query, sample index, trajectory id
+    for r in round0_trajectories(root, qids, sources):  # sorted by query, sample index, trajectory id
         group = by_query.setdefault(r["query_id"], [])
         if not group or group[-1]["sample_index"] != r["sample_index"]:  # one row per sample (reruns overwrite)
             group.append(r)
@@ -504,7 +508,7 @@ def judge_shard(
     now = datetime.now(timezone.utc)
     qids = sorted(spec["query_ids"])
 
-    by_query, tasks, rejections = _group(root, qids, run_id, now)
+    by_query, tasks, rejections = _group(root, qids, run_id, now, spec.get("sources"))
     judge = (
         OfflineJudge(p.rel_tol)
         if p.judge == "offline"
@@ -547,9 +551,10 @@ def sampled_with(rows0: list[dict], fallback: RolloutParams) -> RolloutParams:
     return RolloutParams.from_dict(json.loads(recorded)) if recorded else fallback
 
 
-def round0_trajectories(root: DataRoot, query_ids: list[str]) -> list[dict]:
-    """Round-0 trajectories of ``query_ids`` (only shards holding them are read beyond their query ids)."""
-    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], where=("query_id", query_ids))
+def round0_trajectories(root: DataRoot, query_ids: list[str], sources: list[str] | None = None) -> list[dict]:
+    """Round-0 trajectories of ``query_ids``, read from ``sources`` (the shards the planner found them in) or
+    from every shard (only those holding them are read beyond their query ids)."""
+    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], where=("query_id", query_ids), paths=sources)
     return latest_attempts(t.filter(pc.equal(t.column("reflection_round"), 0)).to_pylist())
 
 

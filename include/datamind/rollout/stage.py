@@ -27,7 +27,7 @@ from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import TaskError, load_tasks
 from datamind.schemas import QUERIES, REJECTIONS, TRAJECTORIES, rejection
-from datamind.shards import chunk, read_table, write_shard
+from datamind.shards import chunk, read_table, shard_paths, write_shard
 from datamind.storage import DataRoot
 from datamind.stages import STAGES
 
@@ -52,6 +52,8 @@ class SamplingState:
     done: set[str] = field(default_factory=set)  # queries whose round 0 is final (or that were rejected)
     # query -> {sample_index: attempts so far} for trajectories that failed transiently and may be redone
     resample: dict[str, dict[int, int]] = field(default_factory=dict)
+    # query -> the trajectory shards holding its round-0 rows: a judging shard reads only these
+    files: dict[str, set[str]] = field(default_factory=dict)
 
 
 def _is_transient(status: str | None, error: str | None) -> bool:
@@ -64,18 +66,20 @@ def sampling_state(root: DataRoot, max_attempts: int | None = None) -> SamplingS
     up, rate limits) and has attempts left keeps its query out of ``done``, listed in ``resample``.
     ``max_attempts`` defaults to what each row's own sampling parameters recorded."""
     cols = ["query_id", "sample_index", "reflection_round", "status", "error", "created_at", "sampling_params"]
-    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=cols)
     latest: dict[tuple[str, int], tuple] = {}
     attempts: Counter = Counter()
     limits: dict[str | None, int] = {}
-    for q, i, r, status, error, ts, sp in zip(*(t.column(c).to_pylist() for c in cols)):
-        if r != 0:
-            continue
-        key = (q, int(i))
-        attempts[key] += 1
-        if key not in latest or ts > latest[key][2]:
-            latest[key] = (status, error, ts, sp)
     state = SamplingState()
+    for path in shard_paths(root, DIRS["trajectories"]):
+        t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=cols, paths=[path])
+        for q, i, r, status, error, ts, sp in zip(*(t.column(c).to_pylist() for c in cols)):
+            if r != 0:
+                continue
+            key = (q, int(i))
+            attempts[key] += 1
+            state.files.setdefault(q, set()).add(path)
+            if key not in latest or ts > latest[key][2]:
+                latest[key] = (status, error, ts, sp)
     for (q, i), (status, error, _, sp) in latest.items():
         if max_attempts is not None:
             cap = max_attempts
