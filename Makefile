@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint airflow cluster cluster-stop lock bench clean
+.PHONY: install train-env demo test test-fast lint airflow cluster cluster-stop lock lock-train bench clean
 
 install: $(STAMP)
 
@@ -21,10 +21,21 @@ $(STAMP): requirements.txt pyproject.toml scripts/install_system_deps.sh
 	bin/airflow pools set gpu 1 "One slot per GPU for train_agent" > /dev/null
 	touch $(STAMP)
 
+# LLaMA-Factory's own environment (older transformers/datasets than the core one); the GPU worker image and the
+# tests that run it need it, the pipeline does not.
+TRAIN_VENV := .venv-train
+train-env: $(TRAIN_VENV)/.installed
+
+$(TRAIN_VENV)/.installed: requirements-train.txt
+	test -x $(TRAIN_VENV)/bin/python || $(PYTHON) -m venv $(TRAIN_VENV)
+	$(TRAIN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TRAIN_VENV)/bin/python -m pip install --quiet -r requirements-train.txt
+	touch $@
+
 demo: install
 	bin/demo
 
-test: install
+test: install train-env
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: install
@@ -52,6 +63,12 @@ cluster: install
 
 cluster-stop:
 	$(PY) scripts/cluster.py stop
+
+lock-train:
+	rm -rf /tmp/datamind-lock-train && $(PYTHON) -m venv /tmp/datamind-lock-train
+	/tmp/datamind-lock-train/bin/pip install --quiet -r requirements-train.in
+	(echo "# Locked from requirements-train.in by \`make lock-train\`: the engines' environment (.venv-train)."; \
+	 /tmp/datamind-lock-train/bin/pip freeze | sed 's/+cpu$$//') > requirements-train.txt
 
 lock:
 	rm -rf /tmp/datamind-lock && $(PYTHON) -m venv /tmp/datamind-lock

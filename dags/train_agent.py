@@ -61,6 +61,20 @@ CHECKPOINTS = announces("train_agent")
             title="Phase",
             description="sft: supervised only. sft+rl: cold-start SFT, then SFT + DAPO.",
         ),
+        "engine": Param(
+            "builtin",
+            type="string",
+            enum=["builtin", "llamafactory"],
+            title="Engine",
+            description="builtin: the project's trainer (SFT and SFT+RL). llamafactory: SFT through LLaMA-Factory "
+            "in its own environment on the worker (phase sft).",
+        ),
+        "template": Param(
+            "default",
+            type="string",
+            title="Chat template (LLaMA-Factory)",
+            description="LLaMA-Factory's template for the base model, e.g. qwen for Qwen2.5.",
+        ),
         "overrides": Param(
             # a deployment may set its own defaults (the local cluster: a few CPU steps on a tiny model)
             json.loads(os.environ.get("DATAMIND_TRAIN_OVERRIDES") or "{}"),
@@ -113,6 +127,8 @@ def train_agent():
                 {
                     "base_model_path": params["base_model_path"] or "",
                     "phase": params["phase"],
+                    "engine": params["engine"],
+                    "template": params["template"],
                     "export_dir": exported["export_dir"],
                     "data_root": runtime.settings().data_root,
                 }

@@ -9,6 +9,7 @@ disagree about a default or a limit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from typing import Any
@@ -51,16 +52,23 @@ def _json_type(hint: Any) -> tuple[Any, bool]:
     return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object"}.get(hint, "string"), False
 
 
-def _specs(cls: type) -> list[tuple[dataclasses.Field, dict, Any]]:
+@functools.cache
+def _specs(cls: type) -> tuple[tuple[dataclasses.Field, dict, Any, Any], ...]:
+    """(field, form spec, annotation, JSON type) per declared field; resolved once per class (settings objects
+    are built per file and per task: resolving annotations each time cost more than what they check)."""
     hints = typing.get_type_hints(cls)
-    return [(f, f.metadata[_FORM], hints[f.name]) for f in dataclasses.fields(cls) if _FORM in f.metadata]
+    return tuple(
+        (f, f.metadata[_FORM], hints[f.name], _json_type(hints[f.name])[0])
+        for f in dataclasses.fields(cls)
+        if _FORM in f.metadata
+    )
 
 
 def form_schema(cls: type, exclude: tuple[str, ...] = (), defaults: Any = None) -> dict[str, dict[str, Any]]:
     """Field name -> {"default", "type", "title", ...}: what an Airflow ``Param`` takes, in declaration order.
     ``defaults``, an instance of ``cls``, shows its values instead (settings a deployment configured)."""
     out: dict[str, dict[str, Any]] = {}
-    for f, spec, hint in _specs(cls):
+    for f, spec, hint, _ in _specs(cls):
         if not spec["in_form"] or f.name in exclude:
             continue
         kind, seq = _json_type(hint)
@@ -75,10 +83,10 @@ def form_schema(cls: type, exclude: tuple[str, ...] = (), defaults: Any = None) 
 
 def check_ranges(obj: Any) -> None:
     """Raise ValueError naming the field when a value is outside its declared range or choices."""
-    for f, spec, hint in _specs(type(obj)):
+    for f, spec, _, kind in _specs(type(obj)):
         value = getattr(obj, f.name)
         if value is None:
-            if not isinstance(_json_type(hint)[0], list):  # only ``X | None`` fields may be empty
+            if not isinstance(kind, list):  # only ``X | None`` fields may be empty
                 raise ValueError(f"{f.name} ({spec['title']}) must be set")
             continue
         choices = spec.get("enum")

@@ -23,8 +23,11 @@ def dag():
 def test_contract(dag):
     params = {k: dag.params.get_param(k).schema for k in dag.params}
     described = {k: dag.params.get_param(k).description for k in dag.params}
-    assert set(params) == {"base_model_path", "phase", "overrides", "launcher", "launcher_conn_id"}
+    assert set(params) == {
+        "base_model_path", "phase", "engine", "template", "overrides", "launcher", "launcher_conn_id"
+    }  # fmt: skip
     assert params["phase"]["enum"] == ["sft", "sft+rl"]
+    assert params["engine"]["enum"] == ["builtin", "llamafactory"] and dag.params["engine"] == "builtin"
     assert params["launcher"]["enum"] == ["local", "kubernetes", "ssh"]
     assert params["overrides"]["type"] == "object"
     assert all(s.get("title") for s in params.values()) and all(described.values())

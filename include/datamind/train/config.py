@@ -89,6 +89,10 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on cuda, fp32 elsewhere
     gradient_checkpointing: bool = False
+    # builtin: the project's trainer (SFT and SFT+RL; the CPU path of tests and the demo). llamafactory: the SFT
+    # phase through LLaMA-Factory in its own environment (DATAMIND_TRAIN_ENV, default .venv-train).
+    engine: Literal["builtin", "llamafactory"] = "builtin"
+    template: str = "default"  # LLaMA-Factory's chat template for the base model (qwen, llama3, ...)
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
@@ -113,6 +117,12 @@ class TrainConfig:
             problems.append("export_dir is required")
         if self.phase not in PHASES:
             problems.append(f"phase must be one of {PHASES}, got {self.phase!r}")
+        if self.engine not in ("builtin", "llamafactory"):
+            problems.append(f"engine must be builtin or llamafactory, got {self.engine!r}")
+        if self.engine == "llamafactory" and self.phase != "sft":
+            problems.append(
+                "engine llamafactory runs the SFT phase only (phase='sft'); SFT+RL runs on the builtin engine"
+            )
         if self.rl.group_size < 2:
             problems.append("rl.group_size must be >= 2 (advantages are normalised within a group)")
         if self.rl.batch_size % self.rl.mini_batch_size:
@@ -210,4 +220,6 @@ def derive_run_id(cfg: TrainConfig, dataset_version: str) -> str:
     d = cfg.to_dict()
     for k in ("run_id", "data_root", "device"):
         d.pop(k)
+    if d["engine"] == "builtin":  # runs from before engines existed keep their ids
+        del d["engine"], d["template"]
     return "train-" + stable_id(d, dataset_version, length=12)

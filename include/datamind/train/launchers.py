@@ -82,8 +82,12 @@ def trainer_args(cfg: TrainConfig) -> list[str]:
     ]
 
 
-def train_argv(cfg: TrainConfig, nproc_per_node: int, torchrun: list[str]) -> list[str]:
-    """``torchrun --standalone --nproc_per_node=N -m datamind.train train --config-json ...``"""
+def train_argv(cfg: TrainConfig, nproc_per_node: int, torchrun: list[str], python: str = "python") -> list[str]:
+    """``torchrun --standalone --nproc_per_node=N -m datamind.train train --config-json ...``; an engine other
+    than the builtin one starts its own distributed launcher, so it gets ``python -m datamind.train ...``
+    with ``NPROC_PER_NODE`` for it to read."""
+    if cfg.engine != "builtin":
+        return ["env", f"NPROC_PER_NODE={nproc_per_node}", python, *trainer_args(cfg)]
     return [*torchrun, "--standalone", f"--nproc_per_node={nproc_per_node}", *trainer_args(cfg)]
 
 
@@ -218,7 +222,7 @@ class LocalLauncher:
 
     def command(self, cfg: TrainConfig) -> list[str]:
         if self.use_torchrun:
-            return train_argv(cfg, self.nproc_per_node, [self.python, "-m", "torch.distributed.run"])
+            return train_argv(cfg, self.nproc_per_node, [self.python, "-m", "torch.distributed.run"], self.python)
         return [self.python, *trainer_args(cfg)]
 
     def start(self, cfg: TrainConfig) -> RunHandle:
@@ -269,7 +273,7 @@ class SSHLauncher:
 
     def remote_command(self, cfg: TrainConfig) -> str:
         env = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", **self.env}
-        argv = train_argv(cfg, self.nproc_per_node, [self.python, "-m", "torch.distributed.run"])
+        argv = train_argv(cfg, self.nproc_per_node, [self.python, "-m", "torch.distributed.run"], self.python)
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         return f"cd {shlex.quote(self.workdir)} && exec env {assigns} {shlex.join(argv)}"
 

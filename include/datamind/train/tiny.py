@@ -8,6 +8,9 @@ on a CPU. It learns nothing useful; it proves the plumbing (masks, losses, sched
 
 from __future__ import annotations
 
+import json
+import os
+
 import argparse
 from collections.abc import Iterable
 
@@ -65,6 +68,14 @@ def build_tiny_model(out_dir: str, texts: Iterable[str], *, layers: int = 2, hid
     torch.manual_seed(seed)
     LlamaForCausalLM(cfg).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    # Name the tokenizer class every transformers release knows: the engines' environment (LLaMA-Factory)
+    # runs an older transformers than the one that saved it, which calls it ``TokenizersBackend``.
+    conf_path = os.path.join(out_dir, "tokenizer_config.json")
+    with open(conf_path, encoding="utf-8") as fh:
+        conf = json.load(fh)
+    conf["tokenizer_class"] = "PreTrainedTokenizerFast"
+    with open(conf_path, "w", encoding="utf-8") as fh:
+        json.dump(conf, fh, indent=2)
     return out_dir
 
 

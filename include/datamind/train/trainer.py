@@ -636,4 +636,8 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def train(cfg: TrainConfig, **kwargs) -> RunResult:
+    if cfg.engine == "llamafactory":
+        from datamind.train.llamafactory import run_sft
+
+        return run_sft(cfg.validate(), emit=kwargs.get("emit") or print)
     return Trainer(cfg, **kwargs).run()
