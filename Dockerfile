@@ -1,7 +1,7 @@
 # The project's image for every Airflow service in docker-compose.yaml.
 # Built from the same pinned requirements.txt the local install uses, so what runs in the cluster
 # is what the tests ran.
-FROM apache/airflow:3.3.2-python3.11
+FROM apache/airflow:3.3.2-python3.11 AS base
 
 USER root
 # sqlite3 CLI for inspecting BIRD databases; libgomp for torch on CPU workers.
@@ -18,3 +18,11 @@ RUN pip install --no-cache-dir -r /opt/datamind/requirements.txt \
 COPY --chown=airflow:root prompts /opt/datamind/prompts
 COPY --chown=airflow:root samples /opt/datamind/samples
 ENV DATAMIND_PROMPTS_DIR=/opt/datamind/prompts
+
+# The GPU worker (train_agent's queue) also carries the training engines' own environment: LLaMA-Factory pins
+# an older transformers/datasets than the pipeline, so it lives in its own venv, which the engine runs.
+FROM base AS gpu-worker
+COPY --chown=airflow:root requirements-train.txt /opt/datamind/
+RUN python -m venv /opt/venv-train \
+ && /opt/venv-train/bin/pip install --no-cache-dir -r /opt/datamind/requirements-train.txt
+ENV DATAMIND_TRAIN_ENV=/opt/venv-train
