@@ -70,6 +70,9 @@ def test_index_opens_with_the_pipeline_in_order_and_each_stage_latest_report(tmp
         ("profile_files", "p1", True, "2026-01-02T00:00:00"),
     ):
         root.write_text(f"reports/{stage}/{run}/summary.json", json.dumps(_summary(stage, run, ok, when)))
+    # an ingest report is labelled by its source; the DAG that wrote it is in its origin
+    ingest = {**_summary("ingest_sales", "i1", True, "2026-01-01"), "origin": {"dag_id": "ingest_files"}}
+    root.write_text("reports/ingest_sales/i1/summary.json", json.dumps(ingest))
     html = Path(rebuild_index(root)).read_text()
     pipeline = html[html.index("<h2>Pipeline</h2>") : html.index("<h2>All reports</h2>")]
     stages = ["ingest_files", "profile_files", "synthesize_queries", "sample_trajectories", "judge_trajectories",
@@ -80,3 +83,4 @@ def test_index_opens_with_the_pipeline_in_order_and_each_stage_latest_report(tmp
     judge_row = pipeline[pipeline.index("<td>judge_trajectories</td>") :].split("</tr>")[0]
     assert "FAIL" in judge_row and 'href="judge_trajectories/new/report.html"' in judge_row  # the latest, not "old"
     assert "no report yet" in pipeline[pipeline.index("<td>synthesize_queries</td>") :].split("</tr>")[0]
+    assert 'href="ingest_sales/i1/report.html"' in pipeline[pipeline.index("<td>ingest_files</td>") :].split("</tr>")[0]

@@ -86,8 +86,8 @@ def _row(doc: dict) -> str:
 def _pipeline(summaries: list[dict]) -> str:
     """One row per stage in pipeline order: what it reads and writes, and its latest report."""
     latest: dict[str, dict] = {}
-    for doc in summaries:  # newest first
-        latest.setdefault(doc.get("stage", ""), doc)
+    for doc in summaries:  # newest first; a report names its DAG (ingest reports are labelled per source)
+        latest.setdefault((doc.get("origin") or {}).get("dag_id") or doc.get("stage", ""), doc)
     rows = []
     for stage in PIPELINE:
         doc = latest.get(stage.dag_id)
