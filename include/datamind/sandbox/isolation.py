@@ -31,6 +31,9 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41}
+# open_tree / move_mount (Linux 5.2+) have the same numbers on every architecture (the unified table).
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429
+_OPEN_TREE_CLONE, _AT_RECURSIVE, _MOVE_MOUNT_F_EMPTY_PATH, _AT_FDCWD = 1, 0x8000, 0x4, -100
 _KEEP_FLAGS = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # + noatime/nodiratime/relatime
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 # Writable scratch areas every process can reach; inside the sandbox each becomes a private tmpfs.
@@ -196,6 +199,11 @@ def build_root(new_root: str, allow: list[tuple[str, bool]], hide: list[str], *,
         _mount_point(target, real)
         _bind(real, target, writable)
         bound.append((path, writable))
+    # Read-only trees bound inside a scratch directory (a virtualenv under /tmp) must survive the fresh tmpfs
+    # each cell gets there: private_cell_view carries them over.
+    _READONLY_UNDER_SCRATCH[:] = [
+        p for p, w in bound if not w and any(_under(p, sc) and p != sc for sc in SCRATCH_DIRS)
+    ]
     hidden = []
     for h in sorted({os.path.realpath(p) for p in hide if os.path.exists(p)}):
         if os.path.isdir(h) and any(_under(h, b) for b, _ in bound) and not any(_under(b, h) for b, _ in bound):
@@ -211,6 +219,49 @@ def build_root(new_root: str, allow: list[tuple[str, bool]], hide: list[str], *,
     return [f"root: {len(bound)} allowed paths ({', '.join(p for p, _ in bound)})"] + (
         [f"hidden inside allowed trees: {', '.join(hidden)}"] if hidden else []
     )
+
+
+_READONLY_UNDER_SCRATCH: list[str] = []
+
+
+def _clone_tree(path: str) -> int:
+    """A detached copy of the mount tree at ``path`` (its read-only flags and submounts included), as an fd."""
+    fd = _libc.syscall(
+        ctypes.c_long(_SYS_OPEN_TREE),
+        ctypes.c_long(_AT_FDCWD),
+        path.encode(),
+        ctypes.c_ulong(_OPEN_TREE_CLONE | os.O_CLOEXEC | _AT_RECURSIVE),
+    )
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"open_tree {path}: {os.strerror(err)}")
+    return fd
+
+
+def _attach_tree(fd: int, target: str) -> None:
+    ret = _libc.syscall(
+        ctypes.c_long(_SYS_MOVE_MOUNT),
+        ctypes.c_long(fd),
+        b"",
+        ctypes.c_long(_AT_FDCWD),
+        target.encode(),
+        ctypes.c_ulong(_MOVE_MOUNT_F_EMPTY_PATH),
+    )
+    _check(ret, f"move_mount {target}")
+
+
+def _cover_scratch(scratch: str, tmp_mb: int) -> None:
+    """A fresh tmpfs over ``scratch``, with the read-only runtime trees that lived inside it put back."""
+    keep = [p for p in _READONLY_UNDER_SCRATCH if _under(p, scratch) and os.path.isdir(p)]
+    trees = [(p, _clone_tree(p)) for p in keep]
+    try:
+        mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_mb}m")
+        for path, fd in trees:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _attach_tree(fd, path)
+    finally:
+        for _, fd in trees:
+            os.close(fd)
 
 
 def _populate_dev(new_root: str, tmp_mb: int) -> None:
@@ -243,7 +294,7 @@ def private_cell_view(workdir: str, *, tmp_mb: int, disk_mb: int, owner_gid: int
     mount(workdir, CELL_STAGING, None, MS_BIND)  # the host's copies, before the parent is covered
     for scratch in SCRATCH_DIRS:
         if os.path.isdir(scratch):
-            mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_mb}m")
+            _cover_scratch(scratch, tmp_mb)
     parent = os.path.dirname(workdir)
     os.makedirs(parent, mode=0o711, exist_ok=True)  # recreated when a fresh /tmp covered it
     mount("tmpfs", parent, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0711,size={disk_mb}m")
