@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_bench_scale_measures_every_stage_at_n_50(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--sizes", "50", "--sample-shards", "1",
-         "--template-files", "8", "--keep", str(tmp_path)],
+         "--template-files", "4", "--keep", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -28,7 +28,7 @@ def test_bench_scale_measures_every_stage_at_n_50(tmp_path):
             rows[m.group(1)] = m.groups()[1:]
     assert set(rows) == {"ingest", "profile", "synth", "rollout", "judge", "publish"}, proc.stdout
     assert int(rows["ingest"][0]) == 50  # the planner listed every generated file
-    # 8 template files cloned 7 times: later stages see more than 50 items, each a real row of the pipeline
+    # 4 template files cloned 13 times: later stages see about 50 items or more, each a real row of the pipeline
     assert int(rows["profile"][0]) >= 50 and int(rows["rollout"][0]) > int(rows["synth"][0])
     for stage in ("ingest", "profile", "synth", "rollout", "judge"):
         assert int(rows[stage][3]) > 0, f"{stage}: no shard item was processed"

@@ -5,9 +5,6 @@ its loss going down."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,46 +52,12 @@ def test_multi_node_runs_go_through_llamafactory_torchrun_launcher():
     assert command("/c.yaml", Cluster(gpus_per_node=1))[1] == {}  # one device: no launcher
 
 
-def _losses(text: str) -> list[float]:
-    return [float(m) for m in re.findall(r"'loss': '?([0-9.]+)", text)]
-
-
 @pytest.mark.skipif(
     not (TRAIN_ENV / "bin" / "llamafactory-cli").exists(), reason="LLaMA-Factory's environment: make train-env"
 )
-def test_llamafactory_sft_trains_the_tiny_model_from_the_export_on_cpu(exported, tiny_model_dir, tmp_path):
-    root, result = exported
-    cfg = TrainConfig(base_model_path=tiny_model_dir, export_dir=result.export_dir).with_overrides(
-        {"sft": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 20, "learning_rate": 3e-3, "cutoff_len": 512}}
-    )
-    out = tmp_path / "out"
-    conf = write_config(
-        str(tmp_path / "sft.yaml"), sft_config(cfg, result.export_dir, str(out), cluster=Cluster(gpus_per_node=0))
-    )
-    argv, env = command(conf, Cluster(gpus_per_node=0))
-    proc = subprocess.run(
-        argv,
-        env={**os.environ, **env, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
-    losses = _losses(log)
-    assert len(losses) >= 18, log[-3000:]
-    assert sum(losses[-3:]) / 3 < 0.75 * sum(losses[:3]) / 3, losses  # it learned the export's conversations
-    print(f"LLaMA-Factory SFT on CPU, loss per step: {losses}")
-    state = json.loads((out / "trainer_state.json").read_text())
-    assert state["global_step"] == 20
-    assert (out / "model.safetensors").exists() or any(out.glob("*.safetensors"))
-
-
-@pytest.mark.skipif(
-    not (TRAIN_ENV / "bin" / "llamafactory-cli").exists(), reason="LLaMA-Factory's environment: make train-env"
-)
-def test_the_local_launcher_runs_the_llamafactory_engine_like_the_builtin_one(exported, tiny_model_dir):
-    """The same launcher and result protocol: progress lines, a manifest, the checkpoint in the data root."""
+def test_llamafactory_trains_the_tiny_model_from_the_export_through_the_local_launcher(exported, tiny_model_dir):
+    """LLaMA-Factory really trains (on the CPU, the tiny Llama built locally, the project's own export: its loss
+    goes down), and the run reads back like a builtin one: progress lines, a manifest, the checkpoint."""
     from datamind.train.launchers import LocalLauncher, progress, run
 
     root, result = exported
@@ -104,11 +67,16 @@ def test_the_local_launcher_runs_the_llamafactory_engine_like_the_builtin_one(ex
         data_root=root.uri(),
         phase="sft",
         engine="llamafactory",
-    ).with_overrides({"sft": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 3, "cutoff_len": 512}})
+    ).with_overrides(
+        {"sft": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 20, "learning_rate": 3e-3, "cutoff_len": 512}}
+    )
     lines: list[str] = []
     launched = run(LocalLauncher(env={"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}), cfg, lines.append)
     steps = [p for p in map(progress, lines) if p]
-    assert [p["step"] for p in steps] == [1, 2, 3] and all(p["loss"] > 0 for p in steps)
+    assert [p["step"] for p in steps] == list(range(1, 21)), lines[-30:]
+    losses = [p["loss"] for p in steps]
+    print(f"LLaMA-Factory SFT on CPU, loss per step: {losses}")
+    assert sum(losses[-3:]) / 3 < 0.75 * sum(losses[:3]) / 3, losses  # it learned the export's conversations
     manifest = json.loads(root.read_text("runs", "train", launched.run_id, "manifest.json"))
     assert manifest["status"] == "succeeded" and manifest["engine"] == "llamafactory"
     final = launched.checkpoint_uri.split("://", 1)[-1]
