@@ -13,8 +13,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 INTERVAL_S = 10.0
 
@@ -62,3 +65,21 @@ async def progress_log(
         with contextlib.suppress(asyncio.CancelledError):
             await ticker
         logger.info("%s (done)", progress.line())
+
+
+async def counted(
+    progress: Progress,
+    aw: Awaitable[T],
+    ok: Callable[[T], bool] = lambda _: True,
+    gate: asyncio.Semaphore | None = None,
+) -> T:
+    """Await one item (inside ``gate`` when given) and count it in ``progress``: failed when it raises or when
+    ``ok`` says its result is a failure."""
+    async with gate or contextlib.nullcontext():
+        try:
+            result = await aw
+        except BaseException:
+            progress.advance(ok=False)
+            raise
+        progress.advance(ok=ok(result))
+        return result

@@ -53,14 +53,12 @@ def _json_type(hint: Any) -> tuple[Any, bool]:
 
 
 @functools.cache
-def _specs(cls: type) -> tuple[tuple[dataclasses.Field, dict, Any, Any], ...]:
-    """(field, form spec, annotation, JSON type) per declared field; resolved once per class (settings objects
+def _specs(cls: type) -> tuple[tuple[dataclasses.Field, dict, Any, bool], ...]:
+    """(field, form spec, JSON type, is a sequence) per declared field; resolved once per class (settings objects
     are built per file and per task: resolving annotations each time cost more than what they check)."""
     hints = typing.get_type_hints(cls)
     return tuple(
-        (f, f.metadata[_FORM], hints[f.name], _json_type(hints[f.name])[0])
-        for f in dataclasses.fields(cls)
-        if _FORM in f.metadata
+        (f, f.metadata[_FORM], *_json_type(hints[f.name])) for f in dataclasses.fields(cls) if _FORM in f.metadata
     )
 
 
@@ -68,10 +66,9 @@ def form_schema(cls: type, exclude: tuple[str, ...] = (), defaults: Any = None) 
     """Field name -> {"default", "type", "title", ...}: what an Airflow ``Param`` takes, in declaration order.
     ``defaults``, an instance of ``cls``, shows its values instead (settings a deployment configured)."""
     out: dict[str, dict[str, Any]] = {}
-    for f, spec, hint, _ in _specs(cls):
+    for f, spec, kind, seq in _specs(cls):
         if not spec["in_form"] or f.name in exclude:
             continue
-        kind, seq = _json_type(hint)
         schema = {k: v for k, v in spec.items() if k != "in_form"}
         if seq:
             schema["items"] = {"type": "string", **({"enum": schema.pop("enum")} if "enum" in schema else {})}
@@ -83,7 +80,7 @@ def form_schema(cls: type, exclude: tuple[str, ...] = (), defaults: Any = None) 
 
 def check_ranges(obj: Any) -> None:
     """Raise ValueError naming the field when a value is outside its declared range or choices."""
-    for f, spec, _, kind in _specs(type(obj)):
+    for f, spec, kind, _ in _specs(type(obj)):
         value = getattr(obj, f.name)
         if value is None:
             if not isinstance(kind, list):  # only ``X | None`` fields may be empty

@@ -54,8 +54,3 @@ CONTRACT_OF = {"judged": "dataset"}
 def contract(table: str) -> str:
     """The ``schemas.ALL`` name of ``table``'s contract."""
     return CONTRACT_OF.get(table, table)
-
-
-def order(dag_id: str) -> int:
-    """Position of a stage in the pipeline (unknown names sort last)."""
-    return next((i for i, s in enumerate(PIPELINE) if s.dag_id == dag_id), len(PIPELINE))

@@ -16,6 +16,9 @@ from typing import Any
 
 from airflow.sdk import get_current_context, task
 
+from datamind.assets import DIRS
+from datamind.stages import STAGES, contract
+
 from datamind_airflow import announces, runtime
 
 # Params that choose infrastructure (which Connection), not what a stage computes.
@@ -32,9 +35,6 @@ def stage_params() -> dict[str, Any]:
 def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shards: int = 2):
     """Instantiate the three tasks inside the calling ``@dag`` function of ``stage`` (a DAG id of the stage
     catalog, which names the table it writes, that table's contract and directory, and its Asset)."""
-    from datamind.assets import DIRS
-    from datamind.stages import STAGES, contract
-
     writes = STAGES[stage].writes
     table, rel_dir, outlet = contract(writes), DIRS[writes], announces(stage)
 

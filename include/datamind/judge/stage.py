@@ -42,7 +42,7 @@ from datamind.llm.errors import EndpointUnavailable, LLMError, ParseFailure
 from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
-from datamind.progress import progress_log
+from datamind.progress import counted, progress_log
 from datamind.rollout.stage import sampling_state
 from datamind.rollout.tasks import QueryTask, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
@@ -343,17 +343,8 @@ def _group(
     return by_query, tasks, rejections
 
 
-async def _decide_one(
-    rows0: list[dict], task: QueryTask, judge: Any, p: JudgeParams, rescue: Rescue, sem: asyncio.Semaphore, progress
-) -> Outcome:
-    async with sem:
-        try:
-            outcome = await _judge_query(task.query_id, rows0, task, judge, p, rescue)
-        except BaseException:
-            progress.advance(ok=False)
-            raise
-        progress.advance(ok=outcome.failure is None)
-        return outcome
+def _judged(outcome: Outcome) -> bool:
+    return outcome.failure is None
 
 
 async def _decide_all(
@@ -370,7 +361,10 @@ async def _decide_all(
     try:
         async with progress_log(log, "judging queries", total=len(todo)) as progress:
             outcomes = await asyncio.gather(
-                *(_decide_one(by_query[q], tasks[q], judge, p, rescue, sem, progress) for q in todo),
+                *(
+                    counted(progress, _judge_query(q, by_query[q], tasks[q], judge, p, rescue), _judged, sem)
+                    for q in todo
+                ),
                 return_exceptions=True,
             )
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.llm.errors import TRANSIENT_REASONS, EndpointUnavailable
-from datamind.progress import progress_log
+from datamind.progress import counted, progress_log
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import TaskError, load_tasks
@@ -135,22 +135,21 @@ def _rejection(
     return rejection(STAGE, query_id, code, reason, file_id=file_id, query_id=query_id, run_id=run_id, created_at=now)
 
 
+def _not_an_error(result) -> bool:
+    return getattr(result, "status", "") != "error"
+
+
 async def _sample_all(jobs: list[tuple], params: RolloutParams, pool: SandboxPool, llm_client: Any | None) -> list:
     sem = asyncio.Semaphore(params.concurrency)
-
-    async def one(task, i, progress):
-        async with sem:
-            try:
-                result = await run_one(task, i, params, pool, llm_client=llm_client)
-            except BaseException:
-                progress.advance(ok=False)
-                raise
-            progress.advance(ok=getattr(result, "status", "") != "error")
-            return result
-
     try:
         async with progress_log(log, "sampling trajectories", total=len(jobs)) as progress:
-            results = await asyncio.gather(*(one(t, i, progress) for t, i in jobs), return_exceptions=True)
+            results = await asyncio.gather(
+                *(
+                    counted(progress, run_one(t, i, params, pool, llm_client=llm_client), _not_an_error, sem)
+                    for t, i in jobs
+                ),
+                return_exceptions=True,
+            )
     finally:
         if llm_client is not None:  # its HTTP connections belong to this event loop
             await llm_client.aclose()
