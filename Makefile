@@ -54,6 +54,7 @@ bench: install
 	$(PY) scripts/bench_llm.py
 	$(PY) scripts/bench_sandbox.py
 	$(PY) scripts/bench_rollout.py
+	$(PY) scripts/bench_rollout_overlap.py
 	OMP_NUM_THREADS=1 $(PY) scripts/bench_train.py
 	$(PY) scripts/bench_scale.py
 

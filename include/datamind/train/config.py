@@ -56,6 +56,8 @@ class RLConfig:
     gamma_valley: float = 0.05
     max_steps: int | None = None
     exec_timeout_s: float = 30.0  # wall time per executed cell
+    # Cells executing at once across the prompts of a rollout step (generation goes on meanwhile).
+    exec_workers: int = 8
     # "sandbox": datamind.sandbox, as in trajectory sampling; "subprocess": plain python, no isolation
     # (trusted workers only; the trainer logs a warning).
     executor: Literal["sandbox", "subprocess"] = "sandbox"
@@ -125,6 +127,8 @@ class TrainConfig:
             )
         if self.rl.group_size < 2:
             problems.append("rl.group_size must be >= 2 (advantages are normalised within a group)")
+        if self.rl.exec_workers < 1:
+            problems.append("rl.exec_workers must be >= 1")
         if self.rl.batch_size % self.rl.mini_batch_size:
             problems.append("rl.batch_size must be a multiple of rl.mini_batch_size")
         if self.sft.batch_size % self.sft.micro_batch_size:

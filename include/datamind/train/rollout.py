@@ -21,7 +21,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -184,11 +186,40 @@ class _State:
     tokens: int = 0
     n_void: int = 0
     status: str | None = None
+    code: str | None = None  # this turn's cell, until it is submitted
+
+
+@dataclass
+class _Group:
+    """One prompt's G trajectories; they take their turns together (one generation per turn)."""
+
+    index: int
+    prompt: RolloutPrompt
+    states: list[_State]
+    turns: int = 0
+    running: int = 0  # cells of this turn still executing
+
+    def active(self) -> list[_State]:
+        return [s for s in self.states if s.status is None]
+
+
+@dataclass
+class RolloutStats:
+    """Where the last batch's wall time went; generation and execution overlap when their sum exceeds it."""
+
+    prompts: int = 0
+    generate_calls: int = 0
+    generate_s: float = 0.0
+    cells: int = 0
+    execute_s: float = 0.0  # summed over cells (several run at once)
+    wall_s: float = 0.0
 
 
 @dataclass
 class AgentLoopRollout:
-    """The ReAct loop, all G trajectories of a prompt stepped together (one batched generate per turn)."""
+    """The ReAct loop. A prompt's G trajectories take their turns together; prompts of a batch run
+    asynchronously: while one prompt's cells execute (up to ``exec_workers`` at once), the prompts whose
+    cells are done are already generating their next turn, so the policy does not wait for the slowest cell."""
 
     count_tokens: Callable[[str], int]
     max_turns: int = 10
@@ -196,36 +227,45 @@ class AgentLoopRollout:
     max_response_tokens: int = 8192
     exec_timeout_s: float = 30.0
     workdir_root: str | None = None
+    exec_workers: int = 8
+    last_stats: RolloutStats = field(default_factory=RolloutStats, init=False)
 
     def __call__(
         self, prompt: RolloutPrompt, *, group_size: int, generate: GenerateFn, execute: Executor
     ) -> list[Trajectory]:
-        states = []
+        return self.batch([prompt], group_size=group_size, generate=generate, execute=execute)[0]
+
+    def batch(
+        self, prompts: Sequence[RolloutPrompt], *, group_size: int, generate: GenerateFn, execute: Executor
+    ) -> list[list[Trajectory]]:
+        """G trajectories for each prompt, in the prompts' order."""
+        t0 = time.perf_counter()
+        self.last_stats = stats = RolloutStats(prompts=len(prompts))
+        groups: list[_Group] = []
         try:
-            for _ in range(group_size):
-                states.append(_State(self._workdir(prompt), exec_language(prompt.data_format)))
-        except BaseException:
-            for s in states:
-                shutil.rmtree(s.workdir, ignore_errors=True)
-            raise
-        try:
-            for _ in range(self.max_turns):
-                active = [s for s in states if s.status is None]
-                if not active:
-                    break
-                budget = min(self.max_response_tokens - s.tokens for s in active)
-                texts = generate([prompt.messages + s.messages for s in active], min(self.max_turn_tokens, budget))
-                for state, raw in zip(active, texts, strict=True):
-                    self._step(state, cut_at_stop(raw), execute)
-            for s in states:
-                s.status = s.status or "max_turns"
+            for i, prompt in enumerate(prompts):
+                groups.append(_Group(i, prompt, []))
+                for _ in range(group_size):
+                    groups[-1].states.append(_State(self._workdir(prompt), exec_language(prompt.data_format)))
+            with ThreadPoolExecutor(max(1, self.exec_workers), thread_name_prefix="rollout-exec") as pool:
+                self._run(groups, generate, execute, pool, stats)
+            stats.wall_s = time.perf_counter() - t0
             return [
-                Trajectory(s.messages, s.status, sum(m["role"] == "assistant" for m in s.messages), s.n_void, s.tokens)
-                for s in states
+                [
+                    Trajectory(
+                        s.messages,
+                        s.status or "max_turns",
+                        sum(m["role"] == "assistant" for m in s.messages),
+                        s.n_void,
+                        s.tokens,
+                    )
+                    for s in g.states
+                ]
+                for g in groups
             ]
         finally:
             end = getattr(execute, "end_trajectory", None)  # executors holding per-trajectory state
-            for s in states:
+            for s in (s for g in groups for s in g.states):
                 if end is not None:
                     try:
                         end(s.workdir)
@@ -233,7 +273,66 @@ class AgentLoopRollout:
                         log.exception("closing the executor state of trajectory %s failed", s.workdir)
                 shutil.rmtree(s.workdir, ignore_errors=True)
 
-    def _step(self, state: _State, text: str, execute: Executor) -> None:
+    def _run(self, groups: list[_Group], generate: GenerateFn, execute: Executor, pool, stats: RolloutStats) -> None:
+        ready = [g for g in groups if g.active()]
+        cells: dict[Future, tuple[_Group, _State, ExecRequest]] = {}
+        try:
+            while ready or cells:
+                if ready:
+                    for g in self._generate(ready, generate, stats):
+                        for state, req in self._requests(g):
+                            cells[pool.submit(_timed, execute, req)] = (g, state, req)
+                        if not g.running and self._continues(g):
+                            ready.append(g)
+                    continue
+                done, _ = wait(cells, return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=lambda f: cells[f][0].index):
+                    g, state, req = cells.pop(fut)
+                    result, seconds = fut.result()  # an executor that raises ends the batch, as it would alone
+                    stats.cells += 1
+                    stats.execute_s += seconds
+                    self._observe(state, req, result)
+                    g.running -= 1
+                    if not g.running and self._continues(g):
+                        ready.append(g)
+        finally:
+            for fut in cells:
+                fut.cancel()
+
+    def _generate(self, ready: list[_Group], generate: GenerateFn, stats: RolloutStats) -> list[_Group]:
+        """One batched generation over the active trajectories of the ready prompts (in prompt order)."""
+        batch = sorted(ready, key=lambda g: g.index)
+        ready.clear()
+        active = [(g, s) for g in batch for s in g.active()]
+        budget = min(self.max_response_tokens - s.tokens for _, s in active)
+        t0 = time.perf_counter()
+        texts = generate([g.prompt.messages + s.messages for g, s in active], min(self.max_turn_tokens, budget))
+        stats.generate_calls += 1
+        stats.generate_s += time.perf_counter() - t0
+        for (g, state), raw in zip(active, texts, strict=True):
+            self._turn(state, cut_at_stop(raw))
+        for g in batch:
+            g.turns += 1
+        return batch
+
+    def _requests(self, g: _Group) -> list[tuple[_State, ExecRequest]]:
+        out = []
+        for state in g.active():
+            code, state.code = state.code, None
+            if code is not None:
+                req = ExecRequest(code, tuple(state.history), state.workdir, self.exec_timeout_s, state.language)
+                out.append((state, req))
+        g.running = len(out)
+        return out
+
+    def _continues(self, g: _Group) -> bool:
+        if g.turns < self.max_turns and g.active():
+            return True
+        for s in g.states:
+            s.status = s.status or "max_turns"
+        return False
+
+    def _turn(self, state: _State, text: str) -> None:
         state.messages.append({"role": "assistant", "content": text})
         state.tokens += self.count_tokens(text)
         turn = parse_turn(text)
@@ -245,11 +344,11 @@ class AgentLoopRollout:
             state.n_void += 1
             state.status = "void"
             return
-        result = execute(
-            ExecRequest(turn.code, tuple(state.history), state.workdir, self.exec_timeout_s, state.language)
-        )
+        state.code = turn.code
+
+    def _observe(self, state: _State, req: ExecRequest, result: ExecResult) -> None:
         if result.ok:
-            state.history.append(turn.code)
+            state.history.append(req.code)
         obs = interpreter_message(result.output)
         state.messages.append(obs)
         state.tokens += self.count_tokens(obs["content"])
@@ -271,6 +370,11 @@ class AgentLoopRollout:
             if name != "data":  # (a file called "data" stays reachable under data/files/ only)
                 os.symlink(os.path.join(DATA_SUBDIR, name), os.path.join(workdir, name))
         return workdir
+
+
+def _timed(execute: Executor, req: ExecRequest) -> tuple[ExecResult, float]:
+    t0 = time.perf_counter()
+    return execute(req), time.perf_counter() - t0
 
 
 def _stage(uri: str, dest: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,6 +40,8 @@ class SandboxExecutor:
     _sandbox: Sandbox | None = field(default=None, init=False, repr=False)
     _sessions: dict[str, Session] = field(default_factory=dict, init=False, repr=False)
     _closed: bool = field(default=False, init=False, repr=False)
+    # The agent loop runs cells of different trajectories from several threads; one sandbox starts once.
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -50,7 +53,8 @@ class SandboxExecutor:
         return len(self._sessions)
 
     def __call__(self, req: ExecRequest) -> ExecResult:
-        session = self._sessions.get(req.workdir) or self._open(req)
+        with self._lock:
+            session = self._sessions.get(req.workdir) or self._open(req)
         # The loop and the session count the same successful cells; if they disagree, the cell would
         # run against a different state than the loop believes, so refuse rather than train on it.
         if len(req.history) != len(session.history):
@@ -66,7 +70,8 @@ class SandboxExecutor:
         return ExecResult(observation_text(obs.ok, obs.output, obs.error_kind), obs.ok, obs.error_kind)
 
     def end_trajectory(self, workdir: str) -> None:
-        session = self._sessions.pop(workdir, None)
+        with self._lock:
+            session = self._sessions.pop(workdir, None)
         if session is not None:
             session.close()
 
@@ -74,8 +79,9 @@ class SandboxExecutor:
         if self._closed:
             return
         self._closed = True
-        sandbox, self._sandbox = self._sandbox, None
-        self._sessions.clear()  # Sandbox.close closes every session it handed out
+        with self._lock:
+            sandbox, self._sandbox = self._sandbox, None
+            self._sessions.clear()  # Sandbox.close closes every session it handed out
         if sandbox is not None:
             sandbox.close()
 

@@ -384,7 +384,12 @@ class Trainer:
         self._perms = {}
         policy = HFPolicy(self.model, self.tokenizer, temperature=c.temperature, top_p=c.top_p)
         rollout = self.rollout or AgentLoopRollout(
-            self._count_tokens, c.max_turns, c.max_turn_tokens, c.max_response_length, c.exec_timeout_s
+            self._count_tokens,
+            c.max_turns,
+            c.max_turn_tokens,
+            c.max_response_length,
+            c.exec_timeout_s,
+            exec_workers=c.exec_workers,
         )
         executor = self.executor or self._default_executor()
         n_updates = c.batch_size // c.mini_batch_size
@@ -397,7 +402,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 gamma = gamma_at(step, total, c.gamma_schedule, c.gamma_peak, c.gamma_valley)
                 idx = self._batch_positions(step, c.batch_size, len(samples))
-                groups = [self._rollout_group(i, samples[i], rollout, policy, executor) for i in idx]
+                groups = self._rollout_groups(idx, samples, rollout, policy, executor)
                 self._rl_step(step, total, t0, gamma, groups, expert, opt, sched, n_updates, len(samples))
                 if self.cfg.save_every and (step + 1) % self.cfg.save_every == 0 and step + 1 < total:
                     self._save(f"rl-step-{step + 1}")
@@ -424,9 +429,20 @@ class Trainer:
     def _prompt_tokens(self, s: Sample) -> int:
         return self._count_tokens(render(self.tokenizer, s.prompt, add_generation_prompt=True))
 
-    def _rollout_group(self, i: int, s: Sample, rollout: Rollout, policy, executor) -> _Group:
+    def _rollout_groups(
+        self, idx: list[int], samples: list[Sample], rollout: Rollout, policy, executor
+    ) -> list[_Group]:
         c = self.cfg.rl
-        trajs = rollout(s.rollout_prompt(), group_size=c.group_size, generate=policy, execute=executor)
+        prompts = [samples[i].rollout_prompt() for i in idx]
+        batch = getattr(rollout, "batch", None)
+        if batch is not None:  # the prompts of the step run together: generation overlaps execution
+            per_prompt = batch(prompts, group_size=c.group_size, generate=policy, execute=executor)
+        else:
+            per_prompt = [rollout(p, group_size=c.group_size, generate=policy, execute=executor) for p in prompts]
+        return [self._group(i, samples[i], trajs) for i, trajs in zip(idx, per_prompt, strict=True)]
+
+    def _group(self, i: int, s: Sample, trajs: list) -> _Group:
+        c = self.cfg.rl
         if len(trajs) != c.group_size:
             raise TrainingError(f"rollout returned {len(trajs)} trajectories, expected G={c.group_size}")
         scores = [
