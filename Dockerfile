@@ -26,3 +26,12 @@ COPY --chown=airflow:root requirements-train.txt /opt/datamind/
 RUN python -m venv /opt/venv-train \
  && /opt/venv-train/bin/pip install --no-cache-dir -r /opt/datamind/requirements-train.txt
 ENV DATAMIND_TRAIN_ENV=/opt/venv-train
+# verl (SFT+RL at scale) in a third environment: its transformers range differs from both others. The project
+# is installed into it without dependencies, so verl loads the project's tool, turn format and reward; vLLM is
+# verl's rollout engine on this CUDA image.
+COPY --chown=airflow:root requirements-verl.txt /opt/datamind/
+RUN python -m venv /opt/venv-verl \
+ && /opt/venv-verl/bin/pip install --no-cache-dir -r /opt/datamind/requirements-verl.txt \
+ && /opt/venv-verl/bin/pip install --no-cache-dir vllm -c /opt/datamind/requirements-verl.txt \
+ && /opt/venv-verl/bin/pip install --no-cache-dir --no-deps -e /opt/datamind
+ENV DATAMIND_VERL_ENV=/opt/venv-verl

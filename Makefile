@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train-env demo test test-fast lint airflow cluster cluster-stop lock lock-train bench clean
+.PHONY: install train-env verl-env demo test test-fast lint airflow cluster cluster-stop lock lock-train lock-verl bench clean
 
 install: $(STAMP)
 
@@ -35,7 +35,19 @@ $(TRAIN_VENV)/.installed: requirements-train.txt
 demo: install
 	bin/demo
 
-test: install train-env
+# verl's own environment (its transformers range differs from both others), with the project installed
+# without dependencies so verl can load the project's tool, format and reward; the tests validate against it.
+VERL_VENV := .venv-verl
+verl-env: $(VERL_VENV)/.installed
+
+$(VERL_VENV)/.installed: requirements-verl.txt pyproject.toml
+	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VERL_VENV)/bin/python -m pip install --quiet -r requirements-verl.txt
+	$(VERL_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+test: install train-env verl-env
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: install
@@ -78,3 +90,9 @@ lock:
 
 clean:
 	rm -rf airflow_home data
+
+lock-verl:
+	rm -rf /tmp/datamind-lock-verl && $(PYTHON) -m venv /tmp/datamind-lock-verl
+	/tmp/datamind-lock-verl/bin/pip install --quiet -r requirements-verl.in
+	(echo "# Locked from requirements-verl.in by \`make lock-verl\`: verl's environment (.venv-verl)."; \
+	 /tmp/datamind-lock-verl/bin/pip freeze | sed 's/+cpu$$//') > requirements-verl.txt

@@ -35,6 +35,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
+from datamind.train.config import ENGINES, PHASES
 from datamind_airflow import DAG_DEFAULTS, announces, runtime, wakes_on
 
 log = logging.getLogger(__name__)
@@ -57,17 +58,18 @@ CHECKPOINTS = announces("train_agent")
         "phase": Param(
             "sft+rl",
             type="string",
-            enum=["sft", "sft+rl"],
+            enum=list(PHASES),
             title="Phase",
             description="sft: supervised only. sft+rl: cold-start SFT, then SFT + DAPO.",
         ),
         "engine": Param(
             "builtin",
             type="string",
-            enum=["builtin", "llamafactory"],
+            enum=list(ENGINES),
             title="Engine",
             description="builtin: the project's trainer (SFT and SFT+RL). llamafactory: SFT through LLaMA-Factory "
-            "in its own environment on the worker (phase sft).",
+            "(phase sft). verl: RL through verl from an SFT checkpoint as base model (phase sft+rl). "
+            "Each engine runs in its own environment on the GPU worker.",
         ),
         "template": Param(
             "default",

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from datamind.train.config import TrainConfig
-from datamind.train.llamafactory import TRAIN_ENV, Cluster, command, sft_config, write_config
+from datamind.train.engines import Cluster
+from datamind.train.llamafactory import TRAIN_ENV, command, sft_config, write_config
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ def test_contract(dag):
         "base_model_path", "phase", "engine", "template", "overrides", "launcher", "launcher_conn_id"
     }  # fmt: skip
     assert params["phase"]["enum"] == ["sft", "sft+rl"]
-    assert params["engine"]["enum"] == ["builtin", "llamafactory"] and dag.params["engine"] == "builtin"
+    assert params["engine"]["enum"] == ["builtin", "llamafactory", "verl"] and dag.params["engine"] == "builtin"
     assert params["launcher"]["enum"] == ["local", "kubernetes", "ssh"]
     assert params["overrides"]["type"] == "object"
     assert all(s.get("title") for s in params.values()) and all(described.values())

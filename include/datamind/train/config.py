@@ -16,6 +16,8 @@ from datamind.ids import stable_id
 
 Phase = Literal["sft", "sft+rl"]
 PHASES: tuple[str, ...] = get_args(Phase)
+Engine = Literal["builtin", "llamafactory", "verl"]
+ENGINES: tuple[str, ...] = get_args(Engine)
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,9 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     # builtin: the project's trainer (SFT and SFT+RL; the CPU path of tests and the demo). llamafactory: the SFT
     # phase through LLaMA-Factory in its own environment (DATAMIND_TRAIN_ENV, default .venv-train).
-    engine: Literal["builtin", "llamafactory"] = "builtin"
+    # verl: the RL phase through verl (DAPO with the project's tool, format and reward; .venv-verl, DATAMIND_VERL_ENV),
+    # from a base model that already went through SFT.
+    engine: Engine = "builtin"
     template: str = "default"  # LLaMA-Factory's chat template for the base model (qwen, llama3, ...)
 
     # -- construction --------------------------------------------------------------------------
@@ -119,12 +123,14 @@ class TrainConfig:
             problems.append("export_dir is required")
         if self.phase not in PHASES:
             problems.append(f"phase must be one of {PHASES}, got {self.phase!r}")
-        if self.engine not in ("builtin", "llamafactory"):
-            problems.append(f"engine must be builtin or llamafactory, got {self.engine!r}")
+        if self.engine not in ENGINES:
+            problems.append(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.engine == "llamafactory" and self.phase != "sft":
             problems.append(
                 "engine llamafactory runs the SFT phase only (phase='sft'); SFT+RL runs on the builtin engine"
             )
+        if self.engine == "verl" and self.phase != "sft+rl":
+            problems.append("engine verl runs the RL phase (phase='sft+rl'); SFT runs on builtin or llamafactory")
         if self.rl.group_size < 2:
             problems.append("rl.group_size must be >= 2 (advantages are normalised within a group)")
         if self.rl.exec_workers < 1:

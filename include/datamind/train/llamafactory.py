@@ -13,63 +13,16 @@ imports it.
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
-import subprocess
-import tempfile
-from dataclasses import dataclass
-from datetime import datetime, timezone
 
-import fsspec
-
-from datamind.assets import DIRS
-from datamind.settings import REPO_ROOT, Settings
-from datamind.storage import DataRoot
-from datamind.train.config import TrainConfig, derive_run_id
-from datamind.train.exports import DATASET_INFO_FILE, MANIFEST_FILE, SFT_DATASET_NAME
+from datamind.settings import REPO_ROOT
+from datamind.train.config import TrainConfig
+from datamind.train.engines import Cluster, Engine, run_external
+from datamind.train.exports import DATASET_INFO_FILE, SFT_DATASET_NAME
 
 TRAIN_ENV = REPO_ROOT / ".venv-train"
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """Where the run goes: ``nnodes`` machines of ``gpus_per_node`` devices (0: CPU, one process)."""
-
-    nnodes: int = 1
-    gpus_per_node: int = 1
-    node_rank: int = 0
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
-
-    @property
-    def world_size(self) -> int:
-        return max(1, self.nnodes * self.gpus_per_node)
-
-    @classmethod
-    def from_env(cls, device: str = "auto") -> "Cluster":
-        """This node's place, as a multi-node launcher (a Kubernetes job, SSH hosts) sets it in the environment:
-        ``NNODES``, ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, ``NPROC_PER_NODE`` (at most the GPUs this
-        node has; none, or ``device="cpu"``, trains on the CPU in one process)."""
-        env = os.environ
-        visible = 0 if device == "cpu" or env.get("CUDA_VISIBLE_DEVICES") == "" else _visible_gpus()
-        wanted = int(env.get("NPROC_PER_NODE") or visible)
-        return cls(
-            nnodes=int(env.get("NNODES", "1")),
-            gpus_per_node=min(wanted, visible),
-            node_rank=int(env.get("NODE_RANK", "0")),
-            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-            master_port=int(env.get("MASTER_PORT", "29500")),
-        )
-
-
-def _visible_gpus() -> int:
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
 def sft_config(
@@ -156,72 +109,16 @@ _LOSS = re.compile(r"'loss': '?([0-9.eE+-]+)'?.*?'epoch': '?([0-9.eE+-]+)")
 
 
 def run_sft(cfg: TrainConfig, emit=print):
-    """The SFT phase through LLaMA-Factory, recorded like a run of the built-in trainer: its manifest under
-    ``runs/train/<run_id>/``, the checkpoint under ``checkpoints/final``, progress and result lines on stdout
-    (so every launcher reads it the same way)."""
-    from datamind.train.trainer import PROGRESS_PREFIX, RESULT_PREFIX, RunResult, TrainingError
+    """The SFT phase through LLaMA-Factory, recorded like a run of the built-in trainer (``engines``)."""
 
-    root = DataRoot(cfg.data_root or Settings.from_env().data_root)
-    with fsspec.open(posixpath.join(cfg.export_dir.rstrip("/"), MANIFEST_FILE), "rt") as fh:
-        version = json.load(fh)["dataset_version"]
-    run_id = cfg.run_id or derive_run_id(cfg, version)
-    run_dir = posixpath.join(DIRS["runs"], "train", run_id)
-    cluster = Cluster.from_env(cfg.device)
-    started = datetime.now(timezone.utc).isoformat()
-
-    def manifest(status: str, **extra) -> None:
-        if cluster.node_rank == 0:
-            doc = {
-                "run_id": run_id,
-                "status": status,
-                "engine": "llamafactory",
-                "dataset_version": version,
-                "export_dir": cfg.export_dir,
-                "config": cfg.to_dict(),
-                "started_at": started,
-                "updated_at": datetime.now(timezone.utc).isoformat(),
-                "world_size": cluster.world_size,
-                **extra,
-            }
-            root.write_text(posixpath.join(run_dir, "manifest.json"), json.dumps(doc, indent=2, sort_keys=True))
-
-    manifest("running")
-    with tempfile.TemporaryDirectory(prefix="datamind-llamafactory-") as work:
-        out = os.path.join(work, "output")
-        export_local = root.local_dir(cfg.export_dir)
+    def prepare(work: str, export_local: str, out: str, cluster: Cluster) -> tuple[list[str], dict[str, str]]:
         conf = sft_config(cfg, export_local, out, template=cfg.template, cluster=cluster)
-        argv, env = command(write_config(os.path.join(work, "sft.yaml"), conf), cluster)
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-            env={**os.environ, **env, "HF_HUB_OFFLINE": "1"},
-        )  # fmt: skip
-        tail: list[str] = []
-        step = 0
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            tail = (tail + [line])[-40:]
-            emit(line)
-            if m := _LOSS.search(line):
-                step += 1
-                emit(PROGRESS_PREFIX + json.dumps({"phase": "sft", "step": step, "loss": float(m.group(1))}))
-        if proc.wait() != 0:
-            manifest("failed", error="\n".join(tail)[-2000:])
-            raise TrainingError(f"LLaMA-Factory exited with code {proc.returncode}: " + "\n".join(tail[-10:]))
-        final = posixpath.join(run_dir, "checkpoints", "final")
-        if cluster.node_rank == 0:
-            root.remove(final)
-            for name in sorted(os.listdir(out)):
-                if os.path.isfile(os.path.join(out, name)):
-                    root.put_file(os.path.join(out, name), posixpath.join(final, name))
-    result = RunResult(
-        run_id=run_id,
-        checkpoint_uri=root.uri(final),
-        manifest_uri=root.uri(run_dir, "manifest.json"),
-        metrics_uri=root.uri(final, "trainer_state.json"),
-        dataset_version=version,
-        final_metrics={"steps": step},
-    )
-    manifest("succeeded", result=result.to_dict())
-    if cluster.node_rank == 0:
-        emit(RESULT_PREFIX + json.dumps(result.to_dict(), sort_keys=True))
-    return result
+        return command(write_config(os.path.join(work, "sft.yaml"), conf), cluster)
+
+    steps = iter(range(1, 1 << 62))
+
+    def progress(line: str) -> dict | None:
+        m = _LOSS.search(line)
+        return {"phase": "sft", "step": next(steps), "loss": float(m.group(1))} if m else None
+
+    return run_external(cfg, Engine("llamafactory", prepare, progress, metrics_file="trainer_state.json"), emit)

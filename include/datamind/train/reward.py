@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -96,6 +97,47 @@ def score(
     return RewardBreakdown(
         combine_reward(r_format, r_answer, r_length, cfg.format_penalty), r_format, r_answer, r_length, length
     )
+
+
+_ENV_TURN = re.compile(r"<interpreter>.*?</interpreter>", re.DOTALL)
+_OPENERS = ("<think>", "<code>", "<answer>")
+_ENDS = ("</code>", "</answer>")
+
+
+def turns_from_text(text: str) -> list[dict]:
+    """A response decoded as one string (how verl hands it to a reward function: agent and environment
+    turns in a row, with the chat template's role words between them) back into turns. Environment
+    turns are the ``<interpreter>`` blocks; an agent turn is what lies between two of them, from its
+    first opening tag to its last closing tag (template text outside them is not the agent's)."""
+    turns: list[dict] = []
+
+    def agent(segment: str) -> None:
+        starts = [i for i in (segment.find(t) for t in _OPENERS) if i >= 0]
+        ends = [i + len(t) for t in _ENDS if (i := segment.rfind(t)) >= 0]
+        if starts and ends and max(ends) > min(starts):
+            turns.append({"role": "assistant", "content": segment[min(starts) : max(ends)]})
+        elif segment.strip() and not turns:  # nothing tagged at all: the (malformed) first turn itself
+            turns.append({"role": "assistant", "content": segment.strip()})
+
+    pos = 0
+    for block in _ENV_TURN.finditer(text):
+        agent(text[pos : block.start()])
+        turns.append({"role": "tool", "content": block.group(0)})
+        pos = block.end()
+    agent(text[pos:])
+    return turns
+
+
+def score_text(
+    text: str,
+    question: str,
+    ground_truth: str,
+    judge: Judge,
+    count_tokens: Callable[[str], int],
+    cfg: RewardConfig = RewardConfig(),
+) -> RewardBreakdown:
+    """``score`` of a response given as one decoded string (see ``turns_from_text``)."""
+    return score(turns_from_text(text), question, ground_truth, judge, count_tokens, cfg)
 
 
 def void_turns(messages: list[dict]) -> int:

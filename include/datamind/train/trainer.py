@@ -656,4 +656,8 @@ def train(cfg: TrainConfig, **kwargs) -> RunResult:
         from datamind.train.llamafactory import run_sft
 
         return run_sft(cfg.validate(), emit=kwargs.get("emit") or print)
+    if cfg.engine == "verl":
+        from datamind.train.verl_engine import run_rl
+
+        return run_rl(cfg.validate(), emit=kwargs.get("emit") or print)
     return Trainer(cfg, **kwargs).run()

@@ -1,0 +1,282 @@
+"""SFT+RL through verl: its Hydra config, tool config, input rows and launch commands, from a dataset export.
+
+verl runs the RL phase at scale (FSDP actors, vLLM or SGLang rollouts, Ray across nodes); the project
+supplies what makes it the paper's recipe (``datamind.train.verl_plugins``, loaded by verl in its own
+environment): the multi-turn ``<code>``/``<interpreter>`` format, code execution in the project sandbox,
+and the reward of eq. 8 with the project's judge. The config sets the paper's table 2 values from
+``TrainConfig.rl``: GRPO-style group advantages over ``group_size`` rollouts, DAPO's decoupled clip
+(``clip_low``/``clip_high``) and token-level loss, no KL term, and eq. 5's dynamic sampling (groups whose
+rollouts are all correct or all wrong are dropped: ``filter_groups`` on the judge's ``acc``).
+
+What verl does not express: the joint objective's SFT term (``gamma(t) * L_SFT`` on the expert
+trajectories, the cosine schedule of ``datamind.train.schedule``) needs the expert rows in the actor
+update, which verl's policy-loss interface does not see. Runs that need the joint loss use the built-in
+engine; verl runs the SFT phase first (LLaMA-Factory or the built-in trainer) and then pure DAPO.
+
+verl needs its own transformers range, so it runs from its own environment (``requirements-verl.txt``,
+``make verl-env`` -> ``.venv-verl``); nothing here imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datamind.settings import REPO_ROOT
+from datamind.train.config import TrainConfig
+from datamind.train.exports import RL_FILE
+from datamind.train.engines import Cluster
+
+VERL_ENV = REPO_ROOT / ".venv-verl"
+PLUGINS = Path(__file__).with_name("verl_plugins.py")
+INCLUDE_DIR = Path(__file__).resolve().parents[2]  # so verl's processes import the project's package
+CONFIG_NAME = "datamind_rl"
+TOOL_CLASS = "datamind.train.verl_plugins.SandboxCodeTool"
+TOOL_NAME = "run_code"  # verl_plugins.TOOL_NAME (that module imports verl, so it is not imported here)
+FORMAT_NAME = "datamind_react"  # verl_plugins.FORMAT_NAME
+AGENT_LOOP = "tool_agent"
+
+
+def tools_config(exec_timeout_s: float) -> dict:
+    """verl's tool config: the sandboxed ``run_code`` tool (its schema is the plugin's own)."""
+    return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", "wall_s": exec_timeout_s}}]}
+
+
+def prepare_rows(export_dir: str, out_path: str) -> int:
+    """The export's RL rows as verl's agent loop reads them: each row names the agent loop and hands the
+    sandbox tool its data file (``extra_info.tools_kwargs``). Returns the row count."""
+    table = pq.read_table(posixpath.join(export_dir.rstrip("/"), RL_FILE))
+    extra = table.column("extra_info").to_pylist()
+    for e in extra:
+        e["tools_kwargs"] = {
+            TOOL_NAME: {"create_kwargs": {"data_uri": e.get("data_uri") or "", "data_format": e.get("data_format")}}
+        }
+        e["need_tools_kwargs"] = True
+    table = table.drop_columns(["extra_info"]).append_column("extra_info", pa.array(extra))
+    table = table.append_column("agent_name", pa.array([AGENT_LOOP] * table.num_rows, pa.string()))
+    pq.write_table(table, out_path)
+    return table.num_rows
+
+
+def rl_config(
+    cfg: TrainConfig,
+    train_file: str,
+    tool_config_path: str,
+    output_dir: str,
+    *,
+    cluster: Cluster = Cluster(),
+    rollout_engine: str = "vllm",
+) -> dict:
+    """The Hydra config (as a dict) ``python -m verl.trainer.main_ppo`` reads; it extends verl's ``ppo_trainer``."""
+    rl, reward = cfg.rl, cfg.reward
+    if rl.batch_size % rl.mini_batch_size:
+        raise ValueError("rl.batch_size must be a multiple of rl.mini_batch_size")
+    gpus = max(1, cluster.gpus_per_node)
+    total = rl.max_steps
+    return {
+        "hydra": {"searchpath": ["pkg://verl.trainer.config"]},
+        "defaults": ["ppo_trainer", "_self_"],
+        "data": {
+            "train_files": train_file,
+            "val_files": train_file,
+            "prompt_key": "prompt",
+            "max_prompt_length": rl.max_prompt_length,
+            "max_response_length": rl.max_response_length,
+            "train_batch_size": rl.batch_size,
+            "return_raw_chat": True,
+            "filter_overlong_prompts": True,
+            "truncation": "error",
+            "seed": cfg.seed,
+        },
+        "actor_rollout_ref": {
+            "model": {"path": cfg.base_model_path, "enable_gradient_checkpointing": cfg.gradient_checkpointing},
+            "actor": {
+                "optim": {"lr": rl.learning_rate, "lr_warmup_steps": rl.warmup_steps, "weight_decay": cfg.weight_decay},
+                "ppo_mini_batch_size": rl.mini_batch_size,
+                "ppo_micro_batch_size_per_gpu": rl.micro_batch_size,
+                "clip_ratio_low": rl.clip_low,
+                "clip_ratio_high": rl.clip_high,
+                "loss_agg_mode": "token-mean",  # DAPO: every token of the batch weighs the same
+                "use_kl_loss": False,
+                "entropy_coeff": 0,
+                "grad_clip": cfg.max_grad_norm,
+                # The Hugging Face model too, so the run's final checkpoint loads like any other.
+                "checkpoint": {"save_contents": ["model", "optimizer", "extra", "hf_model"]},
+            },
+            "rollout": {
+                "name": rollout_engine,
+                "mode": "async",
+                "n": rl.group_size,
+                "temperature": rl.temperature,
+                "top_p": rl.top_p,
+                "prompt_length": rl.max_prompt_length,
+                "response_length": rl.max_response_length,
+                "tensor_model_parallel_size": 1,
+                "log_prob_micro_batch_size_per_gpu": rl.micro_batch_size,
+                "multi_turn": {
+                    "enable": True,
+                    "max_assistant_turns": rl.max_turns,
+                    "tool_config_path": tool_config_path,
+                    "format": FORMAT_NAME,
+                    "max_tool_response_length": 4096,
+                },
+                "agent": {"default_agent_loop": AGENT_LOOP},
+            },
+        },
+        "critic": {"enable": False},
+        "algorithm": {
+            "adv_estimator": "grpo",
+            "use_kl_in_reward": False,
+            # Eq. 5: keep a group only when some, not all, rollouts are correct (the judge's "acc").
+            "filter_groups": {"enable": True, "metric": "acc", "max_num_gen_batches": 10},
+        },
+        "reward": {
+            "custom_reward_function": {
+                "path": str(PLUGINS),
+                "name": "compute_score",
+                "reward_kwargs": {
+                    "tokenizer_path": cfg.base_model_path,
+                    "l_min": reward.l_min,
+                    "l_max": reward.l_max,
+                    "format_penalty": reward.format_penalty,
+                    "length_basis": reward.length_basis,
+                },
+            },
+        },
+        "trainer": {
+            "project_name": "datamind",
+            "experiment_name": cfg.run_id or "rl",
+            "nnodes": cluster.nnodes,
+            "n_gpus_per_node": gpus,
+            "total_epochs": max(1, int(round(rl.epochs))),
+            "total_training_steps": total,
+            "save_freq": cfg.save_every or 1_000_000_000,  # (verl saves only when > 0; the last step always then)
+            "test_freq": -1,
+            "val_before_train": False,
+            "logger": ["console"],
+            "default_local_dir": output_dir,
+            "seed": cfg.seed,
+        },
+    }
+
+
+def write_configs(work_dir: str, cfg: TrainConfig, train_file: str, output_dir: str, cluster: Cluster) -> str:
+    """Writes the tool config and the Hydra config into ``work_dir``; returns the config directory."""
+    import yaml
+
+    tools = os.path.join(work_dir, "tools.yaml")
+    with open(tools, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(tools_config(cfg.rl.exec_timeout_s), fh, sort_keys=False)
+    conf = rl_config(cfg, train_file, tools, output_dir, cluster=cluster)
+    with open(os.path.join(work_dir, f"{CONFIG_NAME}.yaml"), "w", encoding="utf-8") as fh:
+        yaml.safe_dump(conf, fh, sort_keys=False)
+    return work_dir
+
+
+def command(config_dir: str, env_dir: str | os.PathLike | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment additions) that start verl's trainer on the Ray head node.
+
+    One node: verl starts a local Ray instance itself. Several nodes: ``ray_commands`` first joins every
+    node to the head; the trainer then runs on the head only and places its workers across the cluster."""
+    env_dir = env_dir or os.environ.get("DATAMIND_VERL_ENV") or VERL_ENV
+    argv = [
+        os.path.join(str(env_dir), "bin", "python"),
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-path",
+        os.path.abspath(config_dir),
+        "--config-name",
+        CONFIG_NAME,
+    ]
+    pythonpath = os.pathsep.join(p for p in (str(INCLUDE_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    return argv, {"PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
+
+
+def ray_commands(cluster: Cluster, env_dir: str | os.PathLike | None = None, port: int = 6379) -> list[str]:
+    """The Ray command this node runs before training: the head starts the cluster, the others join it."""
+    ray = os.path.join(str(env_dir or os.environ.get("DATAMIND_VERL_ENV") or VERL_ENV), "bin", "ray")
+    gpus = f"--num-gpus={cluster.gpus_per_node}"
+    if cluster.node_rank == 0:
+        return [f"{ray} start --head --port={port} {gpus}"]
+    return [f"{ray} start --address={cluster.master_addr}:{port} {gpus} --block"]
+
+
+def describe(cfg: TrainConfig, cluster: Cluster) -> str:
+    """One line for logs: what the generated run will do."""
+    rl = cfg.rl
+    return json.dumps(
+        {
+            "engine": "verl",
+            "nodes": cluster.nnodes,
+            "gpus_per_node": cluster.gpus_per_node,
+            "group_size": rl.group_size,
+            "clip": [rl.clip_low, rl.clip_high],
+            "batch": rl.batch_size,
+        },
+        sort_keys=True,
+    )
+
+
+_STEP = re.compile(r"^step:(\d+) - (.*)$")
+# verl's console metrics worth a progress line, under the names the built-in trainer's lines use.
+_METRICS = {
+    "actor/pg_loss": "dapo_loss",
+    "critic/score/mean": "reward_mean",
+    "critic/score/std": "reward_std",
+    "actor/entropy": "entropy",
+    "actor/pg_clipfrac": "clip_frac",
+    "actor/grad_norm": "grad_norm",
+    "actor/lr": "lr",
+}
+
+
+def progress(line: str) -> dict | None:
+    """A progress record from verl's console logger line (``step:N - key:value - ...``)."""
+    m = _STEP.match(line.strip())
+    if not m:
+        return None
+    out: dict = {"phase": "sft+rl", "step": int(m.group(1))}
+    for part in m.group(2).split(" - "):
+        key, _, value = part.partition(":")
+        if key in _METRICS:
+            try:
+                out[_METRICS[key]] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def final_model(output_dir: str) -> str:
+    """The Hugging Face model of verl's last checkpoint (``global_step_<N>/actor/huggingface``)."""
+    steps = (
+        [d for d in os.listdir(output_dir) if re.fullmatch(r"global_step_\d+", d)] if os.path.isdir(output_dir) else []
+    )
+    if not steps:
+        raise FileNotFoundError(f"verl left no checkpoint under {output_dir}")
+    last = max(steps, key=lambda d: int(d.rsplit("_", 1)[1]))
+    return os.path.join(output_dir, last, "actor", "huggingface")
+
+
+def run_rl(cfg: TrainConfig, emit=print):
+    """The RL phase through verl on this node, recorded like a run of the built-in trainer (``engines``).
+    On a multi-node cluster every node first runs ``ray_commands``; the head then runs this."""
+    from datamind.train.engines import Engine, run_external
+
+    def prepare(work: str, export_local: str, out: str, cluster: Cluster) -> tuple[list[str], dict[str, str]]:
+        rows = os.path.join(work, "train.parquet")
+        prepare_rows(export_local, rows)
+        emit(f"[datamind.train] verl: {describe(cfg, cluster)}")
+        if cfg.cold_start:
+            emit(
+                "[datamind.train] verl runs no cold-start SFT: base_model_path is trained by RL as it is "
+                "(point it at an SFT run's checkpoint)"
+            )
+        return command(write_configs(work, cfg, rows, out, cluster))
+
+    return run_external(cfg, Engine("verl", prepare, progress, final_model), emit)

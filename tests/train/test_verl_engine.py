@@ -1,0 +1,214 @@
+"""The verl engine: the config and rows the project generates, the reward read from a decoded response,
+and -- in verl's own environment (.venv-verl, built by `make test`) -- the config validated by verl's loader
+and the tool, turn parser and reward called through verl's interfaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datamind.settings import REPO_ROOT
+from datamind.train.config import TrainConfig
+from datamind.train.exports import RL_FILE
+from datamind.train.engines import Cluster
+from datamind.train.reward import MatchJudge, score_text, turns_from_text
+from datamind.train.verl_engine import command, prepare_rows, ray_commands, rl_config, write_configs
+
+VERL_ENV = Path(os.environ.get("DATAMIND_VERL_ENV") or REPO_ROOT / ".venv-verl")
+VERL_PYTHON = VERL_ENV / "bin" / "python"
+WORDS = lambda s: len(s.split())  # noqa: E731
+
+# A response as verl decodes it: agent turns and interpreter replies in a row, template role words between.
+RIGHT = (
+    "<think>Add them.</think><code>print(df.amount.sum())</code>user\n<interpreter>\n42\n</interpreter>\n"
+    "assistant\n<think>That is the total.</think><answer>42</answer>"
+)
+
+
+@pytest.mark.parametrize(
+    "text, truth, expected",
+    [
+        (RIGHT, "42", (1.0, 1, 1)),
+        (RIGHT.replace("<answer>42<", "<answer>43.2<"), "42", (1.0, 1, 1)),  # 2.9 % off: within the 3 % rule
+        (RIGHT.replace("<answer>42<", "<answer>43.3<"), "42", (0.0, 1, 0)),  # 3.1 % off: wrong, well formed
+        (RIGHT.replace("</code>", ""), "42", (1.0, 0, 1)),  # eq. 8: a right answer earns its reward, format or not
+        (RIGHT.replace("</code>", "").replace("<answer>42<", "<answer>7<"), "42", (-0.1, 0, 0)),  # wrong, malformed
+        ("The total is 42.", "42", (-0.1, 0, 0)),  # no tags at all
+        ("<think>x</think><code>print(1)</code>user\n<interpreter>\n1\n</interpreter>\n", "1", (-0.1, 0, 0)),
+    ],
+)
+def test_reward_of_a_decoded_response_follows_eq_8(text, truth, expected):
+    parts = score_text(text, "What is the total?", truth, MatchJudge(), WORDS)
+    assert (parts.reward, parts.r_format, parts.r_answer) == expected
+
+
+def test_long_answers_earn_less_as_in_eq_8():
+    long_answer = " ".join(["42"] + ["word"] * 639)  # 640 words: halfway between l_min 256 and l_max 1024
+    parts = score_text(RIGHT.replace("<answer>42<", f"<answer>{long_answer}<"), "q", "42", lambda *a: True, WORDS)
+    assert parts.r_length == pytest.approx(0.5 + 0.5 * (1024 - 640) / (1024 - 256))
+    assert parts.reward == pytest.approx(parts.r_length)
+
+
+def test_turns_come_back_from_the_flat_text():
+    turns = turns_from_text(RIGHT)
+    assert [t["role"] for t in turns] == ["assistant", "tool", "assistant"]
+    assert turns[0]["content"] == "<think>Add them.</think><code>print(df.amount.sum())</code>"
+    assert turns[1]["content"] == "<interpreter>\n42\n</interpreter>"
+    assert turns[2]["content"] == "<think>That is the total.</think><answer>42</answer>"  # role words dropped
+
+
+def test_config_carries_the_recipe_values():
+    cfg = TrainConfig.from_dict(
+        {
+            "base_model_path": "/models/qwen",
+            "export_dir": "/exports/v1",
+            "rl": {"group_size": 8, "batch_size": 32, "mini_batch_size": 8, "clip_low": 0.2, "clip_high": 0.28},
+            "reward": {"l_min": 128},
+        }
+    )
+    conf = rl_config(cfg, "/w/train.parquet", "/w/tools.yaml", "/w/out", cluster=Cluster(nnodes=2, gpus_per_node=8))
+    actor, rollout = conf["actor_rollout_ref"]["actor"], conf["actor_rollout_ref"]["rollout"]
+    assert (actor["clip_ratio_low"], actor["clip_ratio_high"]) == (cfg.rl.clip_low, cfg.rl.clip_high)
+    assert rollout["n"] == 8 and conf["data"]["train_batch_size"] == 32 and actor["ppo_mini_batch_size"] == 8
+    assert actor["use_kl_loss"] is False and conf["algorithm"]["use_kl_in_reward"] is False
+    assert conf["algorithm"]["filter_groups"]["metric"] == "acc"  # eq. 5 counts correct rollouts
+    assert rollout["multi_turn"]["max_assistant_turns"] == cfg.rl.max_turns
+    assert conf["reward"]["custom_reward_function"]["reward_kwargs"]["l_min"] == 128
+    assert (conf["trainer"]["nnodes"], conf["trainer"]["n_gpus_per_node"]) == (2, 8)
+    with pytest.raises(ValueError, match="multiple of rl.mini_batch_size"):
+        rl_config(cfg.with_overrides({"rl.mini_batch_size": 5}), "t", "t", "o")
+
+
+def test_launch_commands(tmp_path):
+    argv, env = command(str(tmp_path), env_dir="/opt/venv-verl")
+    assert argv[:3] == ["/opt/venv-verl/bin/python", "-m", "verl.trainer.main_ppo"]
+    assert argv[argv.index("--config-path") + 1] == str(tmp_path) and "include" in env["PYTHONPATH"]
+    head = ray_commands(Cluster(nnodes=2, gpus_per_node=4, node_rank=0), "/v")
+    worker = ray_commands(Cluster(nnodes=2, gpus_per_node=4, node_rank=1, master_addr="10.0.0.5"), "/v")
+    assert head == ["/v/bin/ray start --head --port=6379 --num-gpus=4"]
+    assert worker == ["/v/bin/ray start --address=10.0.0.5:6379 --num-gpus=4 --block"]
+
+
+def _export(tmp_path: Path, data_file: Path) -> Path:
+    export = tmp_path / "export"
+    (export / RL_FILE).parent.mkdir(parents=True)
+    rows = [
+        {
+            "data_source": "datamind",
+            "prompt": [{"role": "user", "content": f"question {i}"}],
+            "ability": "data_analysis",
+            "reward_model": {"style": "rule", "ground_truth": "42"},
+            "extra_info": {"index": i, "question": f"question {i}", "data_uri": str(data_file), "data_format": "csv"},
+        }
+        for i in range(3)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), export / RL_FILE)
+    return export
+
+
+def test_rows_hand_each_sample_its_data_file_to_the_tool(tmp_path):
+    data = tmp_path / "sales.csv"
+    data.write_text("region,amount\n")
+    out = tmp_path / "verl.parquet"
+    assert prepare_rows(str(_export(tmp_path, data)), str(out)) == 3
+    rows = pq.read_table(out).to_pylist()
+    assert {r["agent_name"] for r in rows} == {"tool_agent"}
+    assert [r["extra_info"]["index"] for r in rows] == [0, 1, 2]
+    kwargs = rows[1]["extra_info"]["tools_kwargs"]["run_code"]["create_kwargs"]
+    assert kwargs == {"data_uri": str(data), "data_format": "csv"}
+
+
+@pytest.mark.skipif(
+    not any(VERL_ENV.glob("lib/python*/site-packages/verl")), reason="verl's environment is not built (make verl-env)"
+)
+def test_verl_validates_the_config_and_drives_the_tool_parser_and_reward(tmp_path, tiny_model_dir):
+    data = tmp_path / "sales.csv"
+    data.write_text("region,amount\nnorth,10\nsouth,20\nnorth,5\neast,7\n")
+    cfg = TrainConfig.from_dict({"base_model_path": tiny_model_dir, "export_dir": str(tmp_path)})
+    conf_dir = write_configs(str(tmp_path), cfg, str(tmp_path / "train.parquet"), str(tmp_path / "out"), Cluster())
+    proc = subprocess.run(
+        [str(VERL_PYTHON), str(Path(__file__).with_name("verl_checks.py")), conf_dir, str(data), tiny_model_dir],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "DATAMIND_SANDBOX_WALL_S": "20"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    c = got["config"]
+    assert c["clip"] == [cfg.rl.clip_low, cfg.rl.clip_high] and c["n"] == cfg.rl.group_size
+    assert c["lr"] == cfg.rl.learning_rate and c["train_batch_size"] == cfg.rl.batch_size
+    assert c["format"] == "datamind_react" and c["max_assistant_turns"] == cfg.rl.max_turns
+    assert c["adv_estimator"] == "grpo" and c["filter_groups"] == [True, "acc"]
+    assert not (c["use_kl_loss"] or c["kl_in_reward"] or c["critic"] or c["reference"])
+
+    reward = got["reward"]
+    assert reward["right"]["score"] > 0 and reward["right"]["acc"] == 1.0  # 42.9 vs 42: within 3 %
+    assert reward["wrong"] == {"score": 0.0, "acc": 0.0, "format": 1.0}
+    assert reward["untagged"]["score"] == cfg.reward.format_penalty
+
+    first, second, isolated, hostile = got["tool"]
+    assert first == "<interpreter>\n42\n</interpreter>"  # 10 + 20 + 5 + 7, in the sandbox, on the staged file
+    assert second == "<interpreter>\n4\n</interpreter>"  # the trajectory's state carried over
+    assert "NameError" in isolated  # another trajectory never sees it
+    assert hostile.startswith("<interpreter>\nExecution refused by the sandbox")  # the socket never opens
+
+    parser = got["parser"]
+    # Code and an answer in one turn: the block that closes first is what the agent committed to (as in
+    # the built-in loop, which stops generating at the first closing tag).
+    assert parser == {"code": ["print(1 + 1)"], "answer": [], "both": ["print(1)"]}
+
+
+@pytest.fixture
+def fake_verl_env(tmp_path):
+    """A stand-in for verl's environment whose python runs fake_verl_main.py (see there)."""
+    import sys
+
+    env_dir = tmp_path / "fake-verl-env"
+    (env_dir / "bin").mkdir(parents=True)
+    python = env_dir / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).with_name("fake_verl_main.py")}" "$@"\n')
+    python.chmod(0o755)
+    return env_dir
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_verl_run_is_recorded_like_any_run(exported, tiny_model_dir, fake_verl_env, fail):
+    """Through the local launcher: the generated config and rows reach verl's command line, verl's log lines
+    become progress records, its last checkpoint becomes the run's final model; a crash fails the run."""
+    from datamind.train.launchers import LaunchError, LocalLauncher, progress, run
+
+    root, result = exported
+    cfg = TrainConfig(base_model_path=tiny_model_dir, export_dir=result.export_dir, data_root=root.uri(), engine="verl")
+    env = {
+        "DATAMIND_VERL_ENV": str(fake_verl_env),
+        "CUDA_VISIBLE_DEVICES": "",
+        **({"FAKE_VERL_FAIL": "1"} if fail else {}),
+    }
+    lines: list[str] = []
+    if fail:
+        with pytest.raises(LaunchError, match="CUDA out of memory"):
+            run(LocalLauncher(env=env), cfg, lines.append)
+        (run_dir,) = Path(root.path("runs", "train")).iterdir()
+        assert json.loads((run_dir / "manifest.json").read_text())["status"] == "failed"
+        assert not (run_dir / "checkpoints").exists()
+        return
+    launched = run(LocalLauncher(env=env), cfg, lines.append)
+    steps = [p for p in map(progress, lines) if p]
+    assert [(p["step"], p["dapo_loss"], p["reward_mean"]) for p in steps] == [
+        (1, 0.5, 0.1),
+        (2, 0.25, 0.2),
+        (3, 0.5 / 3, 0.1 * 3),
+    ]
+    assert any("no cold-start SFT" in line for line in lines)  # cold_start is on by default: said, not hidden
+    manifest = json.loads(root.read_text("runs", "train", launched.run_id, "manifest.json"))
+    assert manifest["status"] == "succeeded" and manifest["engine"] == "verl"
+    final = Path(launched.checkpoint_uri.split("://", 1)[-1])
+    assert json.loads((final / "verl_run.json").read_text()) == {"steps": 3} and (final / "config.json").exists()
+    assert launched.final_metrics["reward_mean"] == pytest.approx(0.3)
