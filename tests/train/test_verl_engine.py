@@ -18,7 +18,7 @@ from datamind.train.config import TrainConfig
 from datamind.train.exports import RL_FILE
 from datamind.train.engines import Cluster
 from datamind.train.reward import MatchJudge, score_text, turns_from_text
-from datamind.train.verl_engine import command, prepare_rows, ray_commands, rl_config, write_configs
+from datamind.train.verl_engine import command, node_argv, prepare_rows, rl_config, write_configs
 
 VERL_ENV = Path(os.environ.get("DATAMIND_VERL_ENV") or REPO_ROOT / ".venv-verl")
 VERL_PYTHON = VERL_ENV / "bin" / "python"
@@ -89,10 +89,31 @@ def test_launch_commands(tmp_path):
     argv, env = command(str(tmp_path), env_dir="/opt/venv-verl")
     assert argv[:3] == ["/opt/venv-verl/bin/python", "-m", "verl.trainer.main_ppo"]
     assert argv[argv.index("--config-path") + 1] == str(tmp_path) and "include" in env["PYTHONPATH"]
-    head = ray_commands(Cluster(nnodes=2, gpus_per_node=4, node_rank=0), "/v")
-    worker = ray_commands(Cluster(nnodes=2, gpus_per_node=4, node_rank=1, master_addr="10.0.0.5"), "/v")
-    assert head == ["/v/bin/ray start --head --port=6379 --num-gpus=4"]
-    assert worker == ["/v/bin/ray start --address=10.0.0.5:6379 --num-gpus=4 --block"]
+    assert node_argv(argv, Cluster(nnodes=1, gpus_per_node=8), "/v") == argv  # verl starts its own Ray
+    worker = node_argv(argv, Cluster(nnodes=2, gpus_per_node=4, node_rank=1, master_addr="10.0.0.5"), "/v")
+    assert worker == ["/v/bin/ray", "start", "--address=10.0.0.5:6379", "--num-gpus=4", "--block"]
+    head = node_argv(argv, Cluster(nnodes=2, gpus_per_node=4, node_rank=0), "/v")
+    assert head[:2] == ["sh", "-c"] and head[4:] == argv
+    assert '"/v/bin/ray" start --head --port=6379 --num-gpus=4' in head[2] and '"/v/bin/ray" stop' in head[2]
+
+
+def test_the_head_node_stops_ray_and_keeps_the_trainers_exit_code(tmp_path):
+    """The head's wrapper, run for real with stand-ins for ray and the trainer: ray is started, the trainer
+    runs with its arguments intact, ray is stopped even when the trainer fails, and the failure comes back."""
+    env_dir = tmp_path / "env"
+    (env_dir / "bin").mkdir(parents=True)
+    log = tmp_path / "calls.log"
+    ray = env_dir / "bin" / "ray"
+    ray.write_text(f'#!/bin/sh\necho "ray $*" >> "{log}"\n')
+    ray.chmod(0o755)
+    trainer = ["sh", "-c", f'echo "trainer $1" >> "{log}"; exit 3', "trainer", "arg with spaces"]
+    head = node_argv(trainer, Cluster(nnodes=2, gpus_per_node=1, node_rank=0), env_dir)
+    assert subprocess.run(head).returncode == 3
+    assert log.read_text().splitlines() == [
+        "ray start --head --port=6379 --num-gpus=1",
+        "trainer arg with spaces",
+        "ray stop",
+    ]
 
 
 def _export(tmp_path: Path, data_file: Path) -> Path:

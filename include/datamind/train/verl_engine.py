@@ -182,8 +182,7 @@ def write_configs(work_dir: str, cfg: TrainConfig, train_file: str, output_dir: 
 def command(config_dir: str, env_dir: str | os.PathLike | None = None) -> tuple[list[str], dict[str, str]]:
     """(argv, environment additions) that start verl's trainer on the Ray head node.
 
-    One node: verl starts a local Ray instance itself. Several nodes: ``ray_commands`` first joins every
-    node to the head; the trainer then runs on the head only and places its workers across the cluster."""
+    On several nodes, ``node_argv`` wraps it in the Ray cluster's start and stop."""
     env_dir = env_dir or os.environ.get("DATAMIND_VERL_ENV") or VERL_ENV
     argv = [
         os.path.join(str(env_dir), "bin", "python"),
@@ -198,13 +197,18 @@ def command(config_dir: str, env_dir: str | os.PathLike | None = None) -> tuple[
     return argv, {"PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
 
 
-def ray_commands(cluster: Cluster, env_dir: str | os.PathLike | None = None, port: int = 6379) -> list[str]:
-    """The Ray command this node runs before training: the head starts the cluster, the others join it."""
+def node_argv(verl_argv: list[str], cluster: Cluster, env_dir: str | os.PathLike | None = None, port: int = 6379):
+    """What this node runs. One node: verl's trainer (it starts a local Ray itself). Several nodes: every
+    node joins one Ray cluster, as verl expects -- the head (rank 0) starts it, runs the trainer, which places
+    its workers across the nodes, and stops it after; the others join and serve until the head stops."""
+    if cluster.nnodes <= 1:
+        return verl_argv
     ray = os.path.join(str(env_dir or os.environ.get("DATAMIND_VERL_ENV") or VERL_ENV), "bin", "ray")
     gpus = f"--num-gpus={cluster.gpus_per_node}"
-    if cluster.node_rank == 0:
-        return [f"{ray} start --head --port={port} {gpus}"]
-    return [f"{ray} start --address={cluster.master_addr}:{port} {gpus} --block"]
+    if cluster.node_rank > 0:
+        return [ray, "start", f"--address={cluster.master_addr}:{port}", gpus, "--block"]
+    script = f'"{ray}" start --head --port={port} {gpus} || exit 1; "$@"; rc=$?; "{ray}" stop; exit $rc'
+    return ["sh", "-c", script, "verl-head", *verl_argv]
 
 
 def describe(cfg: TrainConfig, cluster: Cluster) -> str:
@@ -264,8 +268,9 @@ def final_model(output_dir: str) -> str:
 
 
 def run_rl(cfg: TrainConfig, emit=print):
-    """The RL phase through verl on this node, recorded like a run of the built-in trainer (``engines``).
-    On a multi-node cluster every node first runs ``ray_commands``; the head then runs this."""
+    """The RL phase through verl on this node (``node_argv``: on several nodes every node runs this, with
+    ``NNODES`` / ``NODE_RANK`` / ``MASTER_ADDR`` set by the launcher), recorded like a run of the built-in
+    trainer (``engines``)."""
     from datamind.train.engines import Engine, run_external
 
     def prepare(work: str, export_local: str, out: str, cluster: Cluster) -> tuple[list[str], dict[str, str]]:
@@ -277,6 +282,7 @@ def run_rl(cfg: TrainConfig, emit=print):
                 "[datamind.train] verl runs no cold-start SFT: base_model_path is trained by RL as it is "
                 "(point it at an SFT run's checkpoint)"
             )
-        return command(write_configs(work, cfg, rows, out, cluster))
+        argv, env = command(write_configs(work, cfg, rows, out, cluster))
+        return node_argv(argv, cluster), env
 
     return run_external(cfg, Engine("verl", prepare, progress, final_model), emit)
