@@ -58,3 +58,34 @@ def test_planning_thousands_of_queries_reads_the_output_a_bounded_number_of_time
     assert planned == [q["query_id"] for q in queries[1000:]] and len(specs) == 4
     # every shard of queries and trajectories is read once, not once per query
     assert len(opened) == len(set(opened)) == 1 + 4, opened
+
+
+def test_a_shard_reads_only_the_files_its_tasks_are_in(corpus, monkeypatch):
+    """The planner hands each shard the query, ancestor and catalog files of its tasks; loading the tasks
+    opens those files only, and gives what a read of the whole tables gives (a stale hint too)."""
+    from datamind.rollout.tasks import load_tasks
+    from datamind.shards import read_table
+
+    root = corpus
+    rows = read_table(root, QUERIES, "queries").to_pylist()
+    root.remove("queries")
+    for r in rows:  # one shard per query, so a shard's files are a visible subset
+        write_shard(root, QUERIES, "queries", [r], f"part-{r['query_id']}.parquet")
+    specs = {s["query_ids"][0]: s for s in stage.plan_sampling(root, 1, {})}
+    child = next(r for r in rows if r["parent_query_ids"])
+    sources = specs[child["query_id"]]["task_sources"]
+    chain = {child["query_id"], *child["parent_query_ids"]}
+    assert sources["queries"] == sorted(root.path("queries", f"part-{q}.parquet") for q in chain)
+    assert len(sources["catalog_tables"]) == len(sources["catalog_files"]) == 1
+
+    whole, _ = load_tasks(root, [child["query_id"]])
+    opened = []
+    real = type(root).open
+    monkeypatch.setattr(
+        type(root), "open", lambda self, path, *a, **kw: opened.append(path) or real(self, path, *a, **kw)
+    )
+    hinted, errors = load_tasks(root, [child["query_id"]], sources)
+    assert not errors and hinted == whole and [t.chain for t in hinted.values()] == [t.chain for t in whole.values()]
+    assert set(opened) <= {p for paths in sources.values() for p in paths}, opened
+    stale = {"queries": [root.path("queries", "part-q1.parquet")], "catalog_tables": [], "catalog_files": []}
+    assert load_tasks(root, [child["query_id"]], stale)[0] == whole  # what the hint misses is looked up

@@ -44,7 +44,7 @@ from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.progress import counted, progress_log
 from datamind.rollout.stage import sampling_state
-from datamind.rollout.tasks import QueryTask, load_tasks
+from datamind.rollout.tasks import QueryTask, TaskSources, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, write_shard
 from datamind.storage import DataRoot
@@ -123,12 +123,14 @@ def plan_judging(
     # Queries with a trajectory still to be sampled again (a transient LLM failure) wait for it.
     state = sampling_state(root)
     todo = sorted(state.done - judged_query_ids(root, p))
+    index = TaskSources.build(root) if todo else None
     return [
-        # the shard's trajectory files travel with it: a task reads those, not every shard of the table
+        # the shard's trajectory, query and catalog files travel with it: a task reads those, not every shard
         {
             "shard_id": shard_id(part),
             "query_ids": part,
             "sources": sorted(set().union(*(state.files.get(q, ()) for q in part))),
+            "task_sources": index.of(part),
         }
         for part in chunk(todo, shard_size or p.shard_size)
     ]
@@ -324,7 +326,12 @@ async def _judge_query(
 
 
 def _group(
-    root: DataRoot, qids: list[str], run_id: str | None, now: datetime, sources: list[str] | None
+    root: DataRoot,
+    qids: list[str],
+    run_id: str | None,
+    now: datetime,
+    sources: list[str] | None,
+    task_sources: dict[str, list[str]] | None = None,
 ) -> tuple[dict[str, list[dict]], dict[str, QueryTask], list[dict]]:
     """Round-0 trajectories per query (one per sample index), the queries' tasks, and the rejections of
     queries that cannot be judged (no trajectories, or a task that does not load)."""
@@ -333,7 +340,7 @@ def _group(
         group = by_query.setdefault(r["query_id"], [])
         if not group or group[-1]["sample_index"] != r["sample_index"]:  # one row per sample (reruns overwrite)
             group.append(r)
-    tasks, errors = load_tasks(root, qids)
+    tasks, errors = load_tasks(root, qids, task_sources)
     rejections = []
     for qid in qids:
         if qid not in by_query:
@@ -502,7 +509,7 @@ def judge_shard(
     now = datetime.now(timezone.utc)
     qids = sorted(spec["query_ids"])
 
-    by_query, tasks, rejections = _group(root, qids, run_id, now, spec.get("sources"))
+    by_query, tasks, rejections = _group(root, qids, run_id, now, spec.get("sources"), spec.get("task_sources"))
     judge = (
         OfflineJudge(p.rel_tol)
         if p.judge == "offline"

@@ -25,8 +25,8 @@ from datamind.llm.errors import TRANSIENT_REASONS, EndpointUnavailable
 from datamind.progress import counted, progress_log
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
-from datamind.rollout.tasks import TaskError, load_tasks
-from datamind.schemas import QUERIES, REJECTIONS, TRAJECTORIES, rejection
+from datamind.rollout.tasks import TaskError, TaskSources, load_tasks
+from datamind.schemas import REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, shard_paths, write_shard
 from datamind.storage import DataRoot
 from datamind.stages import STAGES
@@ -112,10 +112,13 @@ def plan_sampling(
     root = DataRoot.of(root)
     p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
     size = shard_size or p.shard_size
-    ids = sorted(set(read_table(root, QUERIES, DIRS["queries"], columns=["query_id"]).column("query_id").to_pylist()))
+    index = TaskSources.build(root)  # one pass over the inputs: each shard reads only the files its tasks are in
+    ids = sorted(index.query_path)
     state = sampling_state(root, p.max_attempts)  # one pass over the output, never one per query
     todo = [q for q in ids if q not in state.done and q not in state.resample]
-    specs = [{"shard_id": shard_id(part), "query_ids": part} for part in chunk(todo, size)]
+    specs = [
+        {"shard_id": shard_id(part), "query_ids": part, "task_sources": index.of(part)} for part in chunk(todo, size)
+    ]
     again = [q for q in ids if q in state.resample]
     for part in chunk(again, size):
         resample = {q: state.resample[q] for q in part}
@@ -124,6 +127,7 @@ def plan_sampling(
                 "shard_id": shard_id(part, resample),
                 "query_ids": part,
                 "resample": {q: sorted(a) for q, a in resample.items()},
+                "task_sources": index.of(part),
             }
         )
     return specs
@@ -176,7 +180,7 @@ def sample_shard(
     t0 = time.perf_counter()
     now = datetime.now(timezone.utc)
     qids = sorted(spec["query_ids"])
-    tasks, errors = load_tasks(root, qids)
+    tasks, errors = load_tasks(root, qids, spec.get("task_sources"))
     rejections = [_rejection(q, e.code, str(e), run_id, now) for q, e in sorted(errors.items())]
     jobs: list[tuple] = []
     fewer = 0

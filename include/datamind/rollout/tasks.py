@@ -10,7 +10,7 @@ from datamind import categories
 from datamind.assets import DIRS
 from datamind.rollout import templates
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES
-from datamind.shards import read_table
+from datamind.shards import read_table, shard_paths
 from datamind.storage import DataRoot
 
 _CSV_KEYS = {"sep", "delimiter", "encoding", "decimal", "thousands", "header", "skiprows", "quotechar", "na_values"}
@@ -79,26 +79,75 @@ def chain_of(row: dict, by_id: dict[str, dict]) -> list[dict]:
     return sorted(seen.values(), key=lambda r: (r["hop"], r["query_id"])) + [row]
 
 
-def load_tasks(root: DataRoot, query_ids: list[str]) -> tuple[dict[str, QueryTask], dict[str, TaskError]]:
-    """Tasks for ``query_ids``; queries that cannot run come back as errors keyed by query id."""
-    by_id = _queries_with_ancestors(root, query_ids)
-    tables = read_table(
+@dataclass
+class TaskSources:
+    """Where each query's rows (its own, its ancestors', its table's and file's catalog rows) are: built by a
+    planner in one pass over the three tables, so every shard it plans can read only those files
+    (``load_tasks(..., sources=index.of(query_ids))``) instead of one column of every shard of each table."""
+
+    query_path: dict[str, str] = field(default_factory=dict)
+    parents: dict[str, list[str]] = field(default_factory=dict)
+    table_of: dict[str, str | None] = field(default_factory=dict)
+    file_of: dict[str, str | None] = field(default_factory=dict)
+    table_path: dict[str, str] = field(default_factory=dict)
+    file_path: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, root: DataRoot) -> "TaskSources":
+        out = cls()
+        cols = ["query_id", "parent_query_ids", "table_id", "file_id"]
+        for path in shard_paths(root, DIRS["queries"]):
+            t = read_table(root, QUERIES, DIRS["queries"], columns=cols, paths=[path])
+            for q, parents, table_id, file_id in zip(*(t.column(c).to_pylist() for c in cols)):
+                out.query_path[q] = path
+                out.parents[q] = parents or []
+                out.table_of[q], out.file_of[q] = table_id, file_id
+        for schema, key, found in (
+            (CATALOG_TABLES, "table_id", out.table_path),
+            (CATALOG_FILES, "file_id", out.file_path),
+        ):
+            rel = DIRS[schema.name]
+            for path in shard_paths(root, rel):
+                ids = read_table(root, schema, rel, columns=[key], paths=[path]).column(key).to_pylist()
+                found.update((i, path) for i in ids)
+        return out
+
+    def of(self, query_ids: list[str]) -> dict[str, list[str]]:
+        """The files holding ``query_ids``, their ancestors and their catalog rows (JSON-able, for a shard spec)."""
+        chain, stack = set(), list(query_ids)
+        while stack:
+            q = stack.pop()
+            if q not in chain:
+                chain.add(q)
+                stack.extend(self.parents.get(q, ()))
+        pick = lambda paths, keys: sorted({paths[k] for k in keys if k in paths})  # noqa: E731
+        return {
+            "queries": pick(self.query_path, chain),
+            "catalog_tables": pick(self.table_path, {self.table_of.get(q) for q in chain}),
+            "catalog_files": pick(self.file_path, {self.file_of.get(q) for q in chain}),
+        }
+
+
+def load_tasks(
+    root: DataRoot, query_ids: list[str], sources: dict[str, list[str]] | None = None
+) -> tuple[dict[str, QueryTask], dict[str, TaskError]]:
+    """Tasks for ``query_ids``; queries that cannot run come back as errors keyed by query id. ``sources``
+    (``TaskSources.of``) names the files holding the rows needed; rows not found there are looked up in
+    the whole table, so a stale hint costs time, never a task."""
+    sources = sources or {}
+    by_id = _queries_with_ancestors(root, query_ids, sources.get("queries"))
+    by_table = _rows_by(
         root,
         CATALOG_TABLES,
-        DIRS["catalog_tables"],
-        columns=["table_id", "file_id", "format", "staged_uri", "read_options"],
-        where=("table_id", {r["table_id"] for r in by_id.values() if r.get("table_id")}),
+        "table_id",
+        ["table_id", "file_id", "format", "staged_uri", "read_options"],
+        {r["table_id"] for r in by_id.values() if r.get("table_id")},
+        sources.get("catalog_tables"),
     )
-    by_table = {r["table_id"]: r for r in tables.to_pylist()}
     file_ids = {r["file_id"] for r in by_id.values()} | {r["file_id"] for r in by_table.values()}
-    files = read_table(
-        root,
-        CATALOG_FILES,
-        DIRS["catalog_files"],
-        columns=["file_id", "format", "staged_uri"],
-        where=("file_id", file_ids),
+    by_file = _rows_by(
+        root, CATALOG_FILES, "file_id", ["file_id", "format", "staged_uri"], file_ids, sources.get("catalog_files")
     )
-    by_file = {r["file_id"]: r for r in files.to_pylist()}
     tasks: dict[str, QueryTask] = {}
     errors: dict[str, TaskError] = {}
     for qid in query_ids:
@@ -113,15 +162,32 @@ def load_tasks(root: DataRoot, query_ids: list[str]) -> tuple[dict[str, QueryTas
     return tasks, errors
 
 
-def _queries_with_ancestors(root: DataRoot, query_ids: list[str]) -> dict[str, dict]:
+def _queries_with_ancestors(root: DataRoot, query_ids: list[str], paths: list[str] | None) -> dict[str, dict]:
     """The rows of ``query_ids`` and of every query their chains build on (one read per hop level)."""
     by_id: dict[str, dict] = {}
     missing = set(query_ids)
     while missing:
-        rows = read_table(root, QUERIES, DIRS["queries"], where=("query_id", missing)).to_pylist()
-        by_id.update((r["query_id"], r) for r in rows)
-        missing = {p for r in rows for p in (r.get("parent_query_ids") or [])} - set(by_id)
+        rows = _rows_by(root, QUERIES, "query_id", None, missing, paths)
+        by_id.update(rows)
+        missing = {p for r in rows.values() for p in (r.get("parent_query_ids") or [])} - set(by_id)
     return by_id
+
+
+def _rows_by(
+    root: DataRoot, schema, key: str, columns: list[str] | None, ids: set, paths: list[str] | None
+) -> dict[str, dict]:
+    """Rows whose ``key`` is in ``ids``, by key: from ``paths`` when given, then the whole table for the rest."""
+    ids = {i for i in ids if i}
+    rel = DIRS[schema.name]
+    found: dict[str, dict] = {}
+    if paths is not None and ids:
+        t = read_table(root, schema, rel, columns=columns, where=(key, ids), paths=paths)
+        found = {r[key]: r for r in t.to_pylist()}
+    rest = ids - set(found)
+    if rest:
+        t = read_table(root, schema, rel, columns=columns, where=(key, rest))
+        found.update((r[key], r) for r in t.to_pylist())
+    return found
 
 
 def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict) -> QueryTask:
