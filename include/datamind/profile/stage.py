@@ -22,7 +22,7 @@ from datamind.ingest.loaders import LoadedTable, load_recorded, load_tables
 from datamind.profile.meta import profile_table
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
-from datamind.shards import chunk, read_table, shard_name, write_shard
+from datamind.shards import chunk, key_paths, read_hinted, read_table, shard_name, write_shard
 from datamind.storage import DataRoot
 from datamind.stages import STAGES
 
@@ -41,7 +41,16 @@ def plan_profile(root: DataRoot, shard_size: int) -> list[dict[str, Any]]:
     done = set(profiled.column("file_id").to_pylist())
     done |= _profile_failures(root)
     todo = sorted({fid for fid in accepted.column("file_id").to_pylist() if fid not in done})
-    return [{"shard_id": stable_id("profile", part), "files": part} for part in chunk(todo, shard_size)]
+    where = key_paths(root, CATALOG_FILES, DIRS["catalog_files"], "file_id") if todo else {}
+    return [
+        # the catalog files holding the shard's rows travel with it (``read_hinted``)
+        {
+            "shard_id": stable_id("profile", part),
+            "files": part,
+            "sources": sorted(set().union(*(where.get(f, ()) for f in part))),
+        }
+        for part in chunk(todo, shard_size)
+    ]
 
 
 def _fk_sentence(fks: list[dict[str, str]]) -> str:
@@ -126,7 +135,7 @@ def profile_file(
 def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None) -> dict[str, Any]:
     """Profile one shard of accepted files into a catalog/tables shard; failures go to rejections."""
     ids = set(shard_spec["files"])
-    catalog = read_table(root, CATALOG_FILES, DIRS["catalog_files"], where=("file_id", ids))
+    catalog = read_hinted(root, CATALOG_FILES, DIRS["catalog_files"], "file_id", ids, shard_spec.get("sources"))
     by_id = {r["file_id"]: r for r in catalog.to_pylist()}
     now = dt.datetime.now(dt.timezone.utc)
     rows: list[dict[str, Any]] = []

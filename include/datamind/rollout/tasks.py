@@ -10,7 +10,7 @@ from datamind import categories
 from datamind.assets import DIRS
 from datamind.rollout import templates
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES
-from datamind.shards import read_table, shard_paths
+from datamind.shards import key_paths, read_hinted, read_table, shard_paths
 from datamind.storage import DataRoot
 
 _CSV_KEYS = {"sep", "delimiter", "encoding", "decimal", "thousands", "header", "skiprows", "quotechar", "na_values"}
@@ -89,8 +89,8 @@ class TaskSources:
     parents: dict[str, list[str]] = field(default_factory=dict)
     table_of: dict[str, str | None] = field(default_factory=dict)
     file_of: dict[str, str | None] = field(default_factory=dict)
-    table_path: dict[str, str] = field(default_factory=dict)
-    file_path: dict[str, str] = field(default_factory=dict)
+    table_paths: dict[str, set[str]] = field(default_factory=dict)  # every shard holding the table's rows
+    file_paths: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, root: DataRoot) -> "TaskSources":
@@ -102,14 +102,8 @@ class TaskSources:
                 out.query_path[q] = path
                 out.parents[q] = parents or []
                 out.table_of[q], out.file_of[q] = table_id, file_id
-        for schema, key, found in (
-            (CATALOG_TABLES, "table_id", out.table_path),
-            (CATALOG_FILES, "file_id", out.file_path),
-        ):
-            rel = DIRS[schema.name]
-            for path in shard_paths(root, rel):
-                ids = read_table(root, schema, rel, columns=[key], paths=[path]).column(key).to_pylist()
-                found.update((i, path) for i in ids)
+        out.table_paths = key_paths(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id")
+        out.file_paths = key_paths(root, CATALOG_FILES, DIRS["catalog_files"], "file_id")
         return out
 
     def of(self, query_ids: list[str]) -> dict[str, list[str]]:
@@ -120,11 +114,10 @@ class TaskSources:
             if q not in chain:
                 chain.add(q)
                 stack.extend(self.parents.get(q, ()))
-        pick = lambda paths, keys: sorted({paths[k] for k in keys if k in paths})  # noqa: E731
         return {
-            "queries": pick(self.query_path, chain),
-            "catalog_tables": pick(self.table_path, {self.table_of.get(q) for q in chain}),
-            "catalog_files": pick(self.file_path, {self.file_of.get(q) for q in chain}),
+            "queries": sorted({self.query_path[q] for q in chain if q in self.query_path}),
+            "catalog_tables": sorted(set().union(*(self.table_paths.get(self.table_of.get(q), ()) for q in chain))),
+            "catalog_files": sorted(set().union(*(self.file_paths.get(self.file_of.get(q), ()) for q in chain))),
         }
 
 
@@ -176,18 +169,8 @@ def _queries_with_ancestors(root: DataRoot, query_ids: list[str], paths: list[st
 def _rows_by(
     root: DataRoot, schema, key: str, columns: list[str] | None, ids: set, paths: list[str] | None
 ) -> dict[str, dict]:
-    """Rows whose ``key`` is in ``ids``, by key: from ``paths`` when given, then the whole table for the rest."""
-    ids = {i for i in ids if i}
-    rel = DIRS[schema.name]
-    found: dict[str, dict] = {}
-    if paths is not None and ids:
-        t = read_table(root, schema, rel, columns=columns, where=(key, ids), paths=paths)
-        found = {r[key]: r for r in t.to_pylist()}
-    rest = ids - set(found)
-    if rest:
-        t = read_table(root, schema, rel, columns=columns, where=(key, rest))
-        found.update((r[key], r) for r in t.to_pylist())
-    return found
+    """Rows whose ``key`` is in ``ids``, by key (``read_hinted``: the hinted files, then the rest of the table)."""
+    return {r[key]: r for r in read_hinted(root, schema, DIRS[schema.name], key, ids, paths, columns).to_pylist()}
 
 
 def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict) -> QueryTask:

@@ -24,7 +24,7 @@ from typing import Any
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.schemas import CATALOG_TABLES, QUERIES, REJECTIONS
-from datamind.shards import chunk, read_rows, read_table, write_shard
+from datamind.shards import chunk, key_paths, read_hinted, read_rows, write_shard
 from datamind.storage import DataRoot
 from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.synth import rows as R
@@ -51,12 +51,17 @@ def _summary_paths(root: DataRoot, params: SynthParams) -> list[str]:
     return root.glob(out, "part-*.summary.json") if root.exists(out) else []
 
 
-def catalog_by_id(root: DataRoot, table_ids: list[str] | None = None) -> dict[str, dict]:
+def catalog_by_id(
+    root: DataRoot, table_ids: list[str] | None = None, sources: list[str] | None = None
+) -> dict[str, dict]:
     """Latest catalog row per table_id (a re-profiled table supersedes its older row), of ``table_ids`` only
-    when given."""
+    when given, read from ``sources`` (the shards the planner found them in) first."""
     latest: dict[str, dict] = {}
-    where = ("table_id", table_ids) if table_ids is not None else None
-    for row in read_rows(root, CATALOG_TABLES, DIRS["catalog_tables"], where=where):
+    if table_ids is None:
+        rows = read_rows(root, CATALOG_TABLES, DIRS["catalog_tables"])
+    else:
+        rows = read_hinted(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id", table_ids, sources).to_pylist()
+    for row in rows:
         old = latest.get(row["table_id"])
         if old is None or (row["profiled_at"] or 0) >= (old["profiled_at"] or 0):
             latest[row["table_id"]] = row
@@ -70,13 +75,14 @@ def plan_synthesis(root: DataRoot, shard_size: int, params: SynthParams | dict |
     for path in _summary_paths(root, params):
         with root.open(path) as fh:
             done.update(json.load(fh)["table_ids"])
-    tables = read_table(root, CATALOG_TABLES, DIRS["catalog_tables"], columns=["table_id"]).column("table_id")
-    todo = sorted(set(tables.to_pylist()) - done)
+    where = key_paths(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id")  # every shard of each table
+    todo = sorted(set(where) - done)
     return [
         {
             "shard_id": stable_id("synthesis", params.fingerprint, part),
             "table_ids": part,
             "params_fingerprint": params.fingerprint,
+            "sources": sorted(set().union(*map(where.get, part))),
         }
         for part in chunk(todo, shard_size)
     ]
@@ -141,7 +147,7 @@ def synthesize_shard(
         log.info("synthesis shard %s already done (%d queries); nothing to do", shard_id, summary["n_queries"])
         return {**summary, "reused": True}
 
-    catalog = catalog_by_id(root, shard_spec["table_ids"])
+    catalog = catalog_by_id(root, shard_spec["table_ids"], shard_spec.get("sources"))
     queries: list[dict] = []
     rejections: list[dict] = []
     skips: list[dict] = []

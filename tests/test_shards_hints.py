@@ -1,0 +1,37 @@
+"""Planner hints: ``key_paths`` finds every shard holding a key in one pass, and ``read_hinted`` reads the
+hinted shards only, falling back to the whole table for what a stale hint misses."""
+
+from __future__ import annotations
+
+from datamind.schemas import REJECTIONS, rejection
+from datamind.shards import key_paths, read_hinted, write_shard
+from datamind.storage import DataRoot
+
+
+def _shard(root: DataRoot, name: str, items: list[tuple[str, str]]) -> str:
+    rows = [rejection("test", item, code, None) for item, code in items]
+    write_shard(root, REJECTIONS, "rejections", rows, name)
+    return root.path("rejections", name)
+
+
+def test_hints_find_every_version_and_a_stale_hint_loses_nothing(tmp_path, monkeypatch):
+    root = DataRoot(str(tmp_path))
+    a = _shard(root, "part-a.parquet", [("x", "first"), ("y", "only")])
+    b = _shard(root, "part-b.parquet", [("x", "second")])  # a later version of x elsewhere
+    c = _shard(root, "part-c.parquet", [("z", "only")])
+    where = key_paths(root, REJECTIONS, "rejections", "item_id")
+    assert where == {"x": {a, b}, "y": {a}, "z": {c}}
+
+    opened = []
+    real = type(root).open
+    monkeypatch.setattr(type(root), "open", lambda self, p, *args, **kw: opened.append(p) or real(self, p, *args, **kw))
+    got = read_hinted(root, REJECTIONS, "rejections", "item_id", {"x"}, sorted(where["x"]))
+    assert sorted(got.column("reason_code").to_pylist()) == ["first", "second"] and c not in opened
+
+    opened.clear()
+    stale = read_hinted(root, REJECTIONS, "rejections", "item_id", {"x", "z"}, [a])  # hint misses b and z
+    assert sorted(zip(stale.column("item_id").to_pylist(), stale.column("reason_code").to_pylist())) == [
+        ("x", "first"),
+        ("z", "only"),
+    ]  # z looked up in the whole table; x was found in the hint, so its other version is not searched for
+    assert read_hinted(root, REJECTIONS, "rejections", "item_id", set(), [a]).num_rows == 0
