@@ -174,10 +174,11 @@ def test_verl_validates_the_config_and_drives_the_tool_parser_and_reward(tmp_pat
     assert reward["wrong"] == {"score": 0.0, "acc": 0.0, "format": 1.0}
     assert reward["untagged"]["score"] == cfg.reward.format_penalty
 
-    first, second, isolated, hostile = got["tool"]
+    first, second, isolated, hostile, replayed = got["tool"]
     assert first == "<interpreter>\n42\n</interpreter>"  # 10 + 20 + 5 + 7, in the sandbox, on the staged file
     assert second == "<interpreter>\n4\n</interpreter>"  # the trajectory's state carried over
     assert "NameError" in isolated  # another trajectory never sees it
+    assert replayed == "<interpreter>\n20\n</interpreter>"  # its session was closed idle; its cells were replayed
     assert hostile.startswith("<interpreter>\nExecution refused by the sandbox")  # the socket never opens
 
     parser = got["parser"]

@@ -80,11 +80,13 @@ def main(config_dir: str, data_file: str, tokenizer_dir: str) -> dict:
             loop, call("import pandas as pd\ndf = pd.read_csv('sales.csv')\nprint(df['amount'].sum())"), kwargs, agent
         )
         second = await ToolAgentLoop._call_tool(loop, call("print(len(df))"), kwargs, agent)
+        tool.session_idle_s = 0  # the next release closes every session, as when a trajectory sits idle
         isolated = await ToolAgentLoop._call_tool(loop, call("print(len(df))"), kwargs, other)
+        replayed = await ToolAgentLoop._call_tool(loop, call("print(df['amount'].max())"), kwargs, agent)
         hostile = await ToolAgentLoop._call_tool(
             loop, call("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)"), kwargs, agent
         )
-        return [r[0].text for r in (first, second, isolated, hostile)]
+        return [r[0].text for r in (first, second, isolated, hostile, replayed)]
 
     out["tool"] = asyncio.run(calls())
     tool.close()

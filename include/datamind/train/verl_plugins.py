@@ -13,7 +13,10 @@ and read ``<interpreter>`` replies, and that is the format the SFT data taught. 
   and words the reply exactly as the trajectory stage recorded it (``observation_text``), inside
   ``<interpreter>`` tags. verl creates and releases a tool instance around every call; the trajectory's
   state (its successful cells, replayed before each new one -- the paper's chunked code maintenance)
-  lives in a sandbox session keyed by verl's request id, closed after ``session_idle_s`` without calls.
+  is its successful cells, kept as text per verl request id; a sandbox session (a workspace holding a copy
+  of the data file) serves the trajectory while it is active and is closed after ``session_idle_s``
+  without calls (or when more than ``max_sessions`` are open), since verl never says a trajectory ended.
+  A trajectory that calls again after that gets a fresh session with its cells replayed: nothing is lost.
 * ``compute_score`` is the reward (eq. 8) with the project's judge: the rule judge (numbers within 3 %,
   lists element-wise, text normalised) or, where ``DATAMIND_JUDGE_BASE_URL`` names an OpenAI-compatible
   endpoint, the model-as-judge of appendix G.4 with the rule judge as its fallback.
@@ -29,6 +32,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
@@ -76,9 +80,12 @@ class SandboxCodeTool(BaseTool):
     def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
         schema = tool_schema or OpenAIFunctionToolSchema.model_validate(TOOL_SCHEMA)
         self.config, self.tool_schema, self.name = config, schema, schema.function.name  # (no schema print)
-        self.session_idle_s = float(config.get("session_idle_s", 1800))
+        self.session_idle_s = float(config.get("session_idle_s", 120))
+        self.max_sessions = int(config.get("max_sessions", 256))
+        self.max_histories = int(config.get("max_histories", 100_000))
         self._sandbox = None
-        self._sessions: dict[str, tuple[Any, float]] = {}
+        self._sessions: OrderedDict[str, tuple[Any, float]] = OrderedDict()  # least recently used first
+        self._histories: OrderedDict[str, list[str]] = OrderedDict()
         self._instances: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
@@ -119,6 +126,11 @@ class SandboxCodeTool(BaseTool):
         obs = session.run(code)
         with self._lock:
             self._sessions[key] = (session, time.monotonic())
+            self._sessions.move_to_end(key)
+            self._histories[key] = list(session.history)
+            self._histories.move_to_end(key)
+            while len(self._histories) > self.max_histories:
+                self._histories.popitem(last=False)
         return obs.ok, observation_text(obs.ok, obs.output, obs.error_kind), obs.error_kind
 
     def _session(self, key: str, create: dict[str, Any]):
@@ -139,6 +151,7 @@ class SandboxCodeTool(BaseTool):
         files = [_local_file(create["data_uri"])] if create.get("data_uri") else []
         session = sandbox.session(files, language=exec_language(create.get("data_format")))
         with self._lock:
+            session.history = list(self._histories.get(key, ()))  # replayed before the next cell (chunked mode)
             self._sessions[key] = (session, time.monotonic())
         return session
 
@@ -147,6 +160,8 @@ class SandboxCodeTool(BaseTool):
         with self._lock:
             idle = [k for k, (_, t) in self._sessions.items() if now - t > self.session_idle_s]
             closing = [self._sessions.pop(k)[0] for k in idle]
+            while len(self._sessions) > self.max_sessions:
+                closing.append(self._sessions.popitem(last=False)[1][0])
         for session in closing:
             session.close()
 
