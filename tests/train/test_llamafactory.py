@@ -53,6 +53,15 @@ def test_multi_node_runs_go_through_llamafactory_torchrun_launcher():
     assert command("/c.yaml", Cluster(gpus_per_node=1))[1] == {}  # one device: no launcher
 
 
+def test_the_deployments_engine_environment_is_used(monkeypatch):
+    """The GPU image puts LLaMA-Factory in /opt/venv-train and says so in DATAMIND_TRAIN_ENV."""
+    monkeypatch.setenv("DATAMIND_TRAIN_ENV", "/opt/venv-train")
+    assert command("/c.yaml")[0][0] == "/opt/venv-train/bin/llamafactory-cli"
+    assert command("/c.yaml", env_dir="/elsewhere")[0][0] == "/elsewhere/bin/llamafactory-cli"
+    monkeypatch.delenv("DATAMIND_TRAIN_ENV")
+    assert command("/c.yaml")[0][0] == str(TRAIN_ENV / "bin" / "llamafactory-cli")
+
+
 @pytest.mark.skipif(
     not (TRAIN_ENV / "bin" / "llamafactory-cli").exists(), reason="LLaMA-Factory's environment: make train-env"
 )

@@ -17,7 +17,7 @@ from datamind.settings import REPO_ROOT
 from datamind.train.config import TrainConfig
 from datamind.train.exports import RL_FILE
 from datamind.train.engines import Cluster
-from datamind.train.reward import MatchJudge, score_text, turns_from_text
+from datamind.train.reward import MatchJudge, score, turns_from_text
 from datamind.train.verl_engine import command, node_argv, prepare_rows, rl_config, write_configs
 
 VERL_ENV = Path(os.environ.get("DATAMIND_VERL_ENV") or REPO_ROOT / ".venv-verl")
@@ -44,13 +44,14 @@ RIGHT = (
     ],
 )
 def test_reward_of_a_decoded_response_follows_eq_8(text, truth, expected):
-    parts = score_text(text, "What is the total?", truth, MatchJudge(), WORDS)
+    parts = score(turns_from_text(text), "What is the total?", truth, MatchJudge(), WORDS)
     assert (parts.reward, parts.r_format, parts.r_answer) == expected
 
 
 def test_long_answers_earn_less_as_in_eq_8():
     long_answer = " ".join(["42"] + ["word"] * 639)  # 640 words: halfway between l_min 256 and l_max 1024
-    parts = score_text(RIGHT.replace("<answer>42<", f"<answer>{long_answer}<"), "q", "42", lambda *a: True, WORDS)
+    text = RIGHT.replace("<answer>42<", f"<answer>{long_answer}<")
+    parts = score(turns_from_text(text), "q", "42", lambda *a: True, WORDS)
     assert parts.r_length == pytest.approx(0.5 + 0.5 * (1024 - 640) / (1024 - 256))
     assert parts.reward == pytest.approx(parts.r_length)
 
@@ -85,11 +86,14 @@ def test_config_carries_the_recipe_values():
         rl_config(cfg.with_overrides({"rl.mini_batch_size": 5}), "t", "t", "o")
 
 
-def test_launch_commands(tmp_path):
+def test_launch_commands(tmp_path, monkeypatch):
     argv, env = command(str(tmp_path), env_dir="/opt/venv-verl")
     assert argv[:3] == ["/opt/venv-verl/bin/python", "-m", "verl.trainer.main_ppo"]
     assert argv[argv.index("--config-path") + 1] == str(tmp_path) and "include" in env["PYTHONPATH"]
     assert node_argv(argv, Cluster(nnodes=1, gpus_per_node=8), "/v") == argv  # verl starts its own Ray
+    monkeypatch.setenv("DATAMIND_VERL_ENV", "/opt/venv-verl")  # the GPU image's
+    assert command(str(tmp_path))[0][0] == "/opt/venv-verl/bin/python"
+    assert node_argv(argv, Cluster(nnodes=2, node_rank=1))[0] == "/opt/venv-verl/bin/ray"
     worker = node_argv(argv, Cluster(nnodes=2, gpus_per_node=4, node_rank=1, master_addr="10.0.0.5"), "/v")
     assert worker == ["/v/bin/ray", "start", "--address=10.0.0.5:6379", "--num-gpus=4", "--block"]
     head = node_argv(argv, Cluster(nnodes=2, gpus_per_node=4, node_rank=0), "/v")

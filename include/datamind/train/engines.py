@@ -59,6 +59,12 @@ class Cluster:
         )
 
 
+def engine_env(env_dir: str | os.PathLike | None, variable: str, default: os.PathLike) -> str:
+    """An engine's environment: the one asked for, else the deployment's (``variable``, e.g. the GPU image's
+    /opt/venv-*), else the checkout's own (``make train-env`` / ``make verl-env``)."""
+    return str(env_dir or os.environ.get(variable) or default)
+
+
 def _visible_gpus() -> int:
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)

@@ -19,7 +19,7 @@ import re
 
 from datamind.settings import REPO_ROOT
 from datamind.train.config import TrainConfig
-from datamind.train.engines import Cluster, Engine, run_external
+from datamind.train.engines import Cluster, Engine, engine_env, run_external
 from datamind.train.exports import DATASET_INFO_FILE, SFT_DATASET_NAME
 
 TRAIN_ENV = REPO_ROOT / ".venv-train"
@@ -77,11 +77,11 @@ def sft_config(
 
 
 def command(
-    config_path: str, cluster: Cluster = Cluster(), env_dir: str | os.PathLike = TRAIN_ENV
+    config_path: str, cluster: Cluster = Cluster(), env_dir: str | os.PathLike | None = None
 ) -> tuple[list[str], dict]:
     """(argv, environment additions) that start LLaMA-Factory SFT on this node of ``cluster``."""
-    env_dir = env_dir or os.environ.get("DATAMIND_TRAIN_ENV") or TRAIN_ENV
-    argv = [os.path.join(str(env_dir), "bin", "llamafactory-cli"), "train", config_path]
+    cli = os.path.join(engine_env(env_dir, "DATAMIND_TRAIN_ENV", TRAIN_ENV), "bin", "llamafactory-cli")
+    argv = [cli, "train", config_path]
     env: dict[str, str] = {}
     if cluster.world_size > 1:
         env.update(

@@ -128,17 +128,5 @@ def turns_from_text(text: str) -> list[dict]:
     return turns
 
 
-def score_text(
-    text: str,
-    question: str,
-    ground_truth: str,
-    judge: Judge,
-    count_tokens: Callable[[str], int],
-    cfg: RewardConfig = RewardConfig(),
-) -> RewardBreakdown:
-    """``score`` of a response given as one decoded string (see ``turns_from_text``)."""
-    return score(turns_from_text(text), question, ground_truth, judge, count_tokens, cfg)
-
-
 def void_turns(messages: list[dict]) -> int:
     return sum(1 for m in messages if m["role"] == "assistant" and parse_turn(m["content"]).is_void)

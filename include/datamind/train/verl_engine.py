@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from datamind.settings import REPO_ROOT
 from datamind.train.config import TrainConfig
 from datamind.train.exports import RL_FILE
-from datamind.train.engines import Cluster
+from datamind.train.engines import Cluster, Engine, engine_env, run_external
 
 VERL_ENV = REPO_ROOT / ".venv-verl"
 PLUGINS = Path(__file__).with_name("verl_plugins.py")
@@ -75,8 +75,7 @@ def rl_config(
 ) -> dict:
     """The Hydra config (as a dict) ``python -m verl.trainer.main_ppo`` reads; it extends verl's ``ppo_trainer``."""
     rl, reward = cfg.rl, cfg.reward
-    if rl.batch_size % rl.mini_batch_size:
-        raise ValueError("rl.batch_size must be a multiple of rl.mini_batch_size")
+    cfg.validate()  # the config's own checks (batch divisibility and the rest), before anything is written
     gpus = max(1, cluster.gpus_per_node)
     total = rl.max_steps
     return {
@@ -183,9 +182,8 @@ def command(config_dir: str, env_dir: str | os.PathLike | None = None) -> tuple[
     """(argv, environment additions) that start verl's trainer on the Ray head node.
 
     On several nodes, ``node_argv`` wraps it in the Ray cluster's start and stop."""
-    env_dir = env_dir or os.environ.get("DATAMIND_VERL_ENV") or VERL_ENV
     argv = [
-        os.path.join(str(env_dir), "bin", "python"),
+        os.path.join(engine_env(env_dir, "DATAMIND_VERL_ENV", VERL_ENV), "bin", "python"),
         "-m",
         "verl.trainer.main_ppo",
         "--config-path",
@@ -203,7 +201,7 @@ def node_argv(verl_argv: list[str], cluster: Cluster, env_dir: str | os.PathLike
     its workers across the nodes, and stops it after; the others join and serve until the head stops."""
     if cluster.nnodes <= 1:
         return verl_argv
-    ray = os.path.join(str(env_dir or os.environ.get("DATAMIND_VERL_ENV") or VERL_ENV), "bin", "ray")
+    ray = os.path.join(engine_env(env_dir, "DATAMIND_VERL_ENV", VERL_ENV), "bin", "ray")
     gpus = f"--num-gpus={cluster.gpus_per_node}"
     if cluster.node_rank > 0:
         return [ray, "start", f"--address={cluster.master_addr}:{port}", gpus, "--block"]
@@ -271,7 +269,6 @@ def run_rl(cfg: TrainConfig, emit=print):
     """The RL phase through verl on this node (``node_argv``: on several nodes every node runs this, with
     ``NNODES`` / ``NODE_RANK`` / ``MASTER_ADDR`` set by the launcher), recorded like a run of the built-in
     trainer (``engines``)."""
-    from datamind.train.engines import Engine, run_external
 
     def prepare(work: str, export_local: str, out: str, cluster: Cluster) -> tuple[list[str], dict[str, str]]:
         rows = os.path.join(work, "train.parquet")

@@ -214,11 +214,12 @@ def compute_score(
     the eq. 8 reward as ``score``, with ``acc`` (the judge's verdict, which eq. 5's group filter counts)
     and ``format`` as extra metrics. The ``reward_kwargs`` of the generated config fill the keywords."""
     from datamind.train.config import RewardConfig
-    from datamind.train.reward import score_text
+    from datamind.train.reward import score, turns_from_text
 
     question = (extra_info or {}).get("question") or ""
     cfg = RewardConfig(l_min=l_min, l_max=l_max, format_penalty=format_penalty, length_basis=length_basis)
-    parts = score_text(solution_str, question, str(ground_truth), _judge(), _counter(tokenizer_path), cfg)
+    turns = turns_from_text(solution_str)
+    parts = score(turns, question, str(ground_truth), _judge(), _counter(tokenizer_path), cfg)
     return {"score": parts.reward, "acc": float(parts.r_answer), "format": float(parts.r_format)}
 
 
