@@ -68,7 +68,7 @@ CHECKPOINTS = announces("train_agent")
             enum=list(ENGINES),
             title="Engine",
             description="builtin: the project's trainer (SFT and SFT+RL). llamafactory: SFT through LLaMA-Factory "
-            "(phase sft). verl: RL through verl from an SFT checkpoint as base model (phase sft+rl). "
+            "(phase sft). verl: SFT + DAPO through verl from an SFT checkpoint as base model (phase sft+rl). "
             "Each engine runs in its own environment on the GPU worker.",
         ),
         "template": Param(

@@ -18,7 +18,10 @@ with open(conf_path) as fh:
     conf = yaml.safe_load(fh)
 assert conf["defaults"][0] == "ppo_trainer"
 rows = pq.read_table(conf["data"]["train_files"]).to_pylist()
-assert rows and all(r["agent_name"] == "tool_agent" for r in rows)
+assert rows and all(r["agent_name"] == "datamind_tool_agent" for r in rows)
+assert all(r["extra_info"]["expert"][-1]["role"] == "assistant" for r in rows)  # the joint loss's expert turns
+assert conf["trainer"]["v1"]["trainer_mode"] == "datamind_sync"
+assert os.environ["VERL_USE_EXTERNAL_MODULES"] == "datamind.train.verl_joint"
 assert all(
     r["extra_info"]["tools_kwargs"]["run_code"]["create_kwargs"]["data_uri"] == (r["extra_info"]["data_uri"] or "")
     for r in rows

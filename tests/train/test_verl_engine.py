@@ -82,6 +82,11 @@ def test_config_carries_the_recipe_values():
     assert rollout["multi_turn"]["max_assistant_turns"] == cfg.rl.max_turns
     assert conf["reward"]["custom_reward_function"]["reward_kwargs"]["l_min"] == 128
     assert (conf["trainer"]["nnodes"], conf["trainer"]["n_gpus_per_node"]) == (2, 8)
+    # Eq. 7 inside verl: the project's trainer mode, its gamma schedule, the plugins imported by every process.
+    assert conf["trainer"]["v1"]["trainer_mode"] == "datamind_sync"
+    assert conf["datamind"] == {"gamma_schedule": "cosine", "gamma_peak": cfg.rl.gamma_peak, "gamma_valley": 0.05}
+    env_vars = conf["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "datamind.train.verl_joint" and "include" in env_vars["PYTHONPATH"]
     with pytest.raises(ValueError, match="multiple of rl.mini_batch_size"):
         rl_config(cfg.with_overrides({"rl.mini_batch_size": 5}), "t", "t", "o")
 
@@ -90,6 +95,7 @@ def test_launch_commands(tmp_path, monkeypatch):
     argv, env = command(str(tmp_path), env_dir="/opt/venv-verl")
     assert argv[:3] == ["/opt/venv-verl/bin/python", "-m", "verl.trainer.main_ppo"]
     assert argv[argv.index("--config-path") + 1] == str(tmp_path) and "include" in env["PYTHONPATH"]
+    assert env["VERL_USE_EXTERNAL_MODULES"] == "datamind.train.verl_joint"
     assert node_argv(argv, Cluster(nnodes=1, gpus_per_node=8), "/v") == argv  # verl starts its own Ray
     monkeypatch.setenv("DATAMIND_VERL_ENV", "/opt/venv-verl")  # the GPU image's
     assert command(str(tmp_path))[0][0] == "/opt/venv-verl/bin/python"
@@ -130,6 +136,11 @@ def _export(tmp_path: Path, data_file: Path) -> Path:
             "ability": "data_analysis",
             "reward_model": {"style": "rule", "ground_truth": "42"},
             "extra_info": {"index": i, "question": f"question {i}", "data_uri": str(data_file), "data_format": "csv"},
+            "target": [
+                {"role": "assistant", "content": f"<think>Sum.</think><code>print({i})</code>", "loss_mask": 1},
+                {"role": "tool", "content": f"<interpreter>\n{i}\n</interpreter>", "loss_mask": 0},
+                {"role": "assistant", "content": f"<think>So.</think><answer>{i}</answer>", "loss_mask": 1},
+            ],
         }
         for i in range(3)
     ]
@@ -141,12 +152,21 @@ def test_rows_hand_each_sample_its_data_file_to_the_tool(tmp_path):
     data = tmp_path / "sales.csv"
     data.write_text("region,amount\n")
     out = tmp_path / "verl.parquet"
-    assert prepare_rows(str(_export(tmp_path, data)), str(out)) == 3
+    export = str(_export(tmp_path, data))
+    assert prepare_rows(export, str(out)) == 3
     rows = pq.read_table(out).to_pylist()
-    assert {r["agent_name"] for r in rows} == {"tool_agent"}
+    assert {r["agent_name"] for r in rows} == {"datamind_tool_agent"}
     assert [r["extra_info"]["index"] for r in rows] == [0, 1, 2]
     kwargs = rows[1]["extra_info"]["tools_kwargs"]["run_code"]["create_kwargs"]
     assert kwargs == {"data_uri": str(data), "data_format": "csv"}
+    # The joint loss's expert term: each row carries its own expert continuation, roles and texts intact.
+    expert = rows[2]["extra_info"]["expert"]
+    assert [m["role"] for m in expert] == ["assistant", "tool", "assistant"]
+    assert expert[1]["content"] == "<interpreter>\n2\n</interpreter>" and expert[2]["content"].endswith(
+        "<answer>2</answer>"
+    )
+    assert prepare_rows(export, str(out), with_expert=False) == 3
+    assert all(r["extra_info"].get("expert") is None for r in pq.read_table(out).to_pylist())
 
 
 @pytest.mark.skipif(
@@ -162,7 +182,8 @@ def test_verl_validates_the_config_and_drives_the_tool_parser_and_reward(tmp_pat
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "DATAMIND_SANDBOX_WALL_S": "20"},
+        # The generated command's environment: it is what makes verl import the project's joint-loss module.
+        env={**os.environ, **command(conf_dir)[1], "DATAMIND_SANDBOX_WALL_S": "20"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -189,6 +210,29 @@ def test_verl_validates_the_config_and_drives_the_tool_parser_and_reward(tmp_pat
     # Code and an answer in one turn: the block that closes first is what the agent committed to (as in
     # the built-in loop, which stops generating at the first closing tag).
     assert parser == {"code": ["print(1 + 1)"], "answer": [], "both": ["print(1)"]}
+
+    joint = got["joint"]
+    assert joint["loaded_by_verl"] and joint["trainer"] == "JointSFTTrainer"
+    assert joint["gamma"][0] == cfg.rl.gamma_peak and joint["gamma"][-1] == cfg.rl.gamma_valley  # steps 1 and 10
+    assert cfg.rl.gamma_valley < joint["gamma"][1] < cfg.rl.gamma_peak
+    replay = joint["replay"]
+    assert replay["outputs"] == [2, 1] and replay["flags"] == [True, False]  # session 0 adds the expert, flagged
+    # The replay is token for token what verl records when the policy writes those turns and the sandbox answers.
+    assert replay["same_prompt"] and replay["same_response"] and replay["same_mask"]
+    assert "<code>print(6 * 7)</code>" in replay["agent_text"] and "<answer>42</answer>" in replay["agent_text"]
+    assert "<interpreter>" not in replay["agent_text"] and "<interpreter>\n42\n</interpreter>" in replay["env_text"]
+    loss = joint["loss"]
+    assert loss["joint"]["got"] == pytest.approx(loss["joint"]["want"], rel=1e-6)  # eq. 7, computed by hand
+    assert loss["joint"]["share"] == pytest.approx(4 / 9) and loss["share"] == pytest.approx([4 / 9, 4 / 9])
+    # An expert token's gradient is -gamma / (expert tokens); the interpreter token inside it gets none.
+    assert loss["expert_grads"] == pytest.approx([-0.3 / 4, 0.0, -0.3 / 4, -0.3 / 4])
+    assert loss["micro_sum"] == pytest.approx(loss["joint"]["got"], rel=1e-6)  # micro-batches add up
+    assert loss["pure_rl"]["ours"] == loss["pure_rl"]["verl"]  # gamma 0, no experts: verl's own loss, exactly
+    assert "extra_fields" in loss["missing_flags"]
+    first, last = joint["trainer_steps"]  # verl's update step: the workers get this step's loss, then update
+    assert first["order"] == last["order"] == ["set_loss_fn", "update_actor"]
+    assert first["loss"] == [True, cfg.rl.gamma_peak, 0.25, cfg.rl.clip_high]
+    assert last["loss"][1] == cfg.rl.gamma_valley and last["metrics"] == [cfg.rl.gamma_valley, 0.25, 0.125]
 
 
 @pytest.fixture

@@ -106,6 +106,10 @@ def main(config_dir: str, data_file: str, tokenizer_dir: str) -> dict:
         "answer": asyncio.run(parse("<think>Done.</think><answer>2</answer>")),
         "both": asyncio.run(parse("<think>x</think><code>print(1)</code><answer>2</answer>")),
     }
+
+    from verl_joint_checks import checks  # (this directory)
+
+    out["joint"] = checks(config, data_file, tokenizer_dir)
     return out
 
 

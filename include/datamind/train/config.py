@@ -95,8 +95,8 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     # builtin: the project's trainer (SFT and SFT+RL; the CPU path of tests and the demo). llamafactory: the SFT
     # phase through LLaMA-Factory in its own environment (DATAMIND_TRAIN_ENV, default .venv-train).
-    # verl: the RL phase through verl (DAPO with the project's tool, format and reward; .venv-verl, DATAMIND_VERL_ENV),
-    # from a base model that already went through SFT.
+    # verl: the joint SFT + DAPO phase through verl (the project's tool, format, reward and eq. 7 loss;
+    # .venv-verl, DATAMIND_VERL_ENV), from a base model that already went through cold-start SFT.
     engine: Engine = "builtin"
     template: str = "default"  # LLaMA-Factory's chat template for the base model (qwen, llama3, ...)
 

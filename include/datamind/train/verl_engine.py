@@ -8,10 +8,10 @@ and the reward of eq. 8 with the project's judge. The config sets the paper's ta
 (``clip_low``/``clip_high``) and token-level loss, no KL term, and eq. 5's dynamic sampling (groups whose
 rollouts are all correct or all wrong are dropped: ``filter_groups`` on the judge's ``acc``).
 
-What verl does not express: the joint objective's SFT term (``gamma(t) * L_SFT`` on the expert
-trajectories, the cosine schedule of ``datamind.train.schedule``) needs the expert rows in the actor
-update, which verl's policy-loss interface does not see. Runs that need the joint loss use the built-in
-engine; verl runs the SFT phase first (LLaMA-Factory or the built-in trainer) and then pure DAPO.
+The joint objective of eq. 7 runs inside verl too (``datamind.train.verl_joint``, imported into every verl
+process): each row carries its expert continuation, an agent loop puts its replay into the batch next to
+the prompt's rollouts, and a trainer built on verl's synchronous one gives the actor ``gamma(t) * L_SFT +
+(1 - gamma(t)) * L_DAPO`` with gamma from ``datamind.train.schedule`` (the config's ``datamind`` section).
 
 verl needs its own transformers range, so it runs from its own environment (``requirements-verl.txt``,
 ``make verl-env`` -> ``.venv-verl``); nothing here imports it.
@@ -38,9 +38,12 @@ PLUGINS = Path(__file__).with_name("verl_plugins.py")
 INCLUDE_DIR = Path(__file__).resolve().parents[2]  # so verl's processes import the project's package
 CONFIG_NAME = "datamind_rl"
 TOOL_CLASS = "datamind.train.verl_plugins.SandboxCodeTool"
+JOINT_MODULE = "datamind.train.verl_joint"  # imported by verl in each of its processes (VERL_USE_EXTERNAL_MODULES)
 TOOL_NAME = "run_code"  # verl_plugins.TOOL_NAME (that module imports verl, so it is not imported here)
 FORMAT_NAME = "datamind_react"  # verl_plugins.FORMAT_NAME
-AGENT_LOOP = "tool_agent"
+AGENT_LOOP = "datamind_tool_agent"  # verl_joint.AGENT_LOOP: verl's tool agent loop plus the expert replay
+TRAINER_MODE = "datamind_sync"  # verl_joint.TRAINER_MODE: verl's synchronous trainer with the joint loss
+EXPERT_KEY = "expert"  # verl_joint.EXPERT_KEY
 
 
 def tools_config(exec_timeout_s: float) -> dict:
@@ -48,16 +51,20 @@ def tools_config(exec_timeout_s: float) -> dict:
     return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", "wall_s": exec_timeout_s}}]}
 
 
-def prepare_rows(export_dir: str, out_path: str) -> int:
-    """The export's RL rows as verl's agent loop reads them: each row names the agent loop and hands the
-    sandbox tool its data file (``extra_info.tools_kwargs``). Returns the row count."""
+def prepare_rows(export_dir: str, out_path: str, with_expert: bool = True) -> int:
+    """The export's RL rows as verl's agent loop reads them: each row names the agent loop, hands the
+    sandbox tool its data file (``extra_info.tools_kwargs``) and, for the joint loss, carries its expert
+    continuation (``extra_info.expert``: the export's ``target`` turns). Returns the row count."""
     table = pq.read_table(posixpath.join(export_dir.rstrip("/"), RL_FILE))
     extra = table.column("extra_info").to_pylist()
-    for e in extra:
+    targets = table.column("target").to_pylist()
+    for e, target in zip(extra, targets):
         e["tools_kwargs"] = {
             TOOL_NAME: {"create_kwargs": {"data_uri": e.get("data_uri") or "", "data_format": e.get("data_format")}}
         }
         e["need_tools_kwargs"] = True
+        if with_expert:
+            e[EXPERT_KEY] = [{"role": m["role"], "content": m["content"]} for m in target]
     table = table.drop_columns(["extra_info"]).append_column("extra_info", pa.array(extra))
     table = table.append_column("agent_name", pa.array([AGENT_LOOP] * table.num_rows, pa.string()))
     pq.write_table(table, out_path)
@@ -148,7 +155,15 @@ def rl_config(
                 },
             },
         },
+        # Eq. 7's mixing weight, read by verl_joint's trainer at every step.
+        "datamind": {
+            "gamma_schedule": rl.gamma_schedule,
+            "gamma_peak": rl.gamma_peak,
+            "gamma_valley": rl.gamma_valley,
+        },
+        "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": _plugin_env()}}},
         "trainer": {
+            "v1": {"trainer_mode": TRAINER_MODE},
             "project_name": "datamind",
             "experiment_name": cfg.run_id or "rl",
             "nnodes": cluster.nnodes,
@@ -191,8 +206,13 @@ def command(config_dir: str, env_dir: str | os.PathLike | None = None) -> tuple[
         "--config-name",
         CONFIG_NAME,
     ]
+    return argv, {**_plugin_env(), "HF_HUB_OFFLINE": "1"}
+
+
+def _plugin_env() -> dict[str, str]:
+    """What makes verl's processes (the trainer and its Ray workers) import the project's plugins."""
     pythonpath = os.pathsep.join(p for p in (str(INCLUDE_DIR), os.environ.get("PYTHONPATH", "")) if p)
-    return argv, {"PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
+    return {"PYTHONPATH": pythonpath, "VERL_USE_EXTERNAL_MODULES": JOINT_MODULE}
 
 
 def node_argv(verl_argv: list[str], cluster: Cluster, env_dir: str | os.PathLike | None = None, port: int = 6379):
@@ -220,6 +240,7 @@ def describe(cfg: TrainConfig, cluster: Cluster) -> str:
             "group_size": rl.group_size,
             "clip": [rl.clip_low, rl.clip_high],
             "batch": rl.batch_size,
+            "gamma": [rl.gamma_schedule, rl.gamma_peak, rl.gamma_valley],
         },
         sort_keys=True,
     )
@@ -229,6 +250,8 @@ _STEP = re.compile(r"^step:(\d+) - (.*)$")
 # verl's console metrics worth a progress line, under the names the built-in trainer's lines use.
 _METRICS = {
     "actor/pg_loss": "dapo_loss",
+    "actor/sft_loss": "sft_loss",
+    "actor/sft_gamma": "gamma",
     "critic/score/mean": "reward_mean",
     "critic/score/std": "reward_std",
     "actor/entropy": "entropy",
@@ -272,7 +295,7 @@ def run_rl(cfg: TrainConfig, emit=print):
 
     def prepare(work: str, export_local: str, out: str, cluster: Cluster) -> tuple[list[str], dict[str, str]]:
         rows = os.path.join(work, "train.parquet")
-        prepare_rows(export_local, rows)
+        prepare_rows(export_local, rows, with_expert=cfg.rl.gamma_peak > 0)
         emit(f"[datamind.train] verl: {describe(cfg, cluster)}")
         if cfg.cold_start:
             emit(
