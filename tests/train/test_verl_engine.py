@@ -84,7 +84,14 @@ def test_config_carries_the_recipe_values():
     assert (conf["trainer"]["nnodes"], conf["trainer"]["n_gpus_per_node"]) == (2, 8)
     # Eq. 7 inside verl: the project's trainer mode, its gamma schedule, the plugins imported by every process.
     assert conf["trainer"]["v1"]["trainer_mode"] == "datamind_sync"
-    assert conf["datamind"] == {"gamma_schedule": "cosine", "gamma_peak": cfg.rl.gamma_peak, "gamma_valley": 0.05}
+    assert conf["datamind"] == {
+        "expert_replay": True,
+        "gamma_schedule": "cosine",
+        "gamma_peak": cfg.rl.gamma_peak,
+        "gamma_valley": 0.05,
+    }
+    pure_rl = rl_config(cfg.with_overrides({"rl.gamma_peak": 0.0, "rl.gamma_valley": 0.0}), "t", "t", "o")
+    assert pure_rl["datamind"]["expert_replay"] is False  # gamma 0 throughout: no expert rows to replay
     env_vars = conf["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
     assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "datamind.train.verl_joint" and "include" in env_vars["PYTHONPATH"]
     with pytest.raises(ValueError, match="multiple of rl.mini_batch_size"):
@@ -229,7 +236,10 @@ def test_verl_validates_the_config_and_drives_the_tool_parser_and_reward(tmp_pat
     assert loss["micro_sum"] == pytest.approx(loss["joint"]["got"], rel=1e-6)  # micro-batches add up
     assert loss["pure_rl"]["ours"] == loss["pure_rl"]["verl"]  # gamma 0, no experts: verl's own loss, exactly
     assert "extra_fields" in loss["missing_flags"]
-    first, last = joint["trainer_steps"]  # verl's update step: the workers get this step's loss, then update
+    sizing, first, last = joint["trainer_steps"]  # verl's update step: the workers get this step's loss, then update
+    n, mini = cfg.rl.group_size, cfg.rl.mini_batch_size
+    assert sizing == {"multiple": mini * (n + 1), "want": mini * (n + 1)}  # n rollouts + the expert per prompt
+    assert first["mini_batch_samples"] == mini * (n + 1) and first["n_after"] == last["n_after"] == n
     assert first["order"] == last["order"] == ["set_loss_fn", "update_actor"]
     assert first["loss"] == [True, cfg.rl.gamma_peak, 0.25, cfg.rl.clip_high]
     assert last["loss"][1] == cfg.rl.gamma_valley and last["metrics"] == [cfg.rl.gamma_valley, 0.25, 0.125]

@@ -64,7 +64,12 @@ def _trainer_steps(config) -> list[dict]:
 
     trainer = object.__new__(Trainer)  # (no Ray, no GPU: only what _update_actor reads)
     trainer.config, trainer.total_training_steps, trainer.actor_rollout_wg = config, 10, Workers()
+    trainer.use_critic, trainer.global_steps = False, 1
     out = []
+    # Mini-batches in samples: a prompt brings n rollouts and its expert replay, so the batch is padded to
+    # multiples of mini * (n + 1) -- and verl's own bookkeeping of n is left as it was.
+    n, mini = config.actor_rollout_ref.rollout.n, config.actor_rollout_ref.actor.ppo_mini_batch_size
+    sizing = {"multiple": trainer._get_required_batch_multiple(1), "want": mini * (n + 1)}
     for step in (1, 10):
         trainer.global_steps = step
         metrics: dict = {}
@@ -75,10 +80,11 @@ def _trainer_steps(config) -> list[dict]:
                 "order": [kind, kind2],
                 "loss": [type(loss) is JointLoss, loss.gamma, loss.expert_share, loss.config.clip_ratio_high],
                 "metrics": [metrics["actor/sft_gamma"], metrics["actor/expert_token_share"], metrics["actor/pg_loss"]],
-                "epochs": info.get("epochs"),
+                "mini_batch_samples": info.get("mini_batch_size"),
+                "n_after": config.actor_rollout_ref.rollout.n,
             }
         )
-    return out
+    return [sizing, *out]
 
 
 # -- the expert replay against a live rollout of the same turns --------------------------------------------

@@ -71,6 +71,11 @@ def prepare_rows(export_dir: str, out_path: str, with_expert: bool = True) -> in
     return table.num_rows
 
 
+def expert_replay(cfg: TrainConfig) -> bool:
+    """Whether the rows carry expert continuations for eq. 7's SFT term (not when gamma is 0 throughout)."""
+    return cfg.rl.gamma_peak > 0
+
+
 def rl_config(
     cfg: TrainConfig,
     train_file: str,
@@ -157,6 +162,7 @@ def rl_config(
         },
         # Eq. 7's mixing weight, read by verl_joint's trainer at every step.
         "datamind": {
+            "expert_replay": expert_replay(cfg),
             "gamma_schedule": rl.gamma_schedule,
             "gamma_peak": rl.gamma_peak,
             "gamma_valley": rl.gamma_valley,
@@ -295,7 +301,7 @@ def run_rl(cfg: TrainConfig, emit=print):
 
     def prepare(work: str, export_local: str, out: str, cluster: Cluster) -> tuple[list[str], dict[str, str]]:
         rows = os.path.join(work, "train.parquet")
-        prepare_rows(export_local, rows, with_expert=cfg.rl.gamma_peak > 0)
+        prepare_rows(export_local, rows, with_expert=expert_replay(cfg))
         emit(f"[datamind.train] verl: {describe(cfg, cluster)}")
         if cfg.cold_start:
             emit(

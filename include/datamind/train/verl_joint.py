@@ -24,6 +24,7 @@ Validation runs (off in the generated config) would see the replay as one more s
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,7 +230,31 @@ class JointSFTTrainer(get_trainer_cls("sync")):
         self.actor_rollout_wg.set_loss_fn(JointLoss(actor, gamma, share))
         metrics["actor/sft_gamma"] = gamma
         metrics["actor/expert_token_share"] = share
-        return super()._update_actor(batch, metrics)
+        with self._samples_per_prompt():
+            return super()._update_actor(batch, metrics)
+
+    def _get_required_batch_multiple(self, dp_size: int) -> int:
+        with self._samples_per_prompt():
+            return super()._get_required_batch_multiple(dp_size)
+
+    @contextmanager
+    def _samples_per_prompt(self):
+        """verl sizes mini-batches as ``ppo_mini_batch_size * rollout.n`` samples; with the expert replay a
+        prompt brings ``n + 1``. Without this a step's batch would be padded up to the next multiple of
+        ``mini * n`` -- nearly a second mini-batch of no-op samples, and an extra optimizer update per step."""
+        rollout = self.config.actor_rollout_ref.rollout
+        if not (self.config.get("datamind", {}) or {}).get("expert_replay"):
+            yield
+            return
+        from omegaconf import open_dict
+
+        n = rollout.n
+        with open_dict(rollout):
+            rollout.n = n + 1
+        try:
+            yield
+        finally:
+            rollout.n = n
 
     def _expert_token_share(self, batch) -> float:
         from verl.utils.transferqueue_utils import tq
