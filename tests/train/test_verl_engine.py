@@ -78,7 +78,7 @@ def test_config_carries_the_recipe_values():
     assert (actor["clip_ratio_low"], actor["clip_ratio_high"]) == (cfg.rl.clip_low, cfg.rl.clip_high)
     assert rollout["n"] == 8 and conf["data"]["train_batch_size"] == 32 and actor["ppo_mini_batch_size"] == 8
     assert actor["use_kl_loss"] is False and conf["algorithm"]["use_kl_in_reward"] is False
-    assert conf["algorithm"]["filter_groups"]["metric"] == "acc"  # eq. 5 counts correct rollouts
+    assert conf["algorithm"]["filter_groups"]["enable"] is False  # eq. 5: verl_joint.rl_weights, on "acc"
     assert rollout["multi_turn"]["max_assistant_turns"] == cfg.rl.max_turns
     assert conf["reward"]["custom_reward_function"]["reward_kwargs"]["l_min"] == 128
     assert (conf["trainer"]["nnodes"], conf["trainer"]["n_gpus_per_node"]) == (2, 8)
@@ -198,12 +198,13 @@ def test_verl_validates_the_config_and_drives_the_tool_parser_and_reward(tmp_pat
     assert c["clip"] == [cfg.rl.clip_low, cfg.rl.clip_high] and c["n"] == cfg.rl.group_size
     assert c["lr"] == cfg.rl.learning_rate and c["train_batch_size"] == cfg.rl.batch_size
     assert c["format"] == "datamind_react" and c["max_assistant_turns"] == cfg.rl.max_turns
-    assert c["adv_estimator"] == "grpo" and c["filter_groups"] == [True, "acc"]
+    # Eq. 5 is the trainer's mask (verl's filter would evict a prompt's expert replay with its rollouts).
+    assert c["adv_estimator"] == "grpo" and c["filter_groups"] is False
     assert not (c["use_kl_loss"] or c["kl_in_reward"] or c["critic"] or c["reference"])
 
     reward = got["reward"]
     assert reward["right"]["score"] > 0 and reward["right"]["acc"] == 1.0  # 42.9 vs 42: within 3 %
-    assert reward["wrong"] == {"score": 0.0, "acc": 0.0, "format": 1.0}
+    assert reward["wrong"] == {"score": 0.0, "acc": 0.0, "format": 1.0, "void": 0.0}
     assert reward["untagged"]["score"] == cfg.reward.format_penalty
 
     first, second, isolated, hostile, replayed = got["tool"]
@@ -230,18 +231,25 @@ def test_verl_validates_the_config_and_drives_the_tool_parser_and_reward(tmp_pat
     assert "<interpreter>" not in replay["agent_text"] and "<interpreter>\n42\n</interpreter>" in replay["env_text"]
     loss = joint["loss"]
     assert loss["joint"]["got"] == pytest.approx(loss["joint"]["want"], rel=1e-6)  # eq. 7, computed by hand
-    assert loss["joint"]["share"] == pytest.approx(4 / 9) and loss["share"] == pytest.approx([4 / 9, 4 / 9])
-    # An expert token's gradient is -gamma / (expert tokens); the interpreter token inside it gets none.
+    assert loss["joint"]["shares"] == pytest.approx([4 / 11, 5 / 11])  # expert and DAPO tokens of all 11
+    assert [pytest.approx([4 / 11, 5 / 11])] * 2 == loss["shares"]  # nested (TransferQueue) and padded rows
+    # An expert token's gradient is -gamma / (expert tokens); its interpreter token, and a filtered rollout, get none.
     assert loss["expert_grads"] == pytest.approx([-0.3 / 4, 0.0, -0.3 / 4, -0.3 / 4])
+    assert loss["filtered_grads"] == [0.0, 0.0]
     assert loss["micro_sum"] == pytest.approx(loss["joint"]["got"], rel=1e-6)  # micro-batches add up
-    assert loss["pure_rl"]["ours"] == loss["pure_rl"]["verl"]  # gamma 0, no experts: verl's own loss, exactly
-    assert "extra_fields" in loss["missing_flags"]
+    assert loss["pure_rl"]["ours"] == loss["pure_rl"]["verl"]  # gamma 0, DAPO rows only: verl's own loss, exactly
+    assert loss["sft_only"]["got"] == pytest.approx(loss["sft_only"]["want"], rel=1e-6)
+    assert "extra_fields" in loss["missing"][0] and "datamind_rl_weight" in loss["missing"][1]
+    # Eq. 5: prompts a and d have some but not all rollouts right; a's void rollout and its expert replay stay
+    # out. Weights N / (K * T_g): 13 DAPO tokens, 2 prompts, a holds 3 + 2 of them and d 4 + 4.
+    w_a, w_d = 13 / (2 * 5), 13 / (2 * 8)
+    assert loss["rl_weights"] == pytest.approx([0, w_a, w_a, 0, 0, 0, 0, 0, 0, 0, 0, w_d, w_d])
     sizing, first, last = joint["trainer_steps"]  # verl's update step: the workers get this step's loss, then update
     n, mini = cfg.rl.group_size, cfg.rl.mini_batch_size
     assert sizing == {"multiple": mini * (n + 1), "want": mini * (n + 1)}  # n rollouts + the expert per prompt
     assert first["mini_batch_samples"] == mini * (n + 1) and first["n_after"] == last["n_after"] == n
     assert first["order"] == last["order"] == ["set_loss_fn", "update_actor"]
-    assert first["loss"] == [True, cfg.rl.gamma_peak, 0.25, cfg.rl.clip_high]
+    assert first["loss"] == [True, cfg.rl.gamma_peak, 0.25, 0.5, cfg.rl.clip_high]
     assert last["loss"][1] == cfg.rl.gamma_valley and last["metrics"] == [cfg.rl.gamma_valley, 0.25, 0.125]
 
 

@@ -36,7 +36,7 @@ def main(config_dir: str, data_file: str, tokenizer_dir: str) -> dict:
         "max_assistant_turns": rollout.multi_turn.max_assistant_turns,
         "format": rollout.multi_turn.format,
         "adv_estimator": algo.adv_estimator,
-        "filter_groups": [algo.filter_groups.enable, algo.filter_groups.metric],
+        "filter_groups": bool(algo.filter_groups and algo.filter_groups.enable),
         "use_kl_loss": actor.use_kl_loss,
         "kl_in_reward": algo.use_kl_in_reward,
         "critic": need_critic(config),

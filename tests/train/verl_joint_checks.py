@@ -59,8 +59,8 @@ def _trainer_steps(config) -> list[dict]:
             return {"metrics": {"mfu": 0.5, "pg_loss": 0.125}}
 
     class Trainer(JointSFTTrainer):
-        def _expert_token_share(self, batch):  # (read from TransferQueue in a run)
-            return 0.25
+        def _token_shares(self, batch):  # (read from TransferQueue in a run)
+            return 0.25, 0.5
 
     trainer = object.__new__(Trainer)  # (no Ray, no GPU: only what _update_actor reads)
     trainer.config, trainer.total_training_steps, trainer.actor_rollout_wg = config, 10, Workers()
@@ -78,7 +78,13 @@ def _trainer_steps(config) -> list[dict]:
         out.append(
             {
                 "order": [kind, kind2],
-                "loss": [type(loss) is JointLoss, loss.gamma, loss.expert_share, loss.config.clip_ratio_high],
+                "loss": [
+                    type(loss) is JointLoss,
+                    loss.gamma,
+                    loss.expert_share,
+                    loss.rl_share,
+                    loss.config.clip_ratio_high,
+                ],
                 "metrics": [metrics["actor/sft_gamma"], metrics["actor/expert_token_share"], metrics["actor/pg_loss"]],
                 "mini_batch_samples": info.get("mini_batch_size"),
                 "n_after": config.actor_rollout_ref.rollout.n,
@@ -154,53 +160,72 @@ async def _replay(config, data_file: str, tokenizer_dir: str) -> dict:
 
 
 # -- the loss, on a batch in the layout verl's actor hands its loss function ------------------------------
-def _batch(lp, old, adv, mask, expert, prompt_len=3):
-    """Responses of different lengths, right-padded; ``lp`` (the policy's log-probs of each response token)
-    is laid out the way the model's flat output is: one value per token of prompt + response, shifted by one."""
+# Per sample: policy log-probs and old log-probs of its response tokens, advantage, loss mask (0: interpreter
+# token), whether it is an expert replay, its weight in the DAPO term (rl_weights: N / (K * T_g), here two
+# prompts of 3 and 2 DAPO tokens: 5 / (2 * 3) and 5 / (2 * 2); 0 outside the term).
+ROWS = [
+    ([-1.0, -0.5, -2.0], [-1.2, -0.9, -1.0], 0.8, [1, 1, 1], False, 5 / 6),  # ratios above 1 + 0.28: clipped
+    ([-0.2, -1.5], [-0.1, -1.0], -0.6, [1, 1], False, 5 / 4),  # ratios below 1 - 0.2
+    ([-0.4, -0.6], [-0.9, -0.1], 1.5, [1, 1], False, 0),  # its prompt was all right or all wrong: no DAPO
+    ([-0.7, -0.9, -0.3, -1.1], [-0.7, -0.9, -0.3, -1.1], 0.0, [1, 0, 1, 1], True, 0),  # expert replays
+    ([-2.5], [-2.5], 0.0, [1], True, 0),
+]
+
+
+def _batch(rows, prompt_len=3):
+    """Responses of different lengths, right-padded, with the per-sample fields the trainer leaves in
+    TransferQueue; the policy's log-probs come as the model's flat output (prompt + response per sample,
+    position t predicting token t + 1)."""
     from tensordict import TensorDict
     from tensordict.tensorclass import NonTensorData, NonTensorStack
     from verl.utils import tensordict_utils as tu
 
-    b, r = len(lp), max(len(x) for x in lp)
+    from datamind.train.verl_joint import RL_WEIGHT
 
-    def pad(rows, value=0.0):
-        return torch.tensor([list(x) + [value] * (r - len(x)) for x in rows], dtype=torch.float32)
+    b, r = len(rows), max(len(row[0]) for row in rows)
 
-    attention = torch.tensor([[1] * prompt_len + [1] * len(x) + [0] * (r - len(x)) for x in lp])
+    def pad(seqs, value=0.0):
+        return torch.tensor([list(x) + [value] * (r - len(x)) for x in seqs], dtype=torch.float32)
+
     td = TensorDict(
         {
             "prompts": torch.ones(b, prompt_len, dtype=torch.long),
             "responses": torch.ones(b, r, dtype=torch.long),
-            "attention_mask": attention,
-            "response_mask": pad(mask, 0).long(),
-            "old_log_probs": pad(old),
-            "advantages": pad([[a] * len(x) for a, x in zip(adv, lp)]),
+            "attention_mask": torch.tensor([[1] * (prompt_len + len(x[0])) + [0] * (r - len(x[0])) for x in rows]),
+            "response_mask": pad([x[3] for x in rows], 0).long(),
+            "old_log_probs": pad([x[1] for x in rows]),
+            "advantages": pad([[x[2]] * len(x[0]) for x in rows]),
+            RL_WEIGHT: torch.tensor([float(x[5]) for x in rows]),
         },
         batch_size=b,
     )
-    td["extra_fields"] = NonTensorStack.from_list([NonTensorData({"datamind_expert": e}) for e in expert])
+    td["extra_fields"] = NonTensorStack.from_list([NonTensorData({"datamind_expert": x[4]}) for x in rows])
     flat = []
-    for x in lp:  # position t of the flat output predicts token t + 1: the response's log-probs sit at P-1 ..
-        flat += [0.0] * (prompt_len - 1) + list(x) + [0.0]
+    for x in rows:
+        flat += [0.0] * (prompt_len - 1) + list(x[0]) + [0.0]
     values = torch.tensor(flat, requires_grad=True)
-    tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=int(sum(sum(m) for m in mask)), global_batch_size=b)
+    n_tokens = int(sum(sum(x[3]) for x in rows))
+    tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=n_tokens, global_batch_size=b)
     return td, values
 
 
-def _expected(lp, old, adv, mask, expert, gamma, clip=(0.2, 0.28)):
-    """Eq. 7 by hand: gamma * (expert tokens' mean NLL) + (1 - gamma) * (rollout tokens' mean clipped loss)."""
-    nll = n_e = pg = n_p = 0.0
-    for x, o, a, m, e in zip(lp, old, adv, mask, expert):
-        for t, keep in enumerate(m):
-            if not keep:
-                continue
-            if e:
-                nll, n_e = nll - x[t], n_e + 1
-            else:
-                ratio = math.exp(x[t] - o[t])
-                pg += max(-a * ratio, -a * min(max(ratio, 1 - clip[0]), 1 + clip[1]))
-                n_p += 1
-    return gamma * nll / n_e + (1 - gamma) * pg / n_p, n_e / (n_e + n_p)
+def _expected(rows, gamma, clip=(0.2, 0.28)):
+    """Eq. 7 by hand: gamma * (expert tokens' mean NLL) + (1 - gamma) * (mean over DAPO prompts -- here one
+    rollout each -- of their tokens' mean clipped loss), with the (expert, DAPO) shares of all loss tokens."""
+    nll = n_e = n_p = n_all = 0.0
+    prompt_means = []
+    for lp, old, a, mask, expert, rl in rows:
+        n_all += sum(mask)
+        if expert:
+            nll -= sum(x for x, keep in zip(lp, mask) if keep)
+            n_e += sum(mask)
+        elif rl:
+            ratios = [math.exp(x - o) for x, o, keep in zip(lp, old, mask) if keep]
+            losses = [max(-a * r, -a * min(max(r, 1 - clip[0]), 1 + clip[1])) for r in ratios]
+            prompt_means.append(sum(losses) / len(losses))
+            n_p += len(losses)
+    dapo = sum(prompt_means) / len(prompt_means)
+    return gamma * nll / n_e + (1 - gamma) * dapo, n_e / n_all, n_p / n_all
 
 
 def _loss(config) -> dict:
@@ -208,75 +233,85 @@ def _loss(config) -> dict:
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.losses import ppo_loss
 
-    from datamind.train.verl_joint import JointLoss
+    from datamind.train.verl_joint import JointLoss, rl_weights, token_shares
 
     actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
-    # Two rollouts (one clipped above 1 + 0.28, one below 1 - 0.2) and two expert replays; 0s mark interpreter tokens.
-    lp = [[-1.0, -0.5, -2.0], [-0.2, -1.5], [-0.7, -0.9, -0.3, -1.1], [-2.5]]
-    old = [[-1.2, -0.9, -1.0], [-0.1, -1.0], [-0.7, -0.9, -0.3, -1.1], [-2.5]]
-    adv = [0.8, -0.6, 0.0, 0.0]
-    mask = [[1, 1, 1], [1, 1], [1, 0, 1, 1], [1]]
-    expert = [False, False, True, True]
     out: dict = {}
     gamma = 0.3
-    want, share = _expected(lp, old, adv, mask, expert, gamma)
-    td, values = _batch(lp, old, adv, mask, expert)
-    loss, metrics = JointLoss(actor, gamma, share)({"log_probs": values}, td)
+    want, expert_share, rl_share = _expected(ROWS, gamma)
+    td, values = _batch(ROWS)
+    loss, _ = JointLoss(actor, gamma, expert_share, rl_share)({"log_probs": values}, td)
     loss.backward()
     grads = values.grad.tolist()
-    out["joint"] = {"got": loss.item(), "want": want, "share": share}
-    # d loss / d log-prob of an expert token is -gamma / (number of expert tokens); interpreter tokens get none.
-    start = sum(3 + len(x) for x in lp[:2]) + 3 - 1  # sample 2's first response token in the flat output
-    expert_grads = grads[start : start + len(lp[2])]
-    out["expert_grads"] = expert_grads
-    out["n_expert_tokens"] = sum(sum(m) for m, e in zip(mask, expert) if e)
+    out["joint"] = {"got": loss.item(), "want": want, "shares": [expert_share, rl_share]}
+
+    def response_grads(i):  # d loss / d log-prob of sample i's response tokens
+        start = sum(3 + len(x[0]) for x in ROWS[:i]) + 3 - 1
+        return grads[start : start + len(ROWS[i][0])]
+
+    # An expert token's gradient is -gamma / (expert tokens); its interpreter token and the filtered rollout get none.
+    out["expert_grads"], out["filtered_grads"] = response_grads(3), response_grads(2)
 
     # Micro-batches: each normalised by the whole batch's token count, their losses add up to the batch's.
     parts = []
-    for rows in ([0, 2], [1, 3]):
-        sub = tu.index_select_tensor_dict(td, torch.tensor(rows))
-        sub_lp = [lp[i] for i in rows]
-        _, sub_values = _batch(
-            sub_lp, [old[i] for i in rows], [adv[i] for i in rows], [mask[i] for i in rows], [expert[i] for i in rows]
-        )
-        parts.append(JointLoss(actor, gamma, share)({"log_probs": sub_values}, sub)[0].item())
+    for picked in ([0, 3], [1, 2, 4]):
+        sub = tu.index_select_tensor_dict(td, torch.tensor(picked))
+        _, sub_values = _batch([ROWS[i] for i in picked])
+        parts.append(JointLoss(actor, gamma, expert_share, rl_share)({"log_probs": sub_values}, sub)[0].item())
     out["micro_sum"] = sum(parts)
 
-    # No expert rows and gamma 0: exactly verl's own PPO loss (DAPO's clip) on the same batch.
-    rl_rows = [0, 1]
-    td2, values2 = _batch(
-        [lp[i] for i in rl_rows],
-        [old[i] for i in rl_rows],
-        [adv[i] for i in rl_rows],
-        [mask[i] for i in rl_rows],
-        [False, False],
-    )
-    ours = JointLoss(actor, 0.0, 0.0)({"log_probs": values2}, td2)[0].item()
-    td3, values3 = _batch(
-        [lp[i] for i in rl_rows],
-        [old[i] for i in rl_rows],
-        [adv[i] for i in rl_rows],
-        [mask[i] for i in rl_rows],
-        [False, False],
-    )
-    verl_value = ppo_loss(actor, {"log_probs": values3}, td3)[0].item()
-    out["pure_rl"] = {"ours": ours, "verl": verl_value}
+    # Only DAPO rows of equal weight and gamma 0: exactly verl's own PPO loss (DAPO's clip) on the same batch.
+    td2, values2 = _batch([(*r[:5], 1.0) for r in ROWS[:2]])
+    ours = JointLoss(actor, 0.0, 0.0, 1.0)({"log_probs": values2}, td2)[0].item()
+    td3, values3 = _batch([(*r[:5], 1.0) for r in ROWS[:2]])
+    out["pure_rl"] = {"ours": ours, "verl": ppo_loss(actor, {"log_probs": values3}, td3)[0].item()}
 
-    # The step's share, from the batch as TransferQueue returns it (nested rows) and as padded rows.
-    from datamind.train.verl_joint import expert_token_share
+    # A step where no prompt is eligible: the SFT term alone, still weighted gamma.
+    td5, values5 = _batch(ROWS[2:])
+    sft_only = JointLoss(actor, gamma, 4 / 6, 0.0)({"log_probs": values5}, td5)[0].item()
+    nll = -sum(lp for x in ROWS[3:] for lp, m in zip(x[0], x[3]) if m) / 4
+    out["sft_only"] = {"got": sft_only, "want": gamma * nll}
 
+    # The step's shares, from the batch as TransferQueue returns it (nested rows) and as padded rows.
     nested = td.clone()
-    nested["response_mask"] = torch.nested.as_nested_tensor([torch.tensor(m) for m in mask], layout=torch.jagged)
-    out["share"] = [expert_token_share(nested), expert_token_share(td)]
+    nested["response_mask"] = torch.nested.as_nested_tensor([torch.tensor(x[3]) for x in ROWS], layout=torch.jagged)
+    out["shares"] = [token_shares(nested), token_shares(td)]
 
-    # The expert flag must reach the loss; without it the loss refuses rather than guess.
-    td4, values4 = _batch(lp, old, adv, mask, expert)
-    del td4["extra_fields"]
-    try:
-        JointLoss(actor, gamma, share)({"log_probs": values4}, td4)
-        out["missing_flags"] = "no error"
-    except KeyError as exc:
-        out["missing_flags"] = str(exc)
+    # The flags must reach the loss; without them it refuses rather than guess.
+    out["missing"] = []
+    for field in ("extra_fields", "datamind_rl_weight"):
+        td4, values4 = _batch(ROWS)
+        del td4[field]
+        try:
+            JointLoss(actor, gamma, expert_share, rl_share)({"log_probs": values4}, td4)
+            out["missing"].append("no error")
+        except KeyError as exc:
+            out["missing"].append(str(exc))
+
+    # Eq. 5 as the paper applies it, on verl's keys ({uid}_{session}_{index}) and reward extra info.
+    def sample(acc, void=0.0, expert=False):
+        extra = {"reward_extra_info": {"acc": acc, "void": void}}
+        return {**extra, "datamind_expert": True} if expert else extra
+
+    keys = ["a_0_0", "a_0_1", "a_1_0", "a_2_0", "b_0_0", "b_1_0", "c_0_0", "c_1_0", "c_2_0", "pad9_0_0", "pad9_1_0"]
+    keys += ["d_0_0", "d_1_0"]
+    n_tokens = [9, 3, 2, 4, 5, 5, 6, 6, 6, 0, 0, 4, 4]
+    extras = [
+        sample(1.0, expert=True),  # prompt a: its expert replay (session 0's first output) ...
+        sample(1.0),  # ... then a's rollouts: one right, two wrong -> eligible
+        sample(0.0),
+        sample(0.0, void=1.0),  # (a void turn: out of the DAPO term all the same)
+        sample(1.0),  # prompt b: all right -> filtered
+        sample(1.0),
+        sample(0.0),  # prompt c: all wrong -> filtered
+        sample(0.0),
+        sample(0.0),
+        sample(1.0),  # verl's padding samples: copies of one sample
+        sample(1.0),
+        sample(0.0),  # prompt d: one right, one wrong -> eligible
+        sample(1.0),
+    ]
+    out["rl_weights"] = rl_weights(keys, extras, n_tokens)
     return out
 
 

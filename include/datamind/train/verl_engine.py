@@ -5,8 +5,8 @@ supplies what makes it the paper's recipe (``datamind.train.verl_plugins``, load
 environment): the multi-turn ``<code>``/``<interpreter>`` format, code execution in the project sandbox,
 and the reward of eq. 8 with the project's judge. The config sets the paper's table 2 values from
 ``TrainConfig.rl``: GRPO-style group advantages over ``group_size`` rollouts, DAPO's decoupled clip
-(``clip_low``/``clip_high``) and token-level loss, no KL term, and eq. 5's dynamic sampling (groups whose
-rollouts are all correct or all wrong are dropped: ``filter_groups`` on the judge's ``acc``).
+(``clip_low``/``clip_high``) and token-level loss, no KL term; eq. 5's filter (prompts whose rollouts are
+all correct or all wrong by the judge's ``acc`` leave the RL term) is applied by the project's trainer.
 
 The joint objective of eq. 7 runs inside verl too (``datamind.train.verl_joint``, imported into every verl
 process): each row carries its expert continuation, an agent loop puts its replay into the batch next to
@@ -144,8 +144,9 @@ def rl_config(
         "algorithm": {
             "adv_estimator": "grpo",
             "use_kl_in_reward": False,
-            # Eq. 5: keep a group only when some, not all, rollouts are correct (the judge's "acc").
-            "filter_groups": {"enable": True, "metric": "acc", "max_num_gen_batches": 10},
+            # Eq. 5 is applied by the project's trainer as a mask on the DAPO term (verl_joint.rl_weights): verl's
+            # own group filter evicts a prompt whole, its expert replay too, which the paper still trains on.
+            "filter_groups": {"enable": False},
         },
         "reward": {
             "custom_reward_function": {

@@ -10,13 +10,13 @@ point verl provides (this module is imported into every verl process through ``V
   in, interpreter replies masked out. verl rewards, groups and filters a session by its *last* output,
   so the expert sample leaves the group's advantages and eq. 5's filter untouched; it is flagged in its
   ``extra_fields``.
-* ``JointLoss``: the actor loss. Rollout tokens get verl's own policy loss (the configured mode: DAPO's
-  decoupled clip), expert tokens the negative log-likelihood; each is a token mean over its own tokens of
-  the step's batch (verl normalises by the batch's token count; the step's expert-token share, measured
-  by the trainer, turns that into each population's own mean), and ``losses.combined_loss`` mixes them.
-* ``JointSFTTrainer`` (trainer mode ``datamind_sync``): verl's synchronous trainer that, before each actor
-  update, computes gamma for the step from ``schedule.gamma_at`` (the ``datamind`` section of the config)
-  and hands the actor workers a ``JointLoss`` with it.
+* ``JointSFTTrainer`` (trainer mode ``datamind_sync``): verl's synchronous trainer that, after the
+  advantages, marks which rollouts enter the DAPO term (eq. 5: prompts with some but not all rollouts
+  correct, no void turn; ``rl_weights``), and before each actor update computes gamma for the step from
+  ``schedule.gamma_at`` (the ``datamind`` section of the config) and hands the actor workers a ``JointLoss``.
+* ``JointLoss``: the actor loss. Eligible rollout tokens get verl's own policy loss (the configured mode:
+  DAPO's decoupled clip), expert tokens the negative log-likelihood; each is a token mean over its own
+  tokens of the step's batch, and ``losses.combined_loss`` mixes them.
 
 Validation runs (off in the generated config) would see the replay as one more sample of the prompt.
 """
@@ -46,6 +46,7 @@ AGENT_LOOP = "datamind_tool_agent"
 TRAINER_MODE = "datamind_sync"
 EXPERT_KEY = "expert"  # extra_info key of the row's expert continuation
 EXPERT_FLAG = "datamind_expert"  # extra_fields key marking a replayed expert sample
+RL_WEIGHT = "datamind_rl_weight"  # per-sample field: 1.0 where the sample enters the DAPO term
 
 
 # -- expert samples in the batch -------------------------------------------------------------------------
@@ -114,9 +115,8 @@ def _turn_end_ids(tokenizer) -> list[int]:
     return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
 
-# -- the loss ----------------------------------------------------------------------------------------------
-def expert_rows(data) -> torch.Tensor:
-    """``[B]`` bool: which samples of a batch are expert replays (from their ``extra_fields``)."""
+# -- the loss ---------------------------------------------------------------------------------------------
+def _extras(data) -> list:
     extra = data.get("extra_fields", None)
     if extra is None:
         raise KeyError(
@@ -124,35 +124,89 @@ def expert_rows(data) -> torch.Tensor:
             "and verl did not hand them to the actor"
         )
     items = extra.tolist() if hasattr(extra, "tolist") else list(extra)
-    return torch.tensor([_is_expert(e) for e in items], dtype=torch.bool)
+    return [getattr(e, "data", e) if isinstance(getattr(e, "data", e), dict) else {} for e in items]
 
 
-def _is_expert(extra_fields) -> bool:
-    extra_fields = getattr(extra_fields, "data", extra_fields)  # (a tensordict NonTensorData wraps the dict)
-    return bool(isinstance(extra_fields, dict) and extra_fields.get(EXPERT_FLAG))
+def _is_expert(extra: dict) -> bool:
+    return bool(extra.get(EXPERT_FLAG))
 
 
-def expert_token_share(data) -> float:
-    """The expert replays' share of a batch's loss tokens (``response_mask``: padded rows or nested)."""
+def expert_rows(data) -> torch.Tensor:
+    """``[B]`` bool: which samples of a batch are expert replays (from their ``extra_fields``)."""
+    return torch.tensor([_is_expert(e) for e in _extras(data)], dtype=torch.bool)
+
+
+def rl_rows(data) -> torch.Tensor:
+    """``[B]`` bool: which samples enter the DAPO term (``rl_weights``, written by the trainer)."""
+    return _rl_weight(data) > 0
+
+
+def _rl_weight(data) -> torch.Tensor:
+    weights = data.get(RL_WEIGHT, None)
+    if weights is None:
+        raise KeyError(f"the joint SFT+RL loss needs {RL_WEIGHT}, which the trainer writes after the advantages")
+    return torch.as_tensor(weights, dtype=torch.float32).reshape(-1)
+
+
+def rl_weights(keys: list[str], extras: list[dict], n_tokens: list[int]) -> list[float]:
+    """Each sample's weight in the DAPO term: 0 outside it, else ``N / (K * T_g)`` -- with ``N`` the DAPO
+    tokens of the step, ``K`` its eligible prompts and ``T_g`` the DAPO tokens of the sample's prompt, so the
+    term (a sum over tokens divided by ``N``) is eq. 5's per-prompt token mean averaged over prompts, as in
+    the built-in trainer.
+
+    Eq. 5 as the paper applies it: a prompt's rollouts count when some but not all of them are correct (the
+    judge's ``acc``); a rollout with a void turn is masked out entirely; expert replays never count.
+    Filtered prompts are not resampled: their expert replays still train the SFT term (section 4: a
+    filtered trajectory contributes only the SFT loss), which verl's own group filter, evicting whole
+    groups, would drop. Keys are verl's ``{uid}_{session}_{index}``."""
+    groups: dict[str, list[int]] = {}
+    for i, (key, extra) in enumerate(zip(keys, extras, strict=True)):
+        if not _is_expert(extra):
+            groups.setdefault(key.rsplit("_", 2)[0], []).append(i)
+    eligible: dict[str, list[int]] = {}
+    for uid, members in groups.items():
+        info = [extras[i].get("reward_extra_info") or {} for i in members]
+        correct = sum(1 for r in info if float(r.get("acc", 0.0)) > 0)
+        if 0 < correct < len(members):
+            kept = [i for i, r in zip(members, info) if float(r.get("void", 0.0)) == 0 and n_tokens[i] > 0]
+            if kept:
+                eligible[uid] = kept
+    total = sum(n_tokens[i] for kept in eligible.values() for i in kept)
+    weights = [0.0] * len(keys)
+    for kept in eligible.values():
+        group_tokens = sum(n_tokens[i] for i in kept)
+        for i in kept:
+            weights[i] = total / (len(eligible) * group_tokens)
+    return weights
+
+
+def _token_counts(data) -> list[int]:
     masks = data["response_mask"]
-    counts = [int(m.sum().item()) for m in (masks.unbind() if masks.is_nested else masks)]
-    total = sum(counts)
+    return [int(m.sum().item()) for m in (masks.unbind() if masks.is_nested else masks)]
+
+
+def token_shares(data) -> tuple[float, float]:
+    """(expert share, DAPO share) of a batch's loss tokens (``response_mask``: padded rows or nested)."""
+    counts = _token_counts(data)
+    total = sum(counts) or 1
     expert = sum(n for n, e in zip(counts, expert_rows(data).tolist(), strict=True) if e)
-    return expert / total if total else 0.0
+    rl = sum(n for n, r in zip(counts, rl_rows(data).tolist(), strict=True) if r)
+    return expert / total, rl / total
 
 
 @dataclass
 class JointLoss:
     """The actor loss verl's workers call per micro-batch: ``(model_output, data, dp_group) -> (loss, metrics)``.
 
-    ``expert_share`` is the expert tokens' share of the step's loss tokens: verl normalises a micro-batch's
-    sum by the token count of the whole (mini-)batch, and dividing by the share makes that sum part of the
-    expert tokens' own mean (likewise ``1 - share`` for rollouts) -- exact when a step is one mini-batch,
-    the share of the step otherwise."""
+    verl normalises a micro-batch's sum by the token count of the whole (mini-)batch; dividing by a
+    population's share of those tokens (``expert_share``, ``rl_share``: measured by the trainer over the
+    step) makes each term that population's own token mean -- exact when a step is one mini-batch.
+    Rollouts outside the DAPO term (``rl_rows``) and interpreter tokens count in neither."""
 
     config: Any  # verl's ActorConfig
     gamma: float
     expert_share: float
+    rl_share: float
 
     def __call__(self, model_output, data, dp_group=None):
         from verl.utils.metric import AggregationType, Metric
@@ -162,7 +216,8 @@ class JointLoss:
         if config.loss_agg_mode != "token-mean":
             raise ValueError(f"the joint SFT+RL loss is a token mean; actor.loss_agg_mode is {config.loss_agg_mode}")
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
-        expert = expert_rows(data)
+        expert, weight = expert_rows(data), _rl_weight(data)
+        rl = weight > 0
         config.global_batch_info.update(
             dp_size=data["dp_size"],
             batch_num_tokens=data["batch_num_tokens"],
@@ -174,18 +229,19 @@ class JointLoss:
             fields.append("rollout_is_weights")
         padded = data.select(*fields).to_padded_tensor()
         mask = padded["response_mask"].to(bool)
-        rows = expert.to(mask.device).unsqueeze(-1)
-        expert_mask, policy_mask = mask & rows, mask & ~rows
+        expert_mask = mask & expert.to(mask.device).unsqueeze(-1)
+        policy_mask = mask & (rl & ~expert).to(mask.device).unsqueeze(-1)
 
-        zero = (log_prob * 0).sum()
         metrics: dict[str, Any] = {}
-        sft = zero
+        sft = dapo = (log_prob * 0).sum()
         if self.expert_share > 0 and expert_mask.any():
-            nll = agg_loss(-log_prob, expert_mask, "token-mean", **config.global_batch_info)
-            sft = nll / self.expert_share
-        dapo = zero
-        if self.expert_share < 1 and policy_mask.any():
+            sft = agg_loss(-log_prob, expert_mask, "token-mean", **config.global_batch_info) / self.expert_share
+        if self.rl_share > 0 and policy_mask.any():
             policy_loss_fn = get_policy_loss_fn(config.policy_loss.get("loss_mode", "vanilla"))
+            # The per-prompt weighting enters as a per-token factor, with verl's own rollout correction if any.
+            token_weight = weight.to(log_prob.device).unsqueeze(-1).expand_as(log_prob)
+            if padded.get("rollout_is_weights", None) is not None:
+                token_weight = token_weight * padded["rollout_is_weights"]
             pg, pg_metrics = policy_loss_fn(
                 old_log_prob=padded["old_log_probs"],
                 log_prob=log_prob,
@@ -193,11 +249,12 @@ class JointLoss:
                 response_mask=policy_mask,
                 loss_agg_mode="token-mean",
                 config=config,
-                rollout_is_weights=padded.get("rollout_is_weights", None),
+                rollout_is_weights=token_weight,
             )
-            dapo = pg / (1.0 - self.expert_share)
+            dapo = pg / self.rl_share
             metrics.update(Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN))
-        loss = combined_loss(sft, dapo, self.gamma)
+        # A step with no eligible group trains the SFT term alone, still weighted gamma (as the built-in trainer).
+        loss = combined_loss(sft, dapo if self.rl_share > 0 else None, self.gamma)
         # Each micro-batch holds a slice of the global sums, so the logged values add up (as verl's own).
         metrics["actor/pg_loss"] = Metric(value=dapo, aggregation=AggregationType.SUM)
         metrics["actor/sft_loss"] = Metric(value=sft, aggregation=AggregationType.SUM)
@@ -221,15 +278,29 @@ def step_gamma(config, step: int, total_steps: int) -> float:
 class JointSFTTrainer(get_trainer_cls("sync")):
     """verl's synchronous trainer whose actor update is the joint SFT+DAPO loss with this step's gamma."""
 
+    def _compute_advantage(self, batch, metrics: dict):
+        """verl's advantages, then each sample's place in the DAPO term (``rl_weights``) next to them."""
+        from tensordict import TensorDict
+        from verl.utils.transferqueue_utils import tq
+
+        batch = super()._compute_advantage(batch, metrics)
+        fields = ["extra_fields", "response_mask"]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        weights = rl_weights(list(batch.keys), _extras(data), _token_counts(data))
+        fields = TensorDict({RL_WEIGHT: torch.tensor(weights, dtype=torch.float32)}, batch_size=len(weights))
+        rollouts = [w for w, e in zip(weights, _extras(data)) if not _is_expert(e)]
+        metrics["actor/rl_sample_frac"] = sum(1 for w in rollouts if w > 0) / max(1, len(rollouts))
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+
     def _update_actor(self, batch, metrics: dict):
         from verl.utils.config import omega_conf_to_dataclass
 
         gamma = step_gamma(self.config, self.global_steps, self.total_training_steps)
-        share = self._expert_token_share(batch)
+        expert_share, rl_share = self._token_shares(batch)
         actor = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
-        self.actor_rollout_wg.set_loss_fn(JointLoss(actor, gamma, share))
+        self.actor_rollout_wg.set_loss_fn(JointLoss(actor, gamma, expert_share, rl_share))
         metrics["actor/sft_gamma"] = gamma
-        metrics["actor/expert_token_share"] = share
+        metrics["actor/expert_token_share"] = expert_share
         with self._samples_per_prompt():
             return super()._update_actor(batch, metrics)
 
@@ -256,10 +327,8 @@ class JointSFTTrainer(get_trainer_cls("sync")):
         finally:
             rollout.n = n
 
-    def _expert_token_share(self, batch) -> float:
+    def _token_shares(self, batch) -> tuple[float, float]:
         from verl.utils.transferqueue_utils import tq
 
-        fields = ["response_mask", "extra_fields"]
-        return expert_token_share(
-            tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        )
+        fields = ["response_mask", "extra_fields", RL_WEIGHT]
+        return token_shares(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields))

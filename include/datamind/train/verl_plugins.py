@@ -211,16 +211,22 @@ def compute_score(
     **_: Any,
 ) -> dict[str, Any]:
     """verl's reward-function contract: the decoded response (every generated and environment turn) ->
-    the eq. 8 reward as ``score``, with ``acc`` (the judge's verdict, which eq. 5's group filter counts)
-    and ``format`` as extra metrics. The ``reward_kwargs`` of the generated config fill the keywords."""
+    the eq. 8 reward as ``score``, with ``acc`` (the judge's verdict, which eq. 5's group filter counts),
+    ``format`` and ``void`` (a turn with neither runnable code nor an answer) as extra metrics. The
+    ``reward_kwargs`` of the generated config fill the keywords."""
     from datamind.train.config import RewardConfig
-    from datamind.train.reward import score, turns_from_text
+    from datamind.train.reward import score, turns_from_text, void_turns
 
     question = (extra_info or {}).get("question") or ""
     cfg = RewardConfig(l_min=l_min, l_max=l_max, format_penalty=format_penalty, length_basis=length_basis)
     turns = turns_from_text(solution_str)
     parts = score(turns, question, str(ground_truth), _judge(), _counter(tokenizer_path), cfg)
-    return {"score": parts.reward, "acc": float(parts.r_answer), "format": float(parts.r_format)}
+    return {
+        "score": parts.reward,
+        "acc": float(parts.r_answer),
+        "format": float(parts.r_format),
+        "void": float(void_turns(turns) > 0),  # such a rollout leaves the DAPO term (verl_joint.rl_weights)
+    }
 
 
 _JUDGE = None
