@@ -225,6 +225,8 @@ def test_verl_validates_the_config_and_drives_the_tool_parser_and_reward(tmp_pat
     assert cfg.rl.gamma_valley < joint["gamma"][1] < cfg.rl.gamma_peak
     replay = joint["replay"]
     assert replay["outputs"] == [2, 1] and replay["flags"] == [True, False]  # session 0 adds the expert, flagged
+    assert replay["same_fields"] and replay["has_logprobs"]  # one batch per session: the same fields in both
+    assert replay["stored"] == [2, True, True]
     # The replay is token for token what verl records when the policy writes those turns and the sandbox answers.
     assert replay["same_prompt"] and replay["same_response"] and replay["same_mask"]
     assert "<code>print(6 * 7)</code>" in replay["agent_text"] and "<answer>42</answer>" in replay["agent_text"]

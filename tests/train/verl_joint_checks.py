@@ -109,7 +109,8 @@ class _ScriptedServer:
 
         out = self.outputs[self.calls]
         self.calls += 1
-        return TokenOutput(token_ids=out, stop_reason="completed")
+        # (with the sampler's log-probs, as vLLM returns them when verl asks: the replay must carry the field too)
+        return TokenOutput(token_ids=out, log_probs=[-0.5] * len(out), stop_reason="completed")
 
 
 async def _replay(config, data_file: str, tokenizer_dir: str) -> dict:
@@ -143,9 +144,16 @@ async def _replay(config, data_file: str, tokenizer_dir: str) -> dict:
     for tool in tools:
         tool.close()
     expert, live = first
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    stored = list_of_dict_to_tensordict([o.as_dict() for o in first])  # as verl puts a session's outputs
     agent_text = tok.decode([t for t, m in zip(expert.response_ids, expert.response_mask) if m])
     env_text = tok.decode([t for t, m in zip(expert.response_ids, expert.response_mask) if not m])
     return {
+        # verl stores a session's outputs as one batch keyed by the first output's fields: they must agree.
+        "same_fields": sorted(expert.as_dict()) == sorted(live.as_dict()),
+        "has_logprobs": "rollout_log_probs" in live.as_dict(),
+        "stored": [stored.batch_size[0], "rollout_log_probs" in stored.keys(), "extra_fields" in stored.keys()],
         "outputs": [len(first), 1 if not isinstance(other, list) else len(other)],
         "flags": [bool(expert.extra_fields.get(EXPERT_FLAG)), bool(live.extra_fields.get(EXPERT_FLAG))],
         # Had the policy written the expert's turns, verl would have recorded exactly these tokens and masks.

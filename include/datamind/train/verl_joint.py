@@ -61,7 +61,7 @@ class ExpertReplayAgentLoop(ToolAgentLoop):
             return rollout
         expert = await self.replay(list(kwargs["raw_prompt"]), list(target))
         # The rollout stays last: verl scores, groups and filters a session by its final output.
-        return [expert, rollout]
+        return [_shaped_like(rollout, expert), rollout]
 
     async def replay(self, messages: list[dict[str, Any]], target: list[dict[str, Any]]) -> AgentLoopOutput:
         """The expert continuation as verl's loop would have recorded it had the policy written it."""
@@ -98,6 +98,27 @@ class ExpertReplayAgentLoop(ToolAgentLoop):
             metrics={},
             extra_fields={EXPERT_FLAG: True},
         )
+
+
+def _shaped_like(rollout: AgentLoopOutput, expert: AgentLoopOutput) -> AgentLoopOutput:
+    """The replay with the rollout's set of fields: verl stores a session's outputs as one batch whose
+    fields are the first output's, so a field only the rollout has (the sampler's log-probs, router
+    choices) would be lost for both. Those the replay has no values for are placeholders no loss reads."""
+    n = len(expert.response_ids)
+    update: dict[str, Any] = {
+        "prompt_ids": expert.prompt_ids,
+        "response_ids": expert.response_ids,
+        "response_mask": expert.response_mask,
+        "num_turns": expert.num_turns,
+        "metrics": expert.metrics,
+        "extra_fields": {**rollout.extra_fields, **expert.extra_fields},
+        "reward_score": None,
+    }
+    if rollout.response_logprobs is not None:
+        update["response_logprobs"] = [0.0] * n
+    if rollout.routed_experts is not None:
+        update["routed_experts"] = rollout.routed_experts[:0]  # (verl pads it with zeros to the sequence)
+    return rollout.model_copy(update=update, deep=True)
 
 
 def _turn_end_ids(tokenizer) -> list[int]:
