@@ -22,7 +22,7 @@ from datamind.ingest.loaders import LoadedTable, load_recorded, load_tables
 from datamind.profile.meta import profile_table
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
-from datamind.shards import chunk, key_paths, read_hinted, read_table, shard_name, write_shard
+from datamind.shards import chunk, read_hinted, read_table, shard_name, shard_paths, write_shard
 from datamind.storage import DataRoot
 from datamind.stages import STAGES
 
@@ -35,13 +35,18 @@ def _profile_failures(root: DataRoot) -> set[str]:
 
 
 def plan_profile(root: DataRoot, shard_size: int) -> list[dict[str, Any]]:
-    files = read_table(root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "status", "rel_path"])
-    accepted = files.filter(pc.equal(files.column("status"), "accepted"))
+    accepted: set[str] = set()
+    where: dict[str, set[str]] = {}  # file_id -> the catalog/files shards holding it (handed to the shard)
+    for path in shard_paths(root, DIRS["catalog_files"]):  # one pass over catalog/files: status and location
+        t = read_table(root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "status"], paths=[path])
+        for fid, status in zip(t.column("file_id").to_pylist(), t.column("status").to_pylist()):
+            where.setdefault(fid, set()).add(path)
+            if status == "accepted":
+                accepted.add(fid)
     profiled = read_table(root, CATALOG_TABLES, DIRS["catalog_tables"], columns=["file_id"])
     done = set(profiled.column("file_id").to_pylist())
     done |= _profile_failures(root)
-    todo = sorted({fid for fid in accepted.column("file_id").to_pylist() if fid not in done})
-    where = key_paths(root, CATALOG_FILES, DIRS["catalog_files"], "file_id") if todo else {}
+    todo = sorted(accepted - done)
     return [
         # the catalog files holding the shard's rows travel with it (``read_hinted``)
         {
