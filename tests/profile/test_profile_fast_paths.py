@@ -2,6 +2,8 @@
 
 * numbers: ``_profile_numbers`` (one numpy sort) against ``profile_column`` on the Arrow array (hash
   counts, Arrow min/max), field for field, on columns built to hit ties, nulls, signed zeros and extremes;
+* workbook cells: the column-wise frame against ``DataFrame.map`` over the cells, and the cell types read
+  off a column's dtype against a scan of its cells;
 * loading: ``load_table`` (parses the bytes) against ``read_csv_text(decode_text(...))`` (the text route)
   on files built to hit CRLF inside quotes, bare CRs, BOMs, title rows, blank and delimiter-only lines;
   and the shortcuts' own tests (blank lines, cells needing a trim) against what they stand in for.
@@ -9,6 +11,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import re
 
@@ -20,6 +23,8 @@ import pytest
 
 from datamind.ingest.loaders import (
     _BLANKS,
+    _cell_kinds,
+    _cells_frame,
     _edges_may_be_blank,
     _has_blank_line,
     decode_text,
@@ -171,3 +176,31 @@ def test_edge_check_never_misses_a_cell_that_trimming_changes():
         arr = pa.array(cells, pa.large_string())
         if not _edges_may_be_blank(arr):
             assert pc.utf8_trim_whitespace(arr).equals(arr), cells
+
+
+def _sheet_bodies():
+    """Sheet rows as the workbook reader hands them: every cell type it produces, blanks, gaps."""
+    rng = random.Random(11)
+    pools = {
+        "mixed": [None, "", "  ", " x ", "text", 1, 2, 3.5, 2.0, -0.0, True, False, dt.datetime(2020, 1, 2), 2**60],
+        "numbers": [1, 2, None, 4.0, "  ", 7],
+        "big_ints": [2**61, 7, 2**53 + 1],
+        "bools": [True, False, None, ""],
+        "dates": [dt.datetime(2020, 1, 3), dt.date(2021, 3, 4), None, " "],
+        "text": ["a", "b ", " ", "", None],
+        "text_and_numbers": ["a", 3, None],
+    }
+    for n in (1, 2, 7, 40):
+        for name, pool in pools.items():
+            ncols = 4
+            yield f"{name}_{n}", [[rng.choice(pool) for _ in range(ncols)] for _ in range(n)], ncols
+
+
+@pytest.mark.parametrize("name, body, ncols", list(_sheet_bodies()), ids=lambda v: v if isinstance(v, str) else "")
+def test_sheet_cells_become_the_frame_dataframe_map_makes(name, body, ncols):
+    fast, general = _cells_frame(body, ncols), _cells_frame(body, ncols, per_cell=True)
+    pd.testing.assert_frame_equal(fast, general, check_exact=True)
+    for j in range(ncols):
+        assert [type(v) for v in fast[j]] == [type(v) for v in general[j]]
+        # and the column's cell types, read off the dtype where it settles them, as a scan finds them
+        assert _cell_kinds(fast[j]) == {type(v) for v in general[j].dropna()}

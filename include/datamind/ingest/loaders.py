@@ -46,6 +46,11 @@ import pyarrow.compute as pc
 from datamind.ingest import sniff
 from datamind.settings import Limits
 
+try:  # what DataFrame.map applies to each mapped column; _cells_frame does the same without a call per cell
+    from pandas._libs.lib import maybe_convert_objects as _maybe_convert_objects
+except ImportError:  # pragma: no cover - a pandas without it: DataFrame.map itself
+    _maybe_convert_objects = None
+
 FORMATS = ("csv", "xlsx", "sqlite")  # what load_tables turns into tables
 _SHEET_SLACK = 100  # rows of titles/footers tolerated above max_rows before a sheet counts as huge
 
@@ -736,11 +741,36 @@ def _sheet_frame(sheet, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], 
     if opts.get("trim_footer") and ncols >= 3:
         while body and sum(sniff.cell_kind(v) != "empty" for v in body[-1]) <= 1:
             body.pop()
-    df = pd.DataFrame(body, columns=range(ncols), dtype=object)
-    df = df.map(lambda v: None if isinstance(v, str) and not v.strip() else v)
+    df = _cells_frame(body, ncols)
     df.columns = column_names(raw)
     df, raw = _tidy(df, raw)
     return _infer_sheet_types(df), raw, opts
+
+
+def _cells_frame(body: list[list[Any]], ncols: int, per_cell: bool = False) -> pd.DataFrame:
+    """The sheet's cells as columns, blank text as missing, each column converted as ``DataFrame.map`` does
+    (numbers, booleans and text get their dtype, anything else stays object) -- column by column, without
+    a Python call per cell (``per_cell``: through ``DataFrame.map`` itself, the route this one equals)."""
+    if per_cell or not body or _maybe_convert_objects is None:
+        df = pd.DataFrame(body, columns=range(ncols), dtype=object)
+        return df.map(lambda v: None if isinstance(v, str) and not v.strip() else v)
+    columns = {}
+    for j, cells in enumerate(zip(*body)):
+        values = np.empty(len(cells), dtype=object)
+        values[:] = [None if isinstance(v, str) and not v.strip() else v for v in cells]
+        columns[j] = _maybe_convert_objects(values)
+    return pd.DataFrame(columns, index=pd.RangeIndex(len(body)))
+
+
+def _cell_kinds(s: pd.Series) -> set[type]:
+    """The Python types of a column's present cells; read off the dtype where it settles them."""
+    if isinstance(s.dtype, pd.StringDtype):  # (text columns come back as pandas' string dtype)
+        return {str} if bool(s.notna().any()) else set()
+    kind = s.dtype.kind if isinstance(s.dtype, np.dtype) else None
+    if kind in ("f", "i", "b"):
+        present = bool(s.notna().any()) if kind == "f" else len(s) > 0
+        return {{"f": float, "i": int, "b": bool}[kind]} if present else set()
+    return {type(v) for v in s.dropna()}
 
 
 def _infer_sheet_types(df: pd.DataFrame) -> pd.DataFrame:
@@ -748,8 +778,7 @@ def _infer_sheet_types(df: pd.DataFrame) -> pd.DataFrame:
     out = {}
     for c in df.columns:
         s = df[c]
-        vals = s.dropna()
-        kinds = {type(v) for v in vals}
+        kinds = _cell_kinds(s)
         if not kinds:
             out[c] = s.astype("float64")
         elif kinds <= {float, int}:
