@@ -7,9 +7,9 @@ point verl provides (this module is imported into every verl process through ``V
 * ``ExpertReplayAgentLoop`` (agent loop ``datamind_tool_agent``): verl's tool agent loop, and for the first
   of a prompt's ``n`` sessions it also returns the prompt's expert trajectory (the export's ``target``),
   tokenised through the same Continuous Token builder a live rollout goes through: assistant turns masked
-  in, interpreter replies masked out. verl rewards, groups and filters a session by its *last* output,
-  so the expert sample leaves the group's advantages and eq. 5's filter untouched; it is flagged in its
-  ``extra_fields``.
+  in, interpreter replies masked out. verl rewards a session and computes its advantage from its *last*
+  output, so the expert sample leaves the group's statistics untouched; it is flagged in its
+  ``extra_fields`` and carries the rollout's set of fields.
 * ``JointSFTTrainer`` (trainer mode ``datamind_sync``): verl's synchronous trainer that, after the
   advantages, marks which rollouts enter the DAPO term (eq. 5: prompts with some but not all rollouts
   correct, no void turn; ``rl_weights``), and before each actor update computes gamma for the step from
@@ -23,7 +23,6 @@ Validation runs (off in the generated config) would see the replay as one more s
 
 from __future__ import annotations
 
-import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -40,13 +39,11 @@ import datamind.train.verl_plugins  # noqa: F401  (registers the turn format; th
 from datamind.train.losses import combined_loss
 from datamind.train.schedule import gamma_at
 
-log = logging.getLogger(__name__)
-
 AGENT_LOOP = "datamind_tool_agent"
 TRAINER_MODE = "datamind_sync"
 EXPERT_KEY = "expert"  # extra_info key of the row's expert continuation
 EXPERT_FLAG = "datamind_expert"  # extra_fields key marking a replayed expert sample
-RL_WEIGHT = "datamind_rl_weight"  # per-sample field: 1.0 where the sample enters the DAPO term
+RL_WEIGHT = "datamind_rl_weight"  # per-sample field: its weight in the DAPO term, 0 outside it (rl_weights)
 
 
 # -- expert samples in the batch -------------------------------------------------------------------------
@@ -60,7 +57,7 @@ class ExpertReplayAgentLoop(ToolAgentLoop):
         if not target or kwargs.get("session_id") != 0:  # (verl's v1 agent loop numbers a prompt's sessions)
             return rollout
         expert = await self.replay(list(kwargs["raw_prompt"]), list(target))
-        # The rollout stays last: verl scores, groups and filters a session by its final output.
+        # The rollout stays last: verl scores a session and computes its advantage from its final output.
         return [_shaped_like(rollout, expert), rollout]
 
     async def replay(self, messages: list[dict[str, Any]], target: list[dict[str, Any]]) -> AgentLoopOutput:
