@@ -58,11 +58,7 @@ def _trainer_steps(config) -> list[dict]:
             self.calls.append(("update_actor", dict(batch.extra_info)))
             return {"metrics": {"mfu": 0.5, "pg_loss": 0.125}}
 
-    class Trainer(JointSFTTrainer):
-        def _token_shares(self, batch):  # (read from TransferQueue in a run)
-            return 0.25, 0.5
-
-    trainer = object.__new__(Trainer)  # (no Ray, no GPU: only what _update_actor reads)
+    trainer = object.__new__(JointSFTTrainer)  # (no Ray, no GPU: only what _update_actor reads)
     trainer.config, trainer.total_training_steps, trainer.actor_rollout_wg = config, 10, Workers()
     trainer.use_critic, trainer.global_steps = False, 1
     out = []
@@ -72,6 +68,7 @@ def _trainer_steps(config) -> list[dict]:
     sizing = {"multiple": trainer._get_required_batch_multiple(1), "want": mini * (n + 1)}
     for step in (1, 10):
         trainer.global_steps = step
+        trainer._step_shares = (0.25, 0.5)  # (what _compute_advantage measured on TransferQueue's batch)
         metrics: dict = {}
         trainer._update_actor(types.SimpleNamespace(extra_info={}), metrics)
         (kind, loss), (kind2, info) = trainer.actor_rollout_wg.calls[-2:]
@@ -241,7 +238,7 @@ def _loss(config) -> dict:
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.losses import ppo_loss
 
-    from datamind.train.verl_joint import JointLoss, rl_weights, token_shares
+    from datamind.train.verl_joint import JointLoss, _extras, _token_counts, rl_weights, token_shares
 
     actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     out: dict = {}
@@ -283,7 +280,8 @@ def _loss(config) -> dict:
     # The step's shares, from the batch as TransferQueue returns it (nested rows) and as padded rows.
     nested = td.clone()
     nested["response_mask"] = torch.nested.as_nested_tensor([torch.tensor(x[3]) for x in ROWS], layout=torch.jagged)
-    out["shares"] = [token_shares(nested), token_shares(td)]
+    weights = [x[5] for x in ROWS]
+    out["shares"] = [token_shares(_token_counts(b), _extras(b), weights) for b in (nested, td)]
 
     # The flags must reach the loss; without them it refuses rather than guess.
     out["missing"] = []

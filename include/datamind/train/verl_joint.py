@@ -79,13 +79,12 @@ class ExpertReplayAgentLoop(ToolAgentLoop):
                 agent = AgentData(history, None, None, None, None, {}, "expert", {})
                 content, agent.tool_calls = await self.tool_parser.extract_tool_calls(tokens, tools)
                 history.append(self._build_assistant_message(content, agent))
-                turns += 1
             else:
                 previous = list(history)
                 history.append({"role": "tool", "content": message["content"]})
                 merged, mask, _ = await self.ct_merge_context_msg(previous, history, ids, mask, tools=schemas)
                 ids = merged.token_ids
-                turns += 1
+            turns += 1
         n = len(mask)
         return AgentLoopOutput(
             prompt_ids=ids[: len(ids) - n],
@@ -142,7 +141,8 @@ def _extras(data) -> list:
             "and verl did not hand them to the actor"
         )
     items = extra.tolist() if hasattr(extra, "tolist") else list(extra)
-    return [getattr(e, "data", e) if isinstance(getattr(e, "data", e), dict) else {} for e in items]
+    unwrapped = (getattr(e, "data", e) for e in items)  # (a tensordict NonTensorData wraps the dict)
+    return [e if isinstance(e, dict) else {} for e in unwrapped]
 
 
 def _is_expert(extra: dict) -> bool:
@@ -152,11 +152,6 @@ def _is_expert(extra: dict) -> bool:
 def expert_rows(data) -> torch.Tensor:
     """``[B]`` bool: which samples of a batch are expert replays (from their ``extra_fields``)."""
     return torch.tensor([_is_expert(e) for e in _extras(data)], dtype=torch.bool)
-
-
-def rl_rows(data) -> torch.Tensor:
-    """``[B]`` bool: which samples enter the DAPO term (``rl_weights``, written by the trainer)."""
-    return _rl_weight(data) > 0
 
 
 def _rl_weight(data) -> torch.Tensor:
@@ -203,12 +198,11 @@ def _token_counts(data) -> list[int]:
     return [int(m.sum().item()) for m in (masks.unbind() if masks.is_nested else masks)]
 
 
-def token_shares(data) -> tuple[float, float]:
-    """(expert share, DAPO share) of a batch's loss tokens (``response_mask``: padded rows or nested)."""
-    counts = _token_counts(data)
-    total = sum(counts) or 1
-    expert = sum(n for n, e in zip(counts, expert_rows(data).tolist(), strict=True) if e)
-    rl = sum(n for n, r in zip(counts, rl_rows(data).tolist(), strict=True) if r)
+def token_shares(n_tokens: list[int], extras: list[dict], weights: list[float]) -> tuple[float, float]:
+    """(expert share, DAPO share) of a batch's loss tokens."""
+    total = sum(n_tokens) or 1
+    expert = sum(n for n, e in zip(n_tokens, extras, strict=True) if _is_expert(e))
+    rl = sum(n for n, w in zip(n_tokens, weights, strict=True) if w > 0)
     return expert / total, rl / total
 
 
@@ -219,7 +213,7 @@ class JointLoss:
     verl normalises a micro-batch's sum by the token count of the whole (mini-)batch; dividing by a
     population's share of those tokens (``expert_share``, ``rl_share``: measured by the trainer over the
     step) makes each term that population's own token mean -- exact when a step is one mini-batch.
-    Rollouts outside the DAPO term (``rl_rows``) and interpreter tokens count in neither."""
+    Rollouts outside the DAPO term (weight 0) and interpreter tokens count in neither."""
 
     config: Any  # verl's ActorConfig
     gamma: float
@@ -297,24 +291,28 @@ class JointSFTTrainer(get_trainer_cls("sync")):
     """verl's synchronous trainer whose actor update is the joint SFT+DAPO loss with this step's gamma."""
 
     def _compute_advantage(self, batch, metrics: dict):
-        """verl's advantages, then each sample's place in the DAPO term (``rl_weights``) next to them."""
+        """verl's advantages, then each sample's place in the DAPO term (``rl_weights``) next to them; the
+        step's token shares come from the same read, for the actor update that follows."""
         from tensordict import TensorDict
         from verl.utils.transferqueue_utils import tq
 
         batch = super()._compute_advantage(batch, metrics)
-        fields = ["extra_fields", "response_mask"]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        weights = rl_weights(list(batch.keys), _extras(data), _token_counts(data))
-        fields = TensorDict({RL_WEIGHT: torch.tensor(weights, dtype=torch.float32)}, batch_size=len(weights))
-        rollouts = [w for w, e in zip(weights, _extras(data)) if not _is_expert(e)]
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "response_mask"]
+        )
+        extras, n_tokens = _extras(data), _token_counts(data)
+        weights = rl_weights(list(batch.keys), extras, n_tokens)
+        self._step_shares = token_shares(n_tokens, extras, weights)
+        rollouts = [w for w, e in zip(weights, extras) if not _is_expert(e)]
         metrics["actor/rl_sample_frac"] = sum(1 for w in rollouts if w > 0) / max(1, len(rollouts))
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        written = TensorDict({RL_WEIGHT: torch.tensor(weights, dtype=torch.float32)}, batch_size=len(weights))
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=written)
 
     def _update_actor(self, batch, metrics: dict):
         from verl.utils.config import omega_conf_to_dataclass
 
         gamma = step_gamma(self.config, self.global_steps, self.total_training_steps)
-        expert_share, rl_share = self._token_shares(batch)
+        expert_share, rl_share = self._step_shares  # (set by _compute_advantage, which verl runs just before)
         actor = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         self.actor_rollout_wg.set_loss_fn(JointLoss(actor, gamma, expert_share, rl_share))
         metrics["actor/sft_gamma"] = gamma
@@ -344,9 +342,3 @@ class JointSFTTrainer(get_trainer_cls("sync")):
             yield
         finally:
             rollout.n = n
-
-    def _token_shares(self, batch) -> tuple[float, float]:
-        from verl.utils.transferqueue_utils import tq
-
-        fields = ["response_mask", "extra_fields", RL_WEIGHT]
-        return token_shares(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields))
