@@ -1,7 +1,8 @@
 """The fast routes profiling takes give exactly what the general routes give.
 
 * numbers: ``_profile_numbers`` (one numpy sort) against ``profile_column`` on the Arrow array (hash
-  counts, Arrow min/max), field for field, on columns built to hit ties, nulls, signed zeros and extremes;
+  counts, Arrow min/max), field for field, on columns built to hit ties, nulls, signed zeros and extremes,
+  alone and side by side in the blocks ``profile_table`` sorts a dtype's columns in;
 * workbook cells: the column-wise frame against ``DataFrame.map`` over the cells, and the cell types read
   off a column's dtype against a scan of its cells;
 * loading: ``load_table`` (parses the bytes) against ``read_csv_text(decode_text(...))`` (the text route)
@@ -145,7 +146,14 @@ def test_table_profiles_equal_the_per_column_arrow_route():
         pd.DataFrame(rng.integers(0, 9, (300, 3))),
         pd.DataFrame({"x": np.arange(40.0), "y": np.arange(40) % 7}).iloc[::3],
         pd.DataFrame({"be_float": np.arange(10, dtype=">f8"), "be_int": np.arange(10, dtype=">i8")}),
+        pd.DataFrame({"x": pd.Series([], dtype=float), "n": pd.Series([], dtype="int64")}),
     ]
+    # Each length's columns in one frame: the block route profiles a dtype's columns together, so nulls,
+    # ties, signed zeros and all-null columns sit beside ordinary ones in the same block.
+    by_length: dict[int, dict[str, np.ndarray]] = {}
+    for name, values in _columns():
+        by_length.setdefault(len(values), {})[name] = values
+    frames += [pd.DataFrame(columns) for columns in by_length.values()]
     for df in frames:
         profiles = profile_table(df)["column_profiles"]
         for j, p in enumerate(profiles):

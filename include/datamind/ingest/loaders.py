@@ -313,7 +313,7 @@ def _tidy(df: pd.DataFrame, raw: list[str], drop_empty_rows=True) -> tuple[pd.Da
 
     ``drop_empty_rows`` may be a callable deciding it, asked only when the frame can hold an empty row."""
     if any(not r.strip() for r in raw):
-        keep = [j for j, r in enumerate(raw) if r.strip() or df.iloc[:, j].notna().any()]
+        keep = [j for j, r in enumerate(raw) if r.strip() or pd.notna(column_values(df, j)).any()]
         if len(keep) < df.shape[1]:
             df = df.iloc[:, keep]
             raw = [raw[j] for j in keep]

@@ -282,7 +282,7 @@ def profile_column(
     if counts.max() == 1:  # all distinct: the first values in order of appearance
         top = values.slice(0, unique_cap).to_pylist()
     else:
-        top = [values[int(i)].as_py() for i in np.argsort(-counts, kind="stable")[:unique_cap]]
+        top = values.take(np.argsort(-counts, kind="stable")[:unique_cap]).to_pylist()
     numbers = None
     if pa.types.is_integer(typ):
         ids = n_unique == len(vals) and (bool(_IDNAME.search(name)) or _is_counter(vals))
@@ -332,55 +332,79 @@ def profile_column(
 def _profile_numbers(
     values: np.ndarray, name: str, dtype: str, unique_cap: int, description: str | None
 ) -> dict[str, Any] | None:
-    """``profile_column`` for a numpy int or float column, with the same results. One sort gives the
-    distinct count, the range, and whether every value is distinct, in which case the top values are
-    simply the first ones and the hash table (~40 ns per distinct value) is skipped. Returns None (use
-    the Arrow route) for an all-null column and for signed zeros, which Arrow's hashing keeps apart and a
-    sort does not."""
-    floating = values.dtype.kind == "f"
-    if floating:
-        missing = np.isnan(values)
-        n_null = int(np.count_nonzero(missing))
-        vals = values[~missing] if n_null else values
-    else:
-        n_null, vals = 0, values
-    n = len(vals)
+    """``profile_column`` for one numpy int or float column: ``_profile_number_block`` on a block of one."""
+    return _profile_number_block(values[None, :], [name], dtype, unique_cap, [description])[0]
+
+
+def _profile_number_block(
+    block: np.ndarray, names: list[str], dtype: str, unique_cap: int, descriptions: list[str | None]
+) -> list[dict[str, Any] | None]:
+    """``profile_column`` for each row of a (columns x rows) block of numpy numbers of one dtype, with the
+    same results. A table's columns of one dtype are sorted in one call, and the null counts, ranges,
+    distinct counts and counter test are read off the sorted block for all of them at once (per-column
+    calls cost more than the arithmetic on tables of hundreds of rows). Where every value is distinct the
+    top values are simply the first ones and the hash table (~40 ns per distinct value) is skipped. A
+    column profiles as None (use the Arrow route) when it is all null or holds a signed zero, which Arrow's
+    hashing keeps apart from zero and a sort does not."""
+    k, n = block.shape
     if n == 0:
-        return None
-    s = np.sort(vals)
-    lo, hi = s[0].item(), s[-1].item()
-    if floating and lo <= 0 <= hi and np.signbit(vals[vals == 0]).any():
-        return None
-    n_unique = int(np.count_nonzero(s[1:] != s[:-1])) + 1
-    numbers = pa.array(vals)
-    if n_unique == n:  # all distinct: the first values in order of appearance, as value_counts lists them
-        top = vals[:unique_cap].tolist()
-    else:  # most frequent first; ties keep first-appearance order
-        vc = pc.value_counts(numbers)
-        counts = vc.field("counts").to_numpy()
-        top = vc.field("values").to_numpy()[np.argsort(-counts, kind="stable")[:unique_cap]].tolist()
-    prof: dict[str, Any] = {
-        "name": name,
-        "dtype": dtype,
-        "kind": "numeric",
-        "n_null": n_null,
-        "n_unique": n_unique,
-        "min": _text(lo),
-        "max": _text(hi),
-        "mean": None,
-        "std": None,
-        "unique_values": [_cut(str(_fmt(v)), 80) for v in top],
-        "description": description,
-    }
-    if not floating:
-        ids = n_unique == n and (bool(_IDNAME.search(name)) or _is_counter(vals))
-        prof["kind"] = "id" if ids else "integer"
-    # Arrow's kernels for the moments, so every digit matches the Arrow route (summation order matters).
-    mean = pc.mean(numbers).as_py()
-    std = pc.stddev(numbers, ddof=1).as_py() if n > 1 else None
-    prof["mean"] = float(mean) if mean is not None and math.isfinite(mean) else None
-    prof["std"] = float(std) if std is not None and math.isfinite(std) else None
-    return prof
+        return [None] * k
+    floating = block.dtype.kind == "f"
+    ordered = np.sort(block, axis=1)  # NaN sorts last
+    if floating:
+        missing = np.isnan(block)
+        n_null = np.count_nonzero(missing, axis=1)
+        negative_zero = np.any((block == 0) & np.signbit(block), axis=1)
+    else:
+        missing, n_null, negative_zero = None, np.zeros(k, np.intp), np.zeros(k, bool)
+    n_valid = n - n_null
+    # Distinct values: changes between neighbours of the sorted row, counted only among the valid prefix.
+    changes = ordered[:, 1:] != ordered[:, :-1]
+    if floating:
+        changes &= np.arange(1, n) < n_valid[:, None]
+    n_unique = np.count_nonzero(changes, axis=1) + 1
+    lows = ordered[:, 0].tolist()
+    highs = ordered[np.arange(k), np.maximum(n_valid - 1, 0)].tolist()
+    counters = (n >= 3) & np.all(np.diff(block, axis=1) == 1, axis=1) if not floating else np.zeros(k, bool)
+    out: list[dict[str, Any] | None] = []
+    for j in range(k):
+        valid = int(n_valid[j])
+        if valid == 0 or negative_zero[j]:
+            out.append(None)
+            continue
+        vals = block[j][~missing[j]] if n_null[j] else block[j]
+        distinct = int(n_unique[j])
+        numbers = pa.array(vals)
+        if distinct == valid:  # all distinct: the first values in order of appearance, as value_counts lists them
+            top = vals[:unique_cap].tolist()
+        else:  # most frequent first; ties keep first-appearance order
+            vc = pc.value_counts(numbers)
+            counts = vc.field("counts").to_numpy()
+            top = vc.field("values").to_numpy()[np.argsort(-counts, kind="stable")[:unique_cap]].tolist()
+        kind = "numeric"
+        if not floating:
+            ids = distinct == valid and (bool(_IDNAME.search(names[j])) or bool(counters[j]))
+            kind = "id" if ids else "integer"
+        # Arrow's kernels for the moments, so every digit matches the Arrow route (summation order matters).
+        mean = pc.mean(numbers).as_py()
+        std = pc.stddev(numbers, ddof=1).as_py() if valid > 1 else None
+        out.append(
+            {
+                "name": names[j],
+                "dtype": dtype,
+                "kind": kind,
+                "n_null": int(n_null[j]),
+                "n_unique": distinct,
+                "min": _text(lows[j]),
+                "max": _text(highs[j]),
+                "mean": float(mean) if mean is not None and math.isfinite(mean) else None,
+                "std": float(std) if std is not None and math.isfinite(std) else None,
+                # Numbers print short and without blanks: nothing to cut.
+                "unique_values": [str(_fmt(v)) for v in top] if floating else list(map(str, top)),
+                "description": descriptions[j],
+            }
+        )
+    return out
 
 
 def _is_counter(vals: pa.Array | np.ndarray) -> bool:
@@ -413,6 +437,36 @@ def describe(table_name: str, n_rows: int, profiles: list[dict[str, Any]], descr
     return " ".join(parts)
 
 
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype) -> str:
+    """``str(dtype)`` as ``DataFrame.dtypes`` shows it. numpy builds that text anew on each call, so it is
+    remembered for numpy dtypes (a small fixed set; extension dtypes such as categoricals are not, since
+    each set of categories is a new one)."""
+    if not isinstance(dtype, np.dtype):
+        return str(dtype)
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
+def _number_groups(columns: list[Any]) -> dict[np.dtype, list[int]]:
+    """Positions of the columns the numpy route profiles, by dtype (native-endian ints and floats of at
+    least 32 bits; narrower ones and everything else take the Arrow route)."""
+    groups: dict[np.dtype, list[int]] = {}
+    for j, values in enumerate(columns):
+        if (
+            isinstance(values, np.ndarray)
+            and values.dtype.kind in "iuf"
+            and values.dtype.itemsize >= 4
+            and values.dtype.isnative
+        ):
+            groups.setdefault(values.dtype, []).append(j)
+    return groups
+
+
 def profile_table(
     df: pd.DataFrame,
     table_name: str = "data",
@@ -427,29 +481,31 @@ def profile_table(
     n_rows, n_cols = df.shape
     col_desc = {str(k).casefold(): v for k, v in (column_descriptions or {}).items() if v}
     names = [str(c) for c in df.columns]
-    dtypes = [str(d) for d in df.dtypes.tolist()]
-    profiles, heads = [], []
+    columns = [column_values(df, j) for j in range(n_cols)]
+    dtypes = [_dtype_name(values.dtype) for values in columns]
+    descriptions = [col_desc.get(name.casefold()) for name in names]
+    profiles: list[dict[str, Any] | None] = [None] * n_cols
+    for positions in _number_groups(columns).values():
+        # Plain numpy numbers (most columns), a dtype's columns at a time: one sort where a hash table per
+        # column gives the same.
+        block = np.stack([columns[j] for j in positions])
+        dtype = dtypes[positions[0]]
+        found = _profile_number_block(
+            block, [names[j] for j in positions], dtype, unique_cap, [descriptions[j] for j in positions]
+        )
+        for j, prof in zip(positions, found):
+            profiles[j] = prof
+    heads = []
     for j in range(n_cols):
-        values = column_values(df, j)
-        col_text = col_desc.get(names[j].casefold())
-        prof = None
-        if (
-            isinstance(values, np.ndarray)
-            and values.dtype.kind in "iuf"
-            and values.dtype.itemsize >= 4
-            and values.dtype.isnative
-        ):
-            # Plain numpy numbers (most columns): one sort instead of a hash table where it gives the same.
-            prof = _profile_numbers(values, names[j], dtypes[j], unique_cap, col_text)
-            if prof is not None:
-                heads.append(values[:head_rows].tolist())  # NaN formats as empty, like Arrow's null
-        if prof is None:
-            arr = _arrow(values)
-            if arr is None:
-                arr = _text_array(values)
-            prof = profile_column(arr, names[j], dtypes[j], unique_cap, col_text)
-            heads.append(arr.slice(0, head_rows).to_pylist())
-        profiles.append(prof)
+        values = columns[j]
+        if profiles[j] is not None:
+            heads.append(values[:head_rows].tolist())  # NaN formats as empty, like Arrow's null
+            continue
+        arr = _arrow(values)
+        if arr is None:
+            arr = _text_array(values)
+        profiles[j] = profile_column(arr, names[j], dtypes[j], unique_cap, descriptions[j])
+        heads.append(arr.slice(0, head_rows).to_pylist())
     head = _head_table(names, heads, min(head_rows, n_rows), cell_chars)
     desc = describe(table_name, n_rows, profiles, description)
     meta = {

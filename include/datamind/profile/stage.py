@@ -98,6 +98,14 @@ def table_row(
     }
 
 
+def _limits_admitting(verdicts: dict[str, dict[str, Any]]) -> Limits:
+    """The deployment's limits, raised to the largest accepted table: the limits only decide what gets
+    materialized, and nothing ingestion accepted may be skipped."""
+    limits = Limits.from_env()
+    largest = max([limits.max_rows] + [int(v["n_rows"]) for v in verdicts.values()])
+    return limits.with_overrides(max_rows=largest, max_db_table_rows=max(largest, limits.max_db_table_rows))
+
+
 def profile_file(
     root: DataRoot, file_row: dict[str, Any], run_id: str | None, now: dt.datetime
 ) -> tuple[list[dict[str, Any]], str | None]:
@@ -106,10 +114,6 @@ def profile_file(
     wanted = {v["table_name"]: v for v in verdicts if v["status"] == "accepted"}
     if not wanted:
         return [], "no accepted tables recorded at ingestion"
-    # The limits only decide what gets materialized: reuse the largest accepted table so nothing accepted is skipped.
-    limits = Limits.from_env()
-    largest = max([limits.max_rows] + [int(v["n_rows"]) for v in wanted.values()])
-    limits = limits.with_overrides(max_rows=largest, max_db_table_rows=max(largest, limits.max_db_table_rows))
     provenance = json.loads(file_row.get("provenance") or "{}")
     recorded = [json.loads(v["read_options"]) for v in wanted.values() if v.get("read_options")]
     try:
@@ -119,7 +123,7 @@ def profile_file(
             loaded = load_recorded(path, recorded)
         else:  # rows cataloged before read_options were recorded: detect again
             # The original name keeps table names (a CSV's table is named after its file) as ingestion saw them.
-            result = load_tables(path, limits, filename=provenance.get("original_filename"))
+            result = load_tables(path, _limits_admitting(wanted), filename=provenance.get("original_filename"))
             if result.error:
                 return [], f"staged file no longer loads: {result.error_code}: {result.error}"[:500]
             loaded = result.tables
