@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from datamind.categories import CATEGORY_IDS
 from datamind.rollout.policies.narration import placeholder_headers, read_view
+from datamind.rollout.protocol import strict_turn
 
 # Imports a model cannot have at test time: the pipeline's own code.
 _INTERNAL = re.compile(r"^\s*(?:from|import)\s+(?:datamind|datamind_airflow|airflow)\b", re.MULTILINE)
@@ -28,8 +29,6 @@ _ERROR = re.compile(r"^(?:Traceback \(most recent call last\)|\w+(?:Error|Except
 _REPEATED_WORD = re.compile(r"\b(\w{2,})\s+\1\b", re.IGNORECASE)
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?%?")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'`])")
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_CODE = re.compile(r"<code>(.*?)</code>", re.DOTALL)
 _UNNAMED = re.compile(r"Unnamed: \d+")
 # a later cell that re-reads the file, or drops the unnamed columns it saw, dealt with them
 _FIXES = re.compile(r"\bread_(?:csv|excel)\(|execute_sql\(|startswith\('Unnamed: '\)")
@@ -69,8 +68,9 @@ def sample_figures(row: dict) -> SampleFigures:
     messages = row.get("messages") or []
     assistant = [m["content"] for m in messages if m["role"] == "assistant"]
     tools = [m["content"] for m in messages if m["role"] == "tool"]
-    codes = ["\n".join(_CODE.findall(a)) for a in assistant]
-    thinks = [t.strip() for a in assistant for t in _THINK.findall(a)]
+    turns = [strict_turn(a) for a in assistant]  # published turns are well formed: one think, one action
+    codes = [t.code or "" for t in turns]
+    thinks = [t.think.strip() for t in turns if t.think is not None]
     unfixed = False
     for i, obs in enumerate(tools):
         # the expert's own rule for what is a header problem (a saved 'Unnamed: 0' index is not), on the

@@ -186,6 +186,7 @@ _STRICT_TURN = re.compile(
     r"^\s*<think>(?P<think>.*?)</think>\s*(?:<code>(?P<code>.*?)</code>|<answer>(?P<answer>.*?)</answer>)\s*$",
     re.DOTALL,
 )
+_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _CODE_BLOCK = re.compile(r"<code>(.*?)</code>", re.DOTALL)
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _STRICT_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
@@ -196,6 +197,7 @@ class StrictTurn:
     code: str | None  # the code inside <code>, fences removed
     answer: str | None
     well_formed: bool  # exactly <think>..</think> then one <code> or <answer> block, nothing else
+    think: str | None = None  # the first <think> block's text
 
     @property
     def has_valid_code(self) -> bool:
@@ -234,7 +236,8 @@ def strict_turn(text: str) -> StrictTurn:
     m = _STRICT_TURN.match(text)
     if m:
         code = m.group("code")
-        return StrictTurn(strip_code_fences(code) if code is not None else None, m.group("answer"), True)
+        code = strip_code_fences(code) if code is not None else None
+        return StrictTurn(code, m.group("answer"), True, m.group("think"))
     # Malformed turns still get their code executed / answer read, so one stray word does not end a
     # trajectory; the format reward is what punishes them.
     code_m, ans_m = _CODE_BLOCK.search(text), _ANSWER_BLOCK.search(text)
@@ -244,7 +247,8 @@ def strict_turn(text: str) -> StrictTurn:
             ans_m = None
         else:
             code = None
-    return StrictTurn(code, ans_m.group(1) if ans_m else None, False)
+    think_m = _THINK_BLOCK.search(text)
+    return StrictTurn(code, ans_m.group(1) if ans_m else None, False, think_m.group(1) if think_m else None)
 
 
 def final_answer(messages: list[dict]) -> str | None:
