@@ -10,7 +10,11 @@ over the repeats:
   * load: ``load_recorded`` of every accepted table (the parse profiling starts from, repairs included);
   * profile (core): one read + parse (recorded read_options, no detection) + profile of every accepted
     table (``profile_file``, no catalog or Parquet I/O);
-  * profile (stage): ``plan_profile`` + ``profile_shard``, catalog reads and the Parquet write included.
+  * profile (stage): ``plan_profile`` + ``profile_shard``, catalog reads and the Parquet write included;
+  * load + Arrow kernels: the load, then only the Arrow kernels the statistics rest on, one call per column
+    and statistic (a conversion and a hash count per column, mean and standard deviation per number
+    column) and nothing else: a reference for what a profile built from per-column kernel calls costs
+    (profiling skips the hash count where a sort settles it, so on large tables it can cost less).
 and prints files/second and the ratio to the baseline (target: profile within 2x of one plain parse),
 with the machine's load average before and after (the machine is shared: compare ratios, not times).
 """
@@ -28,10 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from datamind.assets import DIRS
-from datamind.ingest.loaders import load_recorded
+from datamind.ingest.loaders import column_values, load_recorded
 from datamind.ingest.sources import list_source_files
 from datamind.ingest.stage import ingest_shard, plan_ingest
 from datamind.profile.stage import plan_profile, profile_file, profile_shard
@@ -78,17 +85,30 @@ def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
             for r in rows:
                 profile_file(root, r, "bench", now)
 
+        def kernels() -> None:
+            for p, opts in zip(paths, recorded):
+                for t in load_recorded(p, opts):
+                    for j in range(t.df.shape[1]):
+                        values = column_values(t.df, j)
+                        numbers = isinstance(values, np.ndarray) and values.dtype.kind in "iuf"
+                        arr = pa.array(values, from_pandas=True) if numbers else pa.array(values)
+                        pc.value_counts(arr)
+                        if numbers:
+                            pc.mean(arr)
+                            pc.stddev(arr, ddof=1)
+
         def stage() -> None:
             root.remove(DIRS["catalog_tables"])
             for spec in plan_profile(root, 100):
                 profile_shard(root, spec, "bench")
 
-        for fn in (baseline, load, core, stage):  # warm the page cache and imports
+        timed = (baseline, load, core, stage, kernels)
+        for fn in timed:  # warm the page cache and imports
             fn()
         # Interleaved rounds: on a shared machine the load changes minute to minute, so each round's
         # ratio compares runs taken under the same conditions; we report medians over rounds.
         load_before = os.getloadavg()
-        rounds = [(_timed(baseline), _timed(load), _timed(core), _timed(stage)) for _ in range(repeats)]
+        rounds = [tuple(_timed(fn) for fn in timed) for _ in range(repeats)]
         load_after = os.getloadavg()
         n = len(paths)
         print(
@@ -97,7 +117,13 @@ def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
         )
         print(f"  {'':26s} {'wall ms':>9s} {'files/s':>9s} {'CPU ms':>9s} {'CPU ratio':>10s}")
         for i, name in enumerate(
-            ("baseline pandas read", "load (recorded options)", "profile (core)", "profile (stage, parquet)")
+            (
+                "baseline pandas read",
+                "load (recorded options)",
+                "profile (core)",
+                "profile (stage, parquet)",
+                "load + Arrow kernels",
+            )
         ):
             wall = statistics.median(r[i][0] for r in rounds)
             cpu = statistics.median(r[i][1] for r in rounds)
