@@ -89,3 +89,24 @@ def test_a_shard_reads_only_the_files_its_tasks_are_in(corpus, monkeypatch):
     assert set(opened) <= {p for paths in sources.values() for p in paths}, opened
     stale = {"queries": [root.path("queries", "part-q1.parquet")], "catalog_tables": [], "catalog_files": []}
     assert load_tasks(root, [child["query_id"]], stale)[0] == whole  # what the hint misses is looked up
+
+
+def test_shards_take_their_queries_from_as_few_files_as_they_can(root):
+    """Ids are hashes, so a shard cut in id order draws from every file of its input; the sampling and
+    judging planners take queries by the file they are in (a judging shard at 5,000 sources read 80 files
+    for 20 queries)."""
+    from datamind.judge.stage import plan_judging
+
+    queries = _queries(1000)
+    ids = [q["query_id"] for q in queries]
+    for k in range(4):  # file k holds every 4th query: any 250 consecutive ids touch all four files
+        write_shard(root, QUERIES, "queries", queries[k::4], f"part-{k}.parquet")
+    specs = stage.plan_sampling(root, 250, {})
+    assert [len(s["task_sources"]["queries"]) for s in specs] == [1, 1, 1, 1]
+    assert sorted(q for s in specs for q in s["query_ids"]) == ids
+
+    for k in range(4):
+        write_shard(root, TRAJECTORIES, "trajectories", _trajectories(ids[k::4]), f"part-{k}.parquet")
+    specs = plan_judging(root, 250)
+    assert [len(s["sources"]) for s in specs] == [1, 1, 1, 1]
+    assert sorted(q for s in specs for q in s["query_ids"]) == ids

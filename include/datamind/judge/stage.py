@@ -117,12 +117,13 @@ def judged_query_ids(root: DataRoot, p: JudgeParams) -> set[str]:
 def plan_judging(
     root: DataRoot | str, shard_size: int | None = None, params: dict | JudgeParams | None = None
 ) -> list[dict]:
-    """Shard specs over queries that have round-0 trajectories and no judging outcome yet."""
+    """Shard specs over queries that have round-0 trajectories and no judging outcome yet, taken by the
+    trajectory file they are in, then by id (a shard reads a few sampling shards, not one per query)."""
     root = DataRoot.of(root)
     p = _p(params)
     # Queries with a trajectory still to be sampled again (a transient LLM failure) wait for it.
     state = sampling_state(root)
-    todo = sorted(state.done - judged_query_ids(root, p))
+    todo = sorted(state.done - judged_query_ids(root, p), key=lambda q: (min(state.files.get(q) or [""]), q))
     index = TaskSources.build(root) if todo else None
     return [
         # the shard's trajectory, query and catalog files travel with it: a task reads those, not every shard

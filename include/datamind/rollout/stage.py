@@ -107,13 +107,15 @@ def sampled_query_ids(root: DataRoot) -> set[str]:
 def plan_sampling(
     root: DataRoot | str, shard_size: int | None = None, params: dict | RolloutParams | None = None
 ) -> list[dict]:
-    """Shard specs (JSON-able, for XCom / dynamic task mapping) over queries not sampled yet, in id order,
-    then over trajectories to sample again (a transient failure with attempts left), named by attempt."""
+    """Shard specs (JSON-able, for XCom / dynamic task mapping) over queries not sampled yet, then over
+    trajectories to sample again (a transient failure with attempts left), named by attempt. Queries are
+    taken by the file they are in, then by id: a shard's tasks come from a few query files rather than one
+    file each (ids are hashes, so id order alone scatters a shard over the whole table)."""
     root = DataRoot.of(root)
     p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
     size = shard_size or p.shard_size
     index = TaskSources.build(root)  # one pass over the inputs: each shard reads only the files its tasks are in
-    ids = sorted(index.query_path)
+    ids = sorted(index.query_path, key=lambda q: (index.query_path[q], q))
     state = sampling_state(root, p.max_attempts)  # one pass over the output, never one per query
     todo = [q for q in ids if q not in state.done and q not in state.resample]
     specs = [
