@@ -321,12 +321,20 @@ def profile_column(
     if numbers is not None:
         mm = pc.min_max(numbers)
         prof["min"], prof["max"] = _text(mm["min"].as_py()), _text(mm["max"].as_py())
-        mean = pc.mean(numbers).as_py()
-        std = pc.stddev(numbers, ddof=1).as_py() if len(numbers) > 1 else None
-        prof["mean"] = float(mean) if mean is not None and math.isfinite(mean) else None
-        prof["std"] = float(std) if std is not None and math.isfinite(std) else None
+        prof["mean"], prof["std"] = _moments(numbers)
     prof["unique_values"] = [_cut(str(_fmt(v)), 80) for v in top]
     return prof
+
+
+def _moments(numbers: pa.Array) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (None where not finite), by Arrow's kernels on every route, so
+    every digit is the same whichever route profiled the column (summation order matters)."""
+    mean = pc.mean(numbers).as_py()
+    std = pc.stddev(numbers, ddof=1).as_py() if len(numbers) > 1 else None
+    return (
+        float(mean) if mean is not None and math.isfinite(mean) else None,
+        float(std) if std is not None and math.isfinite(std) else None,
+    )
 
 
 def _profile_numbers(
@@ -385,9 +393,7 @@ def _profile_number_block(
         if not floating:
             ids = distinct == valid and (bool(_IDNAME.search(names[j])) or bool(counters[j]))
             kind = "id" if ids else "integer"
-        # Arrow's kernels for the moments, so every digit matches the Arrow route (summation order matters).
-        mean = pc.mean(numbers).as_py()
-        std = pc.stddev(numbers, ddof=1).as_py() if valid > 1 else None
+        mean, std = _moments(numbers)
         out.append(
             {
                 "name": names[j],
@@ -397,8 +403,8 @@ def _profile_number_block(
                 "n_unique": distinct,
                 "min": _text(lows[j]),
                 "max": _text(highs[j]),
-                "mean": float(mean) if mean is not None and math.isfinite(mean) else None,
-                "std": float(std) if std is not None and math.isfinite(std) else None,
+                "mean": mean,
+                "std": std,
                 # Numbers print short and without blanks: nothing to cut.
                 "unique_values": [str(_fmt(v)) for v in top] if floating else list(map(str, top)),
                 "description": descriptions[j],
