@@ -45,6 +45,22 @@ _IDNAME = re.compile(r"(^|[_\s])(id|key|code|no|nr|num)$|id$|^index$|^unnamed: 0
 _BOOL_WORDS = {"true", "false", "yes", "no", "y", "n", "t", "f"}
 
 
+def _kernel(name: str, options: pc.FunctionOptions | None = None):
+    """A compute function bound to fixed options and called directly. ``pyarrow.compute``'s wrappers build
+    an options object and check their arguments on every call, which costs as much as the kernel itself
+    on columns of a few hundred values (a table's profile makes several such calls per column)."""
+    fn = pc.get_function(name)
+    return lambda *args: fn.call(args, options)
+
+
+_MEAN = _kernel("mean")
+_SAMPLE_STDDEV = _kernel("stddev", pc.VarianceOptions(ddof=1))
+_MIN_MAX = _kernel("min_max")
+_VALUE_COUNTS = _kernel("value_counts")
+_DROP_NULL = _kernel("drop_null")
+_TAKE = _kernel("take", pc.TakeOptions(boundscheck=False))  # indices come from an argsort of the same values
+
+
 def _fmt(v: Any) -> Any:
     """A JSON-friendly scalar: ints stay ints, floats are rounded to 6 significant digits, dates as ISO."""
     t = type(v)
@@ -252,7 +268,7 @@ def profile_column(
 ) -> dict[str, Any]:
     """One ``COLUMN_PROFILE`` dict for a column given as an Arrow array."""
     n_null = arr.null_count
-    vals = pc.drop_null(arr) if n_null else arr
+    vals = _DROP_NULL(arr) if n_null else arr
     prof: dict[str, Any] = {
         "name": name,
         "dtype": dtype,
@@ -273,7 +289,7 @@ def profile_column(
     if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
         prof.update(kind="binary", n_unique=int(pc.count_distinct(vals).as_py()))
         return prof
-    vc = pc.value_counts(vals)
+    vc = _VALUE_COUNTS(vals)
     counts = vc.field("counts").to_numpy()
     n_unique = len(counts)
     prof["n_unique"] = int(n_unique)
@@ -282,7 +298,7 @@ def profile_column(
     if counts.max() == 1:  # all distinct: the first values in order of appearance
         top = values.slice(0, unique_cap).to_pylist()
     else:
-        top = values.take(np.argsort(-counts, kind="stable")[:unique_cap]).to_pylist()
+        top = _TAKE(values, pa.array(np.argsort(-counts, kind="stable")[:unique_cap])).to_pylist()
     numbers = None
     if pa.types.is_integer(typ):
         ids = n_unique == len(vals) and (bool(_IDNAME.search(name)) or _is_counter(vals))
@@ -296,7 +312,7 @@ def profile_column(
         numbers = pc.cast(vals, pa.int8())
     elif pa.types.is_temporal(typ):
         prof["kind"] = "datetime"
-        mm = pc.min_max(vals)
+        mm = _MIN_MAX(vals)
         prof["min"], prof["max"] = _text(mm["min"].as_py()), _text(mm["max"].as_py())
     else:
         sample = vals.slice(0, 20).to_pylist()
@@ -310,7 +326,7 @@ def profile_column(
             numbers = nums
         elif _looks_like_dates(sample) and (parsed := _parse_dates(vals, sample)) is not None:
             prof["kind"] = "datetime"
-            mm = pc.min_max(parsed)
+            mm = _MIN_MAX(parsed)
             prof["min"], prof["max"] = _text(mm["min"].as_py()), _text(mm["max"].as_py())
         elif n_unique <= 50 and n_unique * 2 <= len(vals):
             prof["kind"] = "categorical"
@@ -319,7 +335,7 @@ def profile_column(
         else:
             prof["kind"] = "text"
     if numbers is not None:
-        mm = pc.min_max(numbers)
+        mm = _MIN_MAX(numbers)
         prof["min"], prof["max"] = _text(mm["min"].as_py()), _text(mm["max"].as_py())
         prof["mean"], prof["std"] = _moments(numbers)
     prof["unique_values"] = [_cut(str(_fmt(v)), 80) for v in top]
@@ -329,8 +345,8 @@ def profile_column(
 def _moments(numbers: pa.Array) -> tuple[float | None, float | None]:
     """Mean and sample standard deviation (None where not finite), by Arrow's kernels on every route, so
     every digit is the same whichever route profiled the column (summation order matters)."""
-    mean = pc.mean(numbers).as_py()
-    std = pc.stddev(numbers, ddof=1).as_py() if len(numbers) > 1 else None
+    mean = _MEAN(numbers).as_py()
+    std = _SAMPLE_STDDEV(numbers).as_py() if len(numbers) > 1 else None
     return (
         float(mean) if mean is not None and math.isfinite(mean) else None,
         float(std) if std is not None and math.isfinite(std) else None,
@@ -386,7 +402,7 @@ def _profile_number_block(
         if distinct == valid:  # all distinct: the first values in order of appearance, as value_counts lists them
             top = vals[:unique_cap].tolist()
         else:  # most frequent first; ties keep first-appearance order
-            vc = pc.value_counts(numbers)
+            vc = _VALUE_COUNTS(numbers)
             counts = vc.field("counts").to_numpy()
             top = vc.field("values").to_numpy()[np.argsort(-counts, kind="stable")[:unique_cap]].tolist()
         kind = "numeric"
