@@ -188,3 +188,71 @@ def test_the_card_is_parsed_as_hubs_read_it_and_counts_each_row_once(root):
     assert m["by_split"] and sum(m["by_split"].values()) == 6
     split = next(iter(m["by_split"]))  # one source file: all its rows on one side
     assert m["by_split"] == {split: 6} and "| `f1` | x.csv |" in text and f"| {split} | 6 |" in text
+
+
+def test_publish_screens_in_bounded_batches_and_merges_the_runs_in_id_order(root, tmp_path, monkeypatch):
+    import random
+
+    import pyarrow.parquet as pq
+
+    from datamind.publish import stage
+
+    ids = list(range(300))
+    random.Random(7).shuffle(ids)  # every judged shard holds ids from all over the order
+    shards = [ids[i : i + 25] for i in range(0, 300, 25)]
+    too_long = {ids[3], ids[100], ids[299]}
+
+    def fill(r: DataRoot) -> None:
+        for k, part in enumerate(shards):
+            rows = [judged_row(i, answer="word " * 1500 if i in too_long else None) for i in part]
+            write_judged(r, rows, f"part-{k:02d}.parquet")
+        write_judged(r, [judged_row(i) for i in shards[4][:10]], "part-rerun.parquet")  # a rerun's duplicates
+
+    fill(root)
+    batches: list[int] = []
+    real = stage.apply_filters
+    monkeypatch.setattr(stage, "apply_filters", lambda rows, config: batches.append(len(rows)) or real(rows, config))
+    monkeypatch.setattr(stage, "_SCREEN_ROWS", 40)
+    monkeypatch.setattr(stage, "_SPILL_GROUP_ROWS", 3)
+    m = publish_dataset(root, "run-small-batches", shard_rows=7)
+    # screening held at most a batch (the threshold plus the shard that crossed it), never the whole set
+    assert len(batches) >= 6 and max(batches) <= 40 + 25 and sum(batches) == 300
+    assert m["n_judged"] == 300 and m["n_samples"] == 297 and m["n_filtered"] == 3
+    parts = sorted(Path(root.path("dataset", "v1")).glob("part-*.parquet"))
+    sizes = [pq.read_metadata(x).num_rows for x in parts]
+    assert sizes == [7] * 42 + [3]
+    published = [sid for x in parts for sid in pq.read_table(x, columns=["sample_id"]).column(0).to_pylist()]
+    assert published == sorted(f"s{i:06d}" for i in range(300) if i not in too_long)  # in order, each once
+
+    # the same judged rows published in one batch give the same bytes: batching changes nothing but memory
+    monkeypatch.setattr(stage, "_SCREEN_ROWS", 10**6)
+    other = DataRoot(str(tmp_path / "other"))
+    fill(other)
+    publish_dataset(other, "run-one-batch", shard_rows=7)
+    for x in parts:
+        assert x.read_bytes() == Path(other.path("dataset", "v1", x.name)).read_bytes(), x.name
+
+
+def test_the_audit_names_the_sentence_most_samples_share(root):
+    from datamind.publish.audit import audit_rows
+
+    def sample(i: int, first: str, last: str) -> dict:
+        row = judged_row(i)
+        row["messages"] = row["messages"][:2] + [
+            {"role": "assistant", "content": p.format_code_turn(first, f"print({i})")},
+            {"role": "tool", "content": p.format_interpreter(str(i))},
+            {"role": "assistant", "content": p.format_answer_turn(last, str(i))},
+        ]
+        return row
+
+    rows = [
+        sample(0, "Look at the file.", "Done here."),
+        sample(1, "Check 5 rows.", "Done here."),
+        sample(2, "Check 7 rows.", "Other end."),
+        sample(3, "Check 9 rows.", "Other end."),
+    ]
+    figures = audit_rows(rows)
+    # "Check <N> rows." is in three samples (numbers masked), first seen in the second one
+    assert figures["top_sentence"] == "Check <N> rows." and figures["top_sentence_share"] == 0.75
+    assert figures["distinct_first_think_ratio"] == 1.0 and figures["n_samples"] == 4
+    assert figures["turns_per_hop"]["1"]["median"] == 2

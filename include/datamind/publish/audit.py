@@ -95,10 +95,6 @@ def sample_figures(row: dict) -> SampleFigures:
     )
 
 
-def _share(flags: list[bool]) -> float:
-    return round(sum(flags) / len(flags), 4) if flags else 0.0
-
-
 def _quantiles(values: list[int]) -> dict[str, float]:
     if not values:
         return {}
@@ -108,37 +104,78 @@ def _quantiles(values: list[int]) -> dict[str, float]:
 
 def audit_rows(rows: list[dict], queries_by_category: dict[str, int] | None = None) -> dict:
     """The audit's figures for published dataset rows (``queries_by_category``: synthesised queries, for yield)."""
-    figs = [sample_figures(r) for r in rows]
-    n = len(figs)
-    sentence_counts = Counter(s for f in figs for s in f.sentences)
-    top_sentence, top_count = sentence_counts.most_common(1)[0] if sentence_counts else ("", 0)
-    per_cat = Counter(r.get("category") for r in rows)
-    out: dict = {
-        "n_samples": n,
-        "internal_import_share": _share([f.internal_import for f in figs]),
-        "warning_share": _share([f.warning for f in figs]),
-        "unfixed_placeholder_header_share": _share([f.unfixed_placeholder for f in figs]),
-        "distinct_first_think_ratio": round(len({f.first_think for f in figs}) / n, 4) if n else 0.0,
-        "top_sentence_share": round(top_count / n, 4) if n else 0.0,
-        "top_sentence": top_sentence,
-        "repeated_word_question_share": _share([f.repeated_word for f in figs]),
-        "error_recovery_share": _share([f.error_recovery for f in figs]),
-        "verified_share": _share([r.get("answer_check") == "verified" for r in rows]),
-        "samples_per_category": {c: per_cat.get(c, 0) for c in CATEGORY_IDS},
-        "answer_words": _quantiles([f.answer_words for f in figs]),
-        "turns_per_hop": {
-            str(h): _quantiles([f.turns for f, r in zip(figs, rows) if r.get("hop") == h])
-            for h in sorted({r.get("hop") for r in rows if r.get("hop") is not None})
-        },
-    }
-    if queries_by_category:
-        total = sum(queries_by_category.values())
-        out["yield"] = round(n / total, 4) if total else 0.0
-        out["yield_per_category"] = {
-            c: round(per_cat.get(c, 0) / q, 4) for c, q in sorted(queries_by_category.items()) if q
+    tally = AuditTally()
+    for row in rows:
+        tally.add(row)
+    return tally.figures(queries_by_category)
+
+
+class AuditTally:
+    """The audit taken one sample at a time, so a release of any size is audited in one pass without
+    holding its rows. Sentences and first thoughts are counted by their hash (equal within the process);
+    a sentence's text is kept only once it repeats, or for the first one seen: all the top-sentence figure
+    can name."""
+
+    _FLAGS = ("internal_import", "warning", "unfixed_placeholder", "repeated_word", "error_recovery")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.flags: Counter[str] = Counter()
+        self.verified = 0
+        self.first_thinks: set[int] = set()
+        self.sentences: dict[int, int] = {}
+        self.texts: dict[int, str] = {}
+        self.per_category: Counter[str] = Counter()
+        self.answer_words: list[int] = []
+        self.turns_per_hop: dict[int, list[int]] = {}
+
+    def add(self, row: dict) -> None:
+        f = sample_figures(row)
+        self.n += 1
+        self.flags.update(name for name in self._FLAGS if getattr(f, name))
+        self.verified += row.get("answer_check") == "verified"
+        self.first_thinks.add(hash(f.first_think))
+        for sentence in sorted(f.sentences):  # sorted: ties for the top sentence go to the same one every run
+            key = hash(sentence)
+            seen = self.sentences.get(key, 0)
+            self.sentences[key] = seen + 1
+            if seen == 1 or not self.texts:
+                self.texts[key] = sentence
+        self.per_category[row.get("category")] += 1
+        self.answer_words.append(f.answer_words)
+        if row.get("hop") is not None:
+            self.turns_per_hop.setdefault(row["hop"], []).append(f.turns)
+
+    def figures(self, queries_by_category: dict[str, int] | None = None) -> dict:
+        n = self.n
+        top_key, top_count = None, 0
+        for key, count in self.sentences.items():  # the first seen among equals, like Counter.most_common
+            if count > top_count:
+                top_key, top_count = key, count
+        share = {name: round(self.flags[name] / n, 4) if n else 0.0 for name in self._FLAGS}
+        out: dict = {
+            "n_samples": n,
+            "internal_import_share": share["internal_import"],
+            "warning_share": share["warning"],
+            "unfixed_placeholder_header_share": share["unfixed_placeholder"],
+            "distinct_first_think_ratio": round(len(self.first_thinks) / n, 4) if n else 0.0,
+            "top_sentence_share": round(top_count / n, 4) if n else 0.0,
+            "top_sentence": self.texts.get(top_key, "") if top_key is not None else "",
+            "repeated_word_question_share": share["repeated_word"],
+            "error_recovery_share": share["error_recovery"],
+            "verified_share": round(self.verified / n, 4) if n else 0.0,
+            "samples_per_category": {c: self.per_category.get(c, 0) for c in CATEGORY_IDS},
+            "answer_words": _quantiles(self.answer_words),
+            "turns_per_hop": {str(h): _quantiles(self.turns_per_hop[h]) for h in sorted(self.turns_per_hop)},
         }
-    out["misses"] = misses(out)
-    return out
+        if queries_by_category:
+            total = sum(queries_by_category.values())
+            out["yield"] = round(n / total, 4) if total else 0.0
+            out["yield_per_category"] = {
+                c: round(self.per_category.get(c, 0) / q, 4) for c, q in sorted(queries_by_category.items()) if q
+            }
+        out["misses"] = misses(out)
+        return out
 
 
 def misses(figures: dict) -> list[str]:

@@ -2,7 +2,9 @@
 
 The release is a pure function of the judged rows of one judging configuration (``judged/params=<fp>``):
 filter (recording every drop in ``rejections/filter``), de-duplicate by ``sample_id``, sort by ``sample_id``,
-cut into shards of ``shard_rows``.  Its content hash covers the sample ids (and the schema version); when the
+cut into shards of ``shard_rows``.  The judged rows stream through: they are screened a batch at a time
+and the kept ones spilled to local disk in sorted runs, then merged back in order, so memory holds a
+batch and a part, not the dataset.  Its content hash covers the sample ids (and the schema version); when the
 newest complete release already has that hash nothing is written.  Otherwise the next ``v<N>`` is
 filled shard by shard (each write atomic) and ``manifest.json`` is written last: a release without a
 manifest is incomplete, readers must ignore it, and the next run reuses and overwrites that same
@@ -13,28 +15,32 @@ duplicated shard behind.  ``dataset/LATEST`` names the newest complete version.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
-import os
 import logging
+import os
 import posixpath
 import re
+import tempfile
 import time
 from collections import Counter
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 import fsspec
+import pyarrow.parquet as pq
 
 from datamind.assets import DIRS
-from datamind.filters.rules import apply_filters
+from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.judge.stage import committed_query_ids
 from datamind.publish import card
-from datamind.publish.audit import audit_rows
+from datamind.publish.audit import AuditTally
 from datamind.publish.params import PublishParams
 from datamind.stage_params import from_params
 from datamind.schemas import CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
-from datamind.shards import read_rows, table_to_parquet_bytes
+from datamind.shards import read_rows, read_table, shard_paths, table_to_parquet_bytes
 from datamind.storage import DataRoot
 from datamind.stages import STAGES
 
@@ -122,6 +128,104 @@ def _filter_rejection(row: dict, finding, run_id: str | None, now: datetime) -> 
     )
 
 
+@dataclass
+class _Screened:
+    """What screening the judged rows of one partition leaves: the kept rows' light fields (sorted by
+    sample_id), their audit tally, the rejections (sorted by item), and the local files holding the kept
+    rows whole."""
+
+    partition: str | None
+    judge_params: dict | None
+    n_judged: int
+    kept: list[dict]
+    audit: AuditTally
+    rejections: list[dict]
+    spilled: list[str]
+
+
+# What the manifest and the card read of a kept row; the rows themselves stay in the spill files.
+_LIGHT = ("sample_id", "file_id", "data_uri", "category", "hop", "answer_check", "selection_strategy")
+# Judged rows screened together: enough to batch the tokenizer and write few spill files, few enough to
+# keep memory flat (a row with its trajectory is tens of KB in Python).
+_SCREEN_ROWS = 2_000
+_SPILL_GROUP_ROWS = 32  # rows the merge decodes at a time from each spill file
+
+
+class _Screener:
+    """Filters judged rows a batch at a time: the rule filters, then a readable data file. Kept rows go whole
+    to a sorted spill file; memory keeps their light fields, the audit's tally and the rejections."""
+
+    def __init__(self, root: DataRoot, config: FilterConfig, spill: str, run_id: str | None, now: datetime):
+        self.root, self.config, self.spill, self.run_id, self.now = root, config, spill, run_id, now
+        self.readable: dict[str, str | None] = {}  # data uri -> why it cannot be read (None: readable)
+        self.light: list[dict] = []
+        self.audit = AuditTally()
+        self.rejections: list[dict] = []
+        self.spilled: list[str] = []
+
+    def screen(self, batch: list[dict]) -> None:
+        kept, dropped = apply_filters(batch, self.config)
+        kept, missing = _with_readable_data(self.root, kept, self.readable)
+        self.rejections += [_filter_rejection(r, f, self.run_id, self.now) for r, f in dropped]
+        self.rejections += [_missing_rejection(r, why, self.run_id, self.now) for r, why in missing]
+        if not kept:
+            return
+        kept.sort(key=lambda r: r["sample_id"])  # each spill file is a sorted run of the merge
+        self.spilled.append(os.path.join(self.spill, f"kept-{len(self.spilled):06d}.parquet"))
+        pq.write_table(DATASET.to_table(kept), self.spilled[-1], row_group_size=_SPILL_GROUP_ROWS)
+        for r in kept:
+            self.light.append({k: r.get(k) for k in _LIGHT})
+            self.audit.add(r)
+
+
+def _screen(
+    root: DataRoot, source: tuple[str, str | None], config: FilterConfig, spill: str, run_id: str | None, now: datetime
+) -> _Screened:
+    """Screen the judged rows of one partition a few shards at a time: the committed ones not seen before
+    (reruns of a judging shard rewrite identical ids)."""
+    src, partition = source
+    committed = committed_query_ids(root, src)  # rows of a judging shard killed before it committed are out
+    screener = _Screener(root, config, spill, run_id, now)
+    seen: set[str] = set()
+    batch: list[dict] = []
+    for path in shard_paths(root, src):
+        for row in read_table(root, DATASET, src, paths=[path]).to_pylist():
+            if (committed is None or row["query_id"] in committed) and row["sample_id"] not in seen:
+                seen.add(row["sample_id"])
+                batch.append(row)
+        if len(batch) >= _SCREEN_ROWS:
+            screener.screen(batch)
+            batch = []
+    screener.screen(batch)
+    return _Screened(
+        partition=partition,
+        judge_params=json.loads(root.read_text(src, "params.json")) if root.exists(src, "params.json") else None,
+        n_judged=len(seen),
+        kept=sorted(screener.light, key=lambda r: r["sample_id"]),
+        audit=screener.audit,
+        rejections=sorted(screener.rejections, key=lambda r: r["item_id"]),
+        spilled=screener.spilled,
+    )
+
+
+def _parts_in_order(screened: _Screened, shard_rows: int) -> Iterator[list[dict]]:
+    """The spilled rows in sample_id order, ``shard_rows`` at a time: a merge of the sorted spill files,
+    each read a row group at a time, so memory holds one group per file and the part being filled."""
+
+    def run(path: str) -> Iterator[dict]:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=_SPILL_GROUP_ROWS):
+            yield from batch.to_pylist()
+
+    part: list[dict] = []
+    for row in heapq.merge(*(run(path) for path in screened.spilled), key=lambda r: r["sample_id"]):
+        part.append(row)
+        if len(part) == shard_rows:
+            yield part
+            part = []
+    if part:
+        yield part
+
+
 def publish_dataset(
     root: DataRoot | str,
     run_id: str | None,
@@ -135,33 +239,27 @@ def publish_dataset(
     """
     p = params if isinstance(params, PublishParams) else from_params(PublishParams, params)
     p = replace(p, **overrides) if overrides else p
-    shard_rows, judged_partition, test_fraction = p.shard_rows, p.judged_partition, p.test_fraction
-    filter_config = p.filter_config()
     root = DataRoot.of(root)
     t0 = time.perf_counter()
     now = datetime.now(timezone.utc)
-    src, partition = _source(root, judged_partition)
-    judged = read_rows(root, DATASET, src)
-    committed = committed_query_ids(root, src)
-    if committed is not None:  # rows of a judging shard killed before it committed are not part of any release
-        judged = [r for r in judged if r["query_id"] in committed]
-    judge_params = json.loads(root.read_text(src, "params.json")) if root.exists(src, "params.json") else None
+    src = _source(root, p.judged_partition)
+    # Rows are screened a few judged shards at a time and the kept ones spilled to local disk in sorted runs,
+    # then merged back in sample_id order: memory holds a batch and a release part, not the dataset.
+    with tempfile.TemporaryDirectory(prefix="datamind-publish-") as spill:
+        return _publish_screened(root, run_id, p, _screen(root, src, p.filter_config(), spill, run_id, now), now, t0)
+
+
+def _publish_screened(
+    root: DataRoot, run_id: str | None, p: PublishParams, screened: _Screened, now: datetime, t0: float
+) -> dict:
+    shard_rows, test_fraction, partition = p.shard_rows, p.test_fraction, screened.partition
     rejections_file = posixpath.join(DIRS["rejections"], STAGE, f"part-{partition or 'judged'}.parquet")
-    unique: dict[str, dict] = {}
-    for row in judged:
-        unique.setdefault(row["sample_id"], row)  # reruns of a judge shard rewrite identical ids
-    kept, dropped = apply_filters(unique.values(), filter_config)
-    kept, missing = _with_readable_data(root, kept)
-    rejections = sorted(
-        [_filter_rejection(r, f, run_id, now) for r, f in dropped]
-        + [_missing_rejection(r, why, run_id, now) for r, why in missing],
-        key=lambda r: r["item_id"],
-    )
+    rejections = screened.rejections
     if rejections:  # a pure function of the judged rows: rewritten whole on every publish
         root.write_bytes(rejections_file, table_to_parquet_bytes(REJECTIONS.to_table(rejections)))
     elif root.exists(rejections_file):
         root.remove(rejections_file)
-    kept.sort(key=lambda r: r["sample_id"])
+    kept = screened.kept
     for r in kept:  # the release's own view of each row: its split, and its data file inside the folder
         r["split"] = card.split_of(r["file_id"], test_fraction)
     digest = content_version([r["sample_id"] for r in kept], test_fraction)
@@ -180,14 +278,20 @@ def publish_dataset(
     root.remove(vdir)
 
     sources = _carry_files(root, vdir, kept)
-    parts = [kept[i : i + shard_rows] for i in range(0, len(kept), shard_rows)]
-    names = [part_name(i) for i in range(len(parts))]
+    carried = {s["file_id"]: s["path"] for s in sources}
+    names = [part_name(i) for i in range(-(-len(kept) // shard_rows))]
     _clear_strays(root, vdir, keep=set(names) | {card.FILES_DIR, CARD})
     shard_info = []
-    for name, rows in zip(names, parts):
+    for name, rows in zip(names, _parts_in_order(screened, shard_rows)):
+        for r in rows:
+            r["split"] = card.split_of(r["file_id"], test_fraction)
+            if r.get("data_uri"):
+                r["data_uri"] = carried[r["file_id"]]
         data = table_to_parquet_bytes(DATASET.to_table(rows))
         root.write_bytes(posixpath.join(vdir, name), data)
         shard_info.append({"name": name, "rows": len(rows), "bytes": len(data)})
+    if sum(s["rows"] for s in shard_info) != len(kept):  # the spill is this run's own: never expected
+        raise RuntimeError(f"release v{number}: wrote {sum(s['rows'] for s in shard_info)} rows, screened {len(kept)}")
     by_cat: dict[str, int] = {}
     for r in kept:
         by_cat[r["category"]] = by_cat.get(r["category"], 0) + 1
@@ -201,7 +305,7 @@ def publish_dataset(
         "table": DATASET.name,
         "schema_version": DATASET.version,
         "n_samples": len(kept),
-        "n_judged": len(unique),
+        "n_judged": screened.n_judged,
         "n_filtered": len(rejections),
         "filtered_by_reason": dict(sorted(by_reason.items())),
         "by_category": dict(sorted(by_cat.items())),
@@ -211,7 +315,7 @@ def publish_dataset(
         "test_fraction": test_fraction,
         "files": {s["file_id"]: {"path": s["path"], "sha256": s["sha256"], "bytes": s["bytes"]} for s in sources},
         "judged_partition": partition,
-        "judge_params": judge_params,
+        "judge_params": screened.judge_params,
         "shards": shard_info,
         "shard_rows": shard_rows,
         "compression": "zstd",
@@ -222,13 +326,13 @@ def publish_dataset(
     }
     manifest["decontamination"] = decontamination_counts(root)
     queries = read_rows(root, QUERIES, DIRS["queries"], columns=["category"]) if root.exists(DIRS["queries"]) else []
-    manifest["audit"] = audit_rows(kept, dict(Counter(q["category"] for q in queries)))
+    manifest["audit"] = screened.audit.figures(dict(Counter(q["category"] for q in queries)))
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
     _commit(root, vdir, final)
     root.write_text(posixpath.join(DIRS["dataset"], "LATEST"), f"v{number}\n")
     log.info(
-        "published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(parts), len(rejections)
+        "published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(names), len(rejections)
     )
     return manifest
 
@@ -256,10 +360,11 @@ def _source_uri(root: DataRoot, uri: str) -> str:
     return uri if ("://" in uri or uri.startswith("/")) else root.uri(uri)
 
 
-def _with_readable_data(root: DataRoot, rows: list[dict]) -> tuple[list[dict], list[tuple[dict, str]]]:
+def _with_readable_data(
+    root: DataRoot, rows: list[dict], status: dict[str, str | None]
+) -> tuple[list[dict], list[tuple[dict, str]]]:
     """Rows whose data file can be carried into the release, and the others with the reason: a sample
-    whose data is gone cannot be replayed or trained on."""
-    status: dict[str, str | None] = {}
+    whose data is gone cannot be replayed or trained on. ``status`` remembers each file's answer."""
     kept, missing = [], []
     for row in rows:
         uri = row.get("data_uri")
