@@ -126,7 +126,7 @@ def plan(stage: str, root, src: Path) -> list[dict]:
         from datamind.judge.stage import plan_judging
 
         return plan_judging(root, SHARDS["judge"], _params("judge"))
-    return [{"publish": True}]  # publishing has no plan: it reads every judged row into one release
+    return [{"publish": True}]  # publishing has no plan: it streams every judged row into one release
 
 
 def process(stage: str, root, spec: dict, run_id: str) -> dict:
