@@ -19,6 +19,7 @@ import json
 import logging
 import posixpath
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from datamind.assets import DIRS
@@ -125,6 +126,27 @@ def _summary(
     }
 
 
+@dataclass
+class _ShardWork:
+    """What a shard has produced so far (queries, rejections, skips, LLM usage), step after step."""
+
+    queries: list[dict] = field(default_factory=list)
+    rejections: list[dict] = field(default_factory=list)
+    skips: list[dict] = field(default_factory=list)
+    llm_stats: Counter = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class _LLMTable:
+    """A table the LLM backend extends: its offline seed chains and their roots, over ``tables``."""
+
+    table: dict
+    tables: list[str]
+    chains: list[list[dict]]
+    roots: list[dict]
+    source: Any
+
+
 def synthesize_shard(
     root: DataRoot,
     shard_spec: dict[str, Any],
@@ -148,15 +170,50 @@ def synthesize_shard(
         return {**summary, "reused": True}
 
     catalog = catalog_by_id(root, shard_spec["table_ids"], shard_spec.get("sources"))
-    queries: list[dict] = []
-    rejections: list[dict] = []
-    skips: list[dict] = []
-    llm_stats = Counter()
-    work: list[tuple[dict, list[str], list[list[dict]], list[dict], object]] = []
-    for tid in shard_spec["table_ids"]:
+    work = _ShardWork()
+    llm_tables = _synthesize_offline(root, shard_spec["table_ids"], catalog, params, run_id, work)
+    if llm_tables:
+        _synthesize_with_llm(llm_tables, params, run_id, llm_client, sandbox, work)
+    _drop_benchmark_overlap(root, params, run_id, work)
+    n_verified = _verify_solutions(root, catalog, params, run_id, work)
+
+    q_path = write_shard(root, QUERIES, output_dir(params), work.queries, f"{name}.parquet")
+    r_path = write_shard(root, REJECTIONS, rejections_dir(params), work.rejections, f"{name}.parquet")
+    table_ids = list(shard_spec["table_ids"])
+    summary = _summary(
+        shard_id, params, run_id, table_ids, work.queries, work.rejections, work.skips, dict(work.llm_stats)
+    )
+    summary["outputs"] = {"queries": q_path, "rejections": r_path}
+    summary["n_verified_solutions"] = n_verified
+    root.write_text(summary_rel, json.dumps(summary, indent=2, sort_keys=True, default=str))
+    log.info(
+        "synthesis shard %s: %d tables, %d queries %s, %d rejections %s, skips %s",
+        shard_id,
+        len(table_ids),
+        len(work.queries),
+        summary["by_category"],
+        len(work.rejections),
+        summary["rejections"],
+        summary["skips"],
+    )
+    return {**summary, "reused": False}
+
+
+def _synthesize_offline(
+    root: DataRoot,
+    table_ids: list[str],
+    catalog: dict[str, dict],
+    params: SynthParams,
+    run_id: str | None,
+    work: _ShardWork,
+) -> list[_LLMTable]:
+    """The offline pass over every table: its queries (offline backend) or its seed chains, returned as the
+    tables the LLM backend goes on to extend."""
+    llm_tables: list[_LLMTable] = []
+    for tid in table_ids:
         table = catalog.get(tid)
         if table is None:
-            rejections.append(
+            work.rejections.append(
                 R.rejection_row(
                     key=(params.fingerprint, tid, "missing"),
                     reason_code="table_not_in_catalog",
@@ -166,88 +223,92 @@ def synthesize_shard(
             )
             continue
         offline = synthesize_table_offline(root, table, params, run_id, with_singles=params.backend == "offline")
-        rejections.extend(offline.rejections)
-        skips.extend(
+        work.rejections.extend(offline.rejections)
+        work.skips.extend(
             {"table_id": tid, "category": s.category, "reason_code": s.reason_code, "reason": s.reason}
             for s in offline.skips
         )
         if params.backend == "offline":
             kept, dropped = dedup_rows(offline.rows, params.dedup_threshold, params.fingerprint, run_id)
-            queries.extend(kept)
-            rejections.extend(dropped)
+            work.queries.extend(kept)
+            work.rejections.extend(dropped)
         else:
             roots = [chain[0] for chain in offline.chain_rows]
             tables = roots[0]["tables"] if roots else [table["table_name"]]
-            work.append((table, tables, offline.chain_rows, roots, offline.source))
+            llm_tables.append(_LLMTable(table, tables, offline.chain_rows, roots, offline.source))
+    return llm_tables
 
-    if work:
-        from datamind.synth.llm_backend import synthesize_table_llm  # imported only for the LLM backend
 
-        from datamind.synth.reference import ReferenceRunner
+def _synthesize_with_llm(
+    llm_tables: list[_LLMTable], params: SynthParams, run_id: str | None, llm_client, sandbox, work: _ShardWork
+) -> None:
+    """The LLM backend over the shard's tables, concurrently (``llm_concurrency`` calls at a time); the
+    model's reference programs are untrusted code, so Python ones run in the sandbox."""
+    from datamind.synth.reference import ReferenceRunner
 
-        async def run_all(reference: ReferenceRunner) -> list:
-            gate = asyncio.Semaphore(params.llm_concurrency)
-            try:
-                return await asyncio.gather(
-                    *(
-                        synthesize_table_llm(
-                            llm_client, t, tabs, params, params.fingerprint, seeds, run_id, gate, src, reference
-                        )
-                        for t, tabs, seeds, _, src in work
-                    )
+    before = llm_client.usage.snapshot()
+    with contextlib.ExitStack() as stack:
+        box = sandbox  # a caller's sandbox stays the caller's to close
+        if box is None and any(t.source is not None and t.source.solution_lang_default == "python" for t in llm_tables):
+            from datamind.sandbox import Sandbox
+
+            box = stack.enter_context(Sandbox())
+        outputs = asyncio.run(_llm_tables_together(llm_tables, params, run_id, llm_client, ReferenceRunner(box)))
+    after = llm_client.usage.snapshot()
+    for t, out in zip(llm_tables, outputs):
+        kept, dropped = dedup_rows(t.roots + out.rows, params.dedup_threshold, params.fingerprint, run_id)
+        work.queries.extend(kept)
+        work.rejections.extend(out.rejections + dropped)
+    # Paid calls and tokens of this shard (cached answers are free and counted apart).
+    work.llm_stats.update(
+        {k: after[k] - before[k] for k in ("calls", "cached_calls", "prompt_tokens", "completion_tokens")}
+    )
+
+
+async def _llm_tables_together(
+    llm_tables: list[_LLMTable], params: SynthParams, run_id: str | None, llm_client, reference
+) -> list:
+    from datamind.synth.llm_backend import synthesize_table_llm  # imported only for the LLM backend
+
+    gate = asyncio.Semaphore(params.llm_concurrency)
+    try:
+        return await asyncio.gather(
+            *(
+                synthesize_table_llm(
+                    llm_client,
+                    t.table,
+                    t.tables,
+                    params,
+                    params.fingerprint,
+                    t.chains,
+                    run_id,
+                    gate,
+                    t.source,
+                    reference,
                 )
-            finally:
-                await llm_client.aclose()
-
-        before = llm_client.usage.snapshot()
-        # The model's reference programs are untrusted code: Python ones run in the sandbox.
-        with contextlib.ExitStack() as stack:
-            box = sandbox  # a caller's sandbox stays the caller's to close
-            if box is None and any(src is not None and src.solution_lang_default == "python" for *_, src in work):
-                from datamind.sandbox import Sandbox
-
-                box = stack.enter_context(Sandbox())
-            outputs = asyncio.run(run_all(ReferenceRunner(box)))
-        after = llm_client.usage.snapshot()
-        for (table, _, _, roots, _), out in zip(work, outputs):
-            kept, dropped = dedup_rows(roots + out.rows, params.dedup_threshold, params.fingerprint, run_id)
-            queries.extend(kept)
-            rejections.extend(out.rejections + dropped)
-        # Paid calls and tokens of this shard (cached answers are free and counted apart).
-        llm_stats.update(
-            {k: after[k] - before[k] for k in ("calls", "cached_calls", "prompt_tokens", "completion_tokens")}
+                for t in llm_tables
+            )
         )
+    finally:
+        await llm_client.aclose()
 
+
+def _drop_benchmark_overlap(root: DataRoot, params: SynthParams, run_id: str | None, work: _ShardWork) -> None:
     benchmarks = load_index(root, ngram=params.benchmark_ngram)
-    if queries and not benchmarks.empty:
-        queries, overlapping = drop_benchmark_questions(queries, benchmarks, params.fingerprint, run_id)
-        rejections.extend(overlapping)
+    if work.queries and not benchmarks.empty:
+        work.queries, overlapping = drop_benchmark_questions(work.queries, benchmarks, params.fingerprint, run_id)
+        work.rejections.extend(overlapping)
 
-    n_verified = 0
-    if params.verify_solutions and queries:
-        queries, unverified = verify_rows(root, queries, catalog, params, run_id)
-        rejections.extend(unverified)
-        n_verified = sum(1 for q in queries if q.get("reference_solution"))
 
-    q_path = write_shard(root, QUERIES, output_dir(params), queries, f"{name}.parquet")
-    r_path = write_shard(root, REJECTIONS, rejections_dir(params), rejections, f"{name}.parquet")
-    summary = _summary(
-        shard_id, params, run_id, list(shard_spec["table_ids"]), queries, rejections, skips, dict(llm_stats)
-    )
-    summary["outputs"] = {"queries": q_path, "rejections": r_path}
-    summary["n_verified_solutions"] = n_verified
-    root.write_text(summary_rel, json.dumps(summary, indent=2, sort_keys=True, default=str))
-    log.info(
-        "synthesis shard %s: %d tables, %d queries %s, %d rejections %s, skips %s",
-        shard_id,
-        len(shard_spec["table_ids"]),
-        len(queries),
-        summary["by_category"],
-        len(rejections),
-        summary["rejections"],
-        summary["skips"],
-    )
-    return {**summary, "reused": False}
+def _verify_solutions(
+    root: DataRoot, catalog: dict[str, dict], params: SynthParams, run_id: str | None, work: _ShardWork
+) -> int:
+    """Run each query's reference solution where asked; returns how many queries carry a verified one."""
+    if not (params.verify_solutions and work.queries):
+        return 0
+    work.queries, unverified = verify_rows(root, work.queries, catalog, params, run_id)
+    work.rejections.extend(unverified)
+    return sum(1 for q in work.queries if q.get("reference_solution"))
 
 
 def summarize_run(root: DataRoot, params: SynthParams | dict | None, run_id: str | None = None) -> dict[str, Any]:
