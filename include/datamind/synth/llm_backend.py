@@ -20,6 +20,7 @@ import asyncio
 import functools
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from datamind import categories
 from datamind.llm import LLMCallError, LLMClient, ParseFailure, extract_all, extract_tags
@@ -179,16 +180,12 @@ async def synthesize_table_llm(
     With ``source`` (how the table is read) and ``reference`` (where programs run), every question
     carries its executed reference answer and each chain hop builds on the previous hop's result."""
     out = LLMTableOutput()
-    runner = (reference, source) if reference is not None and source is not None else None
-    data = program_context(source) if runner else None
-    repairs = params.reference_repairs
-    tid = table["table_id"]
     try:
         meta = meta_for_prompt(table.get("meta_info"))
     except PromptError as exc:
         out.rejections.append(
             R.rejection_row(
-                key=(fingerprint, tid, "meta_info"),
+                key=(fingerprint, table["table_id"], "meta_info"),
                 reason_code="bad_meta_info",
                 reason=str(exc),
                 file_id=table["file_id"],
@@ -196,21 +193,69 @@ async def synthesize_table_llm(
             )
         )
         return out
-    gate = gate or asyncio.Semaphore(params.llm_concurrency)
+    runner = (reference, source) if reference is not None and source is not None else None
+    asker = _TableAsker(
+        client=client,
+        out=out,
+        table=table,
+        tables=tables,
+        params=params,
+        fingerprint=fingerprint,
+        run_id=run_id,
+        gate=gate or asyncio.Semaphore(params.llm_concurrency),
+        runner=runner,
+        meta=meta,
+        data=program_context(source) if runner else None,
+    )
+    batches = await asyncio.gather(*(asker.singles(c) for c in params.categories), *(asker.chain(s) for s in seeds))
+    for batch in batches:
+        out.rows.extend(batch)
+    return out
 
-    def row(category, hop, parents, root_id, got: Answered, version):
+
+@dataclass
+class _TableAsker:
+    """One table's questions: single-hop ones per category, and chains composed hop by hop on seeds."""
+
+    client: LLMClient
+    out: LLMTableOutput
+    table: dict
+    tables: list[str]
+    params: Any
+    fingerprint: str
+    run_id: str | None
+    gate: asyncio.Semaphore
+    runner: tuple[ReferenceRunner, Any] | None
+    meta: dict
+    data: dict | None
+
+    async def _ask(self, prompt, category: str, key: tuple) -> Answered | None:
+        async with self.gate:
+            return await _ask(
+                self.client,
+                self.out,
+                prompt,
+                category,
+                key,
+                self.table,
+                self.run_id,
+                self.runner,
+                self.params.reference_repairs,
+            )
+
+    def row(self, category: str, hop: int, parents: list[str], root_id: str | None, got: Answered, version) -> dict:
         parsed, res = got.parsed, got.res
         return R.query_row(
-            fingerprint=fingerprint,
-            table=table,
-            tables=tables,
+            fingerprint=self.fingerprint,
+            table=self.table,
+            tables=self.tables,
             category=category,
             hop=hop,
             parents=parents,
             root_id=root_id,
             question=parsed["question"],
             description=parsed["description"],
-            lang=data["lang"] if got.answer is not None else None,
+            lang=self.data["lang"] if got.answer is not None else None,
             solution=parsed.get("code") if got.answer is not None else None,
             answer=got.answer,
             backend="llm",
@@ -218,61 +263,47 @@ async def synthesize_table_llm(
             template_version=version,
             prompt_tokens=got.prompt_tokens,
             completion_tokens=got.completion_tokens,
-            run_id=run_id,
+            run_id=self.run_id,
         )
 
-    async def singles(category: str) -> list[dict]:
+    async def singles(self, category: str) -> list[dict]:
         made: list[dict] = []
-        for i in range(params.queries_per_category):
-            prompt = render_query_prompt(meta, category, i, avoid=[r["question"] for r in made], data=data)
-            async with gate:
-                got = await _ask(
-                    client, out, prompt, category, (fingerprint, tid, category, i), table, run_id, runner, repairs
-                )
+        tid = self.table["table_id"]
+        for i in range(self.params.queries_per_category):
+            avoid = [r["question"] for r in made]
+            prompt = render_query_prompt(self.meta, category, i, avoid=avoid, data=self.data)
+            got = await self._ask(prompt, category, (self.fingerprint, tid, category, i))
             if got is not None:
-                made.append(row(category, 1, [], None, got, prompt.version))
+                made.append(self.row(category, 1, [], None, got, prompt.version))
         return made
 
-    async def chain(seed: list[dict]) -> list[dict]:
+    async def chain(self, seed: list[dict]) -> list[dict]:
         root = seed[0]
+        tid = self.table["table_id"]
         made: list[dict] = []
         prev_q, prev_result, prev_id = root["question"], root["reference_answer"], root["query_id"]
         for hop in range(2, len(seed) + 1):
             category = seed[hop - 1]["category"]
-            prompt = render_compose_prompt(meta, category, prev_q, prev_result, hop, params.max_hops, data=data)
-            async with gate:
-                got = await _ask(
-                    client,
-                    out,
-                    prompt,
-                    category,
-                    (fingerprint, tid, "chain", root["query_id"], hop),
-                    table,
-                    run_id,
-                    runner,
-                    repairs,
-                )
+            prompt = render_compose_prompt(
+                self.meta, category, prev_q, prev_result, hop, self.params.max_hops, data=self.data
+            )
+            got = await self._ask(prompt, category, (self.fingerprint, tid, "chain", root["query_id"], hop))
             if got is None:
                 # a chain cannot skip a hop (later hops would lose their input): each hop not written is
                 # recorded, so no drop goes unexplained
                 for later in range(hop + 1, len(seed) + 1):
-                    out.rejections.append(
+                    self.out.rejections.append(
                         R.rejection_row(
-                            key=(fingerprint, tid, "chain", root["query_id"], later),
+                            key=(self.fingerprint, tid, "chain", root["query_id"], later),
                             reason_code="chain_hop_skipped",
                             reason=f"hop {later} of the chain from {root['query_id']} was not asked: hop {hop} failed",
-                            file_id=table["file_id"],
-                            run_id=run_id,
+                            file_id=self.table["file_id"],
+                            run_id=self.run_id,
                         )
                     )
                 break
-            r = row(category, hop, [prev_id], root["query_id"], got, prompt.version)
+            r = self.row(category, hop, [prev_id], root["query_id"], got, prompt.version)
             made.append(r)
             # the next hop builds on this hop's executed result (None only when no program ran)
             prev_q, prev_result, prev_id = r["question"], got.answer, r["query_id"]
         return made
-
-    batches = await asyncio.gather(*(singles(c) for c in params.categories), *(chain(s) for s in seeds))
-    for batch in batches:
-        out.rows.extend(batch)
-    return out
