@@ -9,7 +9,7 @@ over the repeats:
     (the same tables written as XLSX) ``pd.read_excel(path, engine="calamine")``;
   * load: ``load_recorded`` of every accepted table (the parse profiling starts from, repairs included);
   * profile (core): one read + parse (recorded read_options, no detection) + profile of every accepted
-    table (``profile_file``, no catalog or Parquet I/O);
+    table (``profile_files``, as a profiling shard runs them: no catalog or Parquet I/O);
   * profile (stage): ``plan_profile`` + ``profile_shard``, catalog reads and the Parquet write included;
   * load + Arrow kernels: the load, then only the Arrow kernels the statistics rest on, one call per column
     and statistic (a conversion and a hash count per column, mean and standard deviation per number
@@ -41,7 +41,7 @@ from datamind.assets import DIRS
 from datamind.ingest.loaders import column_values, load_recorded
 from datamind.ingest.sources import list_source_files
 from datamind.ingest.stage import ingest_shard, plan_ingest
-from datamind.profile.stage import plan_profile, profile_file, profile_shard
+from datamind.profile.stage import plan_profile, profile_files, profile_shard
 from datamind.schemas import CATALOG_FILES
 from datamind.settings import REPO_ROOT, Limits
 from datamind.shards import read_rows
@@ -82,8 +82,8 @@ def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
                 load_recorded(p, opts)
 
         def core() -> None:
-            for r in rows:
-                profile_file(root, r, "bench", now)
+            for _ in profile_files(root, rows, "bench", now):
+                pass
 
         def kernels() -> None:
             for p, opts in zip(paths, recorded):

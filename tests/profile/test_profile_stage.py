@@ -126,3 +126,28 @@ def test_missing_staged_file_is_recorded_not_dropped(tmp_path):
     (rej,) = read_rows(root, REJECTIONS, DIRS["rejections"])
     assert rej["stage"] == "profile" and rej["file_id"] == spec["files"][0]
     assert plan_profile(root, 10) == []  # recorded failures are not retried forever
+
+
+def test_files_are_parsed_a_group_at_a_time_then_profiled_into_the_same_rows(profiled, monkeypatch):
+    from datetime import datetime, timezone
+
+    from datamind.profile import stage
+    from datamind.schemas import CATALOG_FILES
+
+    root, _, _ = profiled
+    accepted = [r for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"]) if r["status"] == "accepted"]
+    files = sorted(accepted, key=lambda r: r["file_id"])
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    one_by_one = [stage.profile_file(root, r, "r1", now) for r in files]
+    assert all(rows and reason is None for rows, reason in one_by_one)
+    events: list[str] = []
+    load, profile = stage._load_file, stage._profile_loaded
+    monkeypatch.setattr(stage, "_load_file", lambda root, r: events.append("load") or load(root, r))
+    monkeypatch.setattr(stage, "_profile_loaded", lambda r, *a: events.append("profile") or profile(r, *a))
+    # the default budget holds the five files: all are parsed, then all profiled
+    assert list(stage.profile_files(root, files, "r1", now)) == one_by_one
+    assert events == ["load"] * len(files) + ["profile"] * len(files)
+    events.clear()
+    monkeypatch.setattr(stage, "_GROUP_CELLS", 1)  # each file fills a group on its own
+    assert list(stage.profile_files(root, files, "r1", now)) == one_by_one
+    assert events == ["load", "profile"] * len(files)
