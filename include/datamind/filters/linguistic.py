@@ -79,6 +79,10 @@ def check_text(
                 return "mojibake", f"mis-decoded UTF-8 near {frag!r}"
     counts: dict[str, int] = {}
     for word in _WORD.findall(text):
+        if word.isascii():  # Latin letters only (most words): one script, no homoglyph, no per-letter lookups
+            if not (word in exempt_words or word.lower() in exempt_words):
+                counts["LATIN"] = counts.get("LATIN", 0) + len(word)
+            continue
         scripts = {script_of(c) for c in word} - {None}
         if len(scripts) > 1 and scripts & {"LATIN"} and scripts & {"CYRILLIC", "GREEK"}:
             return "homoglyph", f"word {word!r} mixes {sorted(scripts)} letters"

@@ -12,6 +12,7 @@ callers store as the rejection reason: ``no_text`` (None / not a string / blank)
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ def _check_text(text: object) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=64)  # a handful of tag names, looked up for every block of every turn
 def _pattern(tag: str) -> re.Pattern[str]:
     if not _TAG_NAME.match(tag):
         raise ValueError(f"invalid tag name {tag!r}")

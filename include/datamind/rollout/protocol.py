@@ -10,6 +10,7 @@ about it) and counted, because training masks trajectories that contain one.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 
@@ -52,7 +53,10 @@ class ParsedTurn:
         return self.void_reason is None and self.answer is not None
 
 
+@functools.lru_cache(maxsize=4096)
 def _python_ok(code: str) -> str | None:
+    """None for code that parses, else the parser's complaint. Remembered: a turn is parsed again by each
+    filter and by the audit, and a query's trajectories often share their code."""
     try:
         ast.parse(code)
     except (SyntaxError, ValueError) as exc:
