@@ -142,8 +142,8 @@ def test_files_are_parsed_a_group_at_a_time_then_profiled_into_the_same_rows(pro
     assert all(rows and reason is None for rows, reason in one_by_one)
     events: list[str] = []
     load, profile = stage._load_file, stage._profile_loaded
-    monkeypatch.setattr(stage, "_load_file", lambda root, r: events.append("load") or load(root, r))
-    monkeypatch.setattr(stage, "_profile_loaded", lambda r, *a: events.append("profile") or profile(r, *a))
+    monkeypatch.setattr(stage, "_load_file", lambda *a: events.append("load") or load(*a))
+    monkeypatch.setattr(stage, "_profile_loaded", lambda *a: events.append("profile") or profile(*a))
     # the default budget holds the five files: all are parsed, then all profiled
     assert list(stage.profile_files(root, files, "r1", now)) == one_by_one
     assert events == ["load"] * len(files) + ["profile"] * len(files)

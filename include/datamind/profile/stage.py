@@ -117,12 +117,12 @@ def _wanted(file_row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {v["table_name"]: v for v in file_row.get("table_verdicts") or [] if v["status"] == "accepted"}
 
 
-def _load_file(root: DataRoot, file_row: dict[str, Any]) -> tuple[list[LoadedTable], str | None]:
+def _load_file(
+    root: DataRoot, file_row: dict[str, Any], wanted: dict[str, dict[str, Any]], provenance: dict[str, Any]
+) -> tuple[list[LoadedTable], str | None]:
     """(the file's tables, failure reason): one read of the staged file, with the options ingestion recorded."""
-    wanted = _wanted(file_row)
     if not wanted:
         return [], "no accepted tables recorded at ingestion"
-    provenance = json.loads(file_row.get("provenance") or "{}")
     recorded = [json.loads(v["read_options"]) for v in wanted.values() if v.get("read_options")]
     try:
         path = root.local_copy(root.path(root.rel(file_row["staged_uri"])))
@@ -140,10 +140,13 @@ def _load_file(root: DataRoot, file_row: dict[str, Any]) -> tuple[list[LoadedTab
 
 
 def _profile_loaded(
-    file_row: dict[str, Any], loaded: list[LoadedTable], run_id: str | None, now: dt.datetime
+    file_row: dict[str, Any],
+    wanted: dict[str, dict[str, Any]],
+    provenance: dict[str, Any],
+    loaded: list[LoadedTable],
+    run_id: str | None,
+    now: dt.datetime,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    wanted = _wanted(file_row)
-    provenance = json.loads(file_row.get("provenance") or "{}")
     rows, missing = [], []
     for t in loaded:
         if t.name not in wanted:
@@ -156,25 +159,22 @@ def _profile_loaded(
     return rows, (f"tables not loadable at profiling: {', '.join(missing)}" if missing else None)
 
 
-def _cells(file_row: dict[str, Any]) -> int:
-    return sum(int(v["n_rows"] or 0) * int(v["n_cols"] or 0) for v in _wanted(file_row).values())
-
-
 def profile_files(
     root: DataRoot, file_rows: list[dict[str, Any]], run_id: str | None, now: dt.datetime
 ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
     """(catalog/tables rows, failure reason) for each accepted file, in order. Files are parsed a group
     (``_GROUP_CELLS``) at a time, then profiled."""
-    group: list[dict[str, Any]] = []
+    group: list[tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]] = []
     cells = 0
     for i, file_row in enumerate(file_rows):
-        group.append(file_row)
-        cells += _cells(file_row)
+        wanted = _wanted(file_row)
+        group.append((file_row, wanted, json.loads(file_row.get("provenance") or "{}")))
+        cells += sum(int(v["n_rows"] or 0) * int(v["n_cols"] or 0) for v in wanted.values())
         if cells < _GROUP_CELLS and i + 1 < len(file_rows):
             continue
-        loaded = [_load_file(root, r) for r in group]
-        for r, (tables, failure) in zip(group, loaded):
-            yield ([], failure) if failure else _profile_loaded(r, tables, run_id, now)
+        loaded = [_load_file(root, *member) for member in group]
+        for member, (tables, failure) in zip(group, loaded):
+            yield ([], failure) if failure else _profile_loaded(*member, tables, run_id, now)
         group, cells = [], 0
 
 

@@ -138,13 +138,17 @@ class _ShardWork:
 
 @dataclass(frozen=True)
 class _LLMTable:
-    """A table the LLM backend extends: its offline seed chains and their roots, over ``tables``."""
+    """A table the LLM backend extends: its offline seed chains, over ``tables``."""
 
     table: dict
     tables: list[str]
     chains: list[list[dict]]
-    roots: list[dict]
     source: Any
+
+    @property
+    def roots(self) -> list[dict]:
+        """The first hop of each seed chain (kept as queries beside the model's)."""
+        return [chain[0] for chain in self.chains]
 
 
 def synthesize_shard(
@@ -233,9 +237,9 @@ def _synthesize_offline(
             work.queries.extend(kept)
             work.rejections.extend(dropped)
         else:
-            roots = [chain[0] for chain in offline.chain_rows]
-            tables = roots[0]["tables"] if roots else [table["table_name"]]
-            llm_tables.append(_LLMTable(table, tables, offline.chain_rows, roots, offline.source))
+            chains = offline.chain_rows
+            tables = chains[0][0]["tables"] if chains else [table["table_name"]]
+            llm_tables.append(_LLMTable(table, tables, chains, offline.source))
     return llm_tables
 
 
