@@ -256,3 +256,32 @@ def test_the_audit_names_the_sentence_most_samples_share(root):
     assert figures["top_sentence"] == "Check <N> rows." and figures["top_sentence_share"] == 0.75
     assert figures["distinct_first_think_ratio"] == 1.0 and figures["n_samples"] == 4
     assert figures["turns_per_hop"]["1"]["median"] == 2
+
+
+def test_the_audit_counts_samples_that_load_the_same_data_twice(root):
+    from datamind.publish.audit import audit_rows
+
+    def sample(i: int, *codes: str) -> dict:
+        row = judged_row(i)
+        turns = []
+        for code in codes:
+            turns += [
+                {"role": "assistant", "content": p.format_code_turn(f"Step for {code[:12]}.", code)},
+                {"role": "tool", "content": p.format_interpreter("ok")},
+            ]
+        row["messages"] = (
+            row["messages"][:2] + turns + [{"role": "assistant", "content": p.format_answer_turn("So.", "1")}]
+        )
+        return row
+
+    read = "df = pd.read_csv('sales.csv', sep=';')"
+    rows = [
+        sample(0, read + "\nprint(df.shape)", "print(df['units'].sum())"),  # reads once, then uses df
+        sample(1, "df = pd.read_csv('sales.csv')", read),  # a default read, then a corrected one: two reads
+        sample(2, read, "x = 1\n" + read.replace("sep=';'", "sep = ';'").replace("=", " = ", 1)),  # same call
+        sample(
+            3, "execute_sql(sql='SELECT 1', output_path='a.csv')", "execute_sql(sql='SELECT 1', output_path='a.csv')"
+        ),
+    ]
+    figures = audit_rows(rows)
+    assert figures["repeated_read_share"] == 0.5  # samples 2 and 3

@@ -32,6 +32,8 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'`])")
 _UNNAMED = re.compile(r"Unnamed: \d+")
 # a later cell that re-reads the file, or drops the unnamed columns it saw, dealt with them
 _FIXES = re.compile(r"\bread_(?:csv|excel)\(|execute_sql\(|startswith\('Unnamed: '\)")
+# a call that loads data into the session: the same call in two cells loads what the session already holds
+_READ_CALL = re.compile(r"\bread_(?:csv|excel|sql_query)\([^()\n]*(?:\([^()\n]*\)[^()\n]*)*\)|\bexecute_sql\([^\n]*")
 
 # name -> (comparison, bound, what it means).  ``min_n``: figures over fewer samples are reported, not judged.
 THRESHOLDS: dict[str, tuple[str, float, str]] = {
@@ -42,6 +44,7 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
     "top_sentence_share": ("<=", 0.05, "share of samples containing the most common think sentence"),
     "repeated_word_question_share": ("<=", 0.0, "questions with a doubled word ('total total')"),
     "error_recovery_share": (">=", 0.05, "samples with a failed cell followed by a successful one"),
+    "repeated_read_share": ("<=", 0.05, "samples in which two cells make the same data-loading call"),
     "yield": (">=", 0.85, "queries with a published sample / queries synthesised"),
 }
 
@@ -52,6 +55,7 @@ class SampleFigures:
     warning: bool
     unfixed_placeholder: bool
     error_recovery: bool
+    repeated_read: bool  # two cells make the same data-loading call
     first_think: str
     sentences: frozenset[str]
     repeated_word: bool
@@ -87,12 +91,23 @@ def sample_figures(row: dict) -> SampleFigures:
         warning=any(_WARNING.search(obs) for obs in tools),
         unfixed_placeholder=unfixed,
         error_recovery=recovered,
+        repeated_read=_repeats_a_read(codes),
         first_think=thinks[0] if thinks else "",
         sentences=sentences,
         repeated_word=bool(_REPEATED_WORD.search(row.get("question") or "")),
         answer_words=len((row.get("final_answer") or "").split()),
         turns=len(assistant),
     )
+
+
+def _repeats_a_read(codes: list[str]) -> bool:
+    seen: set[str] = set()
+    for code in codes:
+        calls = {re.sub(r"\s+", "", m.group(0)) for m in _READ_CALL.finditer(code)}
+        if calls & seen:
+            return True
+        seen |= calls
+    return False
 
 
 def _quantiles(values: list[int]) -> dict[str, float]:
@@ -116,7 +131,7 @@ class AuditTally:
     a sentence's text is kept only once it repeats, or for the first one seen: all the top-sentence figure
     can name."""
 
-    _FLAGS = ("internal_import", "warning", "unfixed_placeholder", "repeated_word", "error_recovery")
+    _FLAGS = ("internal_import", "warning", "unfixed_placeholder", "repeated_word", "error_recovery", "repeated_read")
 
     def __init__(self) -> None:
         self.n = 0
@@ -163,6 +178,7 @@ class AuditTally:
             "top_sentence": self.texts.get(top_key, "") if top_key is not None else "",
             "repeated_word_question_share": share["repeated_word"],
             "error_recovery_share": share["error_recovery"],
+            "repeated_read_share": share["repeated_read"],
             "verified_share": round(self.verified / n, 4) if n else 0.0,
             "samples_per_category": {c: self.per_category.get(c, 0) for c in CATEGORY_IDS},
             "answer_words": _quantiles(self.answer_words),
