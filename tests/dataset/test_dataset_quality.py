@@ -133,3 +133,48 @@ def test_the_held_out_split_evaluated_with_the_offline_expert(release, sandbox):
     assert fig["pass@1"] >= 0.9 and fig["pass@2"] >= fig["pass@1"]
     assert sum(fig["outcomes"].values()) == 2 * fig["n"]
     assert any(c.startswith("hop ") for c in fig["by_category"])
+
+
+def _thinks(row: dict) -> list[str]:
+    return [
+        re.search(r"<think>(.*?)</think>", m["content"], re.DOTALL).group(1).strip()
+        for m in row["messages"]
+        if m["role"] == "assistant"
+    ]
+
+
+def test_steps_work_on_the_frame_and_helper_the_session_already_holds(release):
+    """No cell loads what an earlier cell of the session loaded, and SQL steps define their query helper
+    once: a model must not learn to re-read a file before every step or to assign values it never uses."""
+    _, _, rows = release
+    assert [r["sample_id"] for r in rows if sample_figures(r).repeated_read] == []
+    for r in rows:
+        codes = [m["content"] for m in r["messages"] if m["role"] == "assistant"]
+        assert not any(re.search(r"^\s*summary = execute_sql", c, re.MULTILINE) for c in codes), r["sample_id"]
+        assert sum(c.count("def run_sql(") for c in codes) <= 1, r["sample_id"]
+    multi = [r for r in rows if r["hop"] > 1 and r["data_format"] in ("csv", "xlsx")]
+    assert multi and all(
+        sum("read_" in c["content"] for c in r["messages"][2:] if c["role"] == "assistant") <= 2 for r in multi
+    )
+
+
+def test_thoughts_quote_whole_words_and_each_step_its_own_question(release):
+    """A quote cut short ends on a word the question really has ("how many", never "how man..."), and a
+    step before the last never names the final question (it has not got there yet)."""
+    from datamind.synth.offline.phrasing import final_ask, without_format
+
+    _, _, rows = release
+    cut_quotes = 0
+    for r in rows:
+        seen = [m["content"] for m in r["messages"] if m["role"] in ("user", "tool")]  # what a quote can come from
+        words = set(re.findall(r"\w+", " ".join(seen)))
+        thinks = _thinks(r)
+        for think in thinks:
+            for m in re.finditer(r"(\w+)\.\.\.", think):
+                cut_quotes += 1
+                assert m.group(1) in words, (r["sample_id"], think)
+        if r["hop"] > 1:
+            last = final_ask(without_format(r["question"]))
+            hops = [t for t in thinks if re.search(r"\bstep \d+ of \d+|\bsteps\b", t, re.IGNORECASE)]
+            assert hops and all(last not in t for t in hops[:-1]), (r["sample_id"], hops)
+    assert cut_quotes  # the long questions of the samples do get shortened

@@ -1,14 +1,20 @@
-"""Pure helpers of the offline expert: variant choice, path localisation, answer extraction."""
+"""Helpers of the offline expert: variant choice, path localisation, answer extraction, SQL cells, frame reuse."""
 
 from __future__ import annotations
 
+import re
+import sqlite3
+
+from datamind.rollout.policies import narration
 from datamind.rollout.policies.offline_expert import (
     as_python,
     describe_program,
     localize,
     printed_value,
     variant_programs,
+    without_reading,
 )
+from datamind.synth.offline.source import Source, default_read_suffices, reading_block
 
 
 def test_variant_programs_dedupe_and_keep_the_reference_first():
@@ -28,10 +34,61 @@ def test_database_sessions_only_get_programs_that_use_the_sql_tools():
         "data_format": "sqlite",
     }
     assert variant_programs(row) == ["SELECT 1", "summary = execute_sql('SELECT 1', 'o.csv')"]
-    wrapped = as_python("SELECT 1", "sql", 2)
-    assert "execute_sql(sql='SELECT 1', output_path='hop2_result.csv')" in wrapped
-    assert describe_program(wrapped) == "sql-tool"
+    first, later = as_python("SELECT 1", "sql", 1), as_python("SELECT 2", "sql", 2, helper_defined=True)
+    assert describe_program(first) == describe_program(later) == "sql-tool"
     assert as_python("print(3)", "python", 1) == "print(3)"
+    assert as_python("print(3)", "sql", 1) == "print(3)"  # Python written for a SQL session stays as it is
+
+
+def test_sql_steps_define_their_query_helper_once_per_session(sandbox, tmp_path):
+    """The first bare SQL step defines the helper that runs a query and prints its rows; later steps only
+    call it, in the same real session, and nothing assigns a value it never uses."""
+    db = tmp_path / "shop.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript(
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);"
+        "INSERT INTO customers VALUES (1, 'Ada', 'London'), (2, 'Lin', 'Paris'), (3, 'Bo', 'London');"
+    )
+    con.commit()
+    con.close()
+    cells = [
+        as_python("SELECT city FROM customers GROUP BY city ORDER BY COUNT(*) DESC LIMIT 1", "sql", 1),
+        as_python("SELECT COUNT(*) FROM customers WHERE city = 'London'", "sql", 2, helper_defined=True),
+        as_python("SELECT name, city FROM customers ORDER BY name", "sql", 3, helper_defined=True),
+    ]
+    assert cells[0].count("def run_sql(") == 1 and all("def " not in c and "execute_sql" not in c for c in cells[1:])
+    assert not any(re.search(r"^\w+ = execute_sql", c, re.MULTILINE) for c in cells)
+    with sandbox.session([str(db)], language="sql") as session:
+        outputs = [session.run(c) for c in cells]
+    assert [o.ok for o in outputs] == [True] * 3, [o.output for o in outputs]
+    assert [o.output.strip() for o in outputs] == ["London", "2", "Ada, London; Bo, London; Lin, Paris"]
+
+
+def test_a_step_after_a_clean_default_read_uses_the_frame_already_loaded():
+    """``default_read_suffices``: only a plain read with pandas' default options may be replaced by the first
+    look's ``pd.read_csv(file)``; other separators, encodings, header offsets or tidy-up code keep their read."""
+    base = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+
+    def block(options, reader="plain", fmt="csv", name="sales.csv"):
+        return reading_block(Source(fmt, name, "", options, reader=reader).python_preamble(), fmt, options, name)
+
+    assert default_read_suffices(block(base), "csv", base, "sales.csv")
+    ascii_file = dict(base, encoding="ascii")
+    assert default_read_suffices(block(ascii_file), "csv", ascii_file, "sales.csv")
+    for change in ({"sep": ";"}, {"encoding": "latin-1"}, {"decimal": ","}, {"header_start": 2}, {"thousands": ","}):
+        options = dict(base, **change)
+        assert not default_read_suffices(block(options), "csv", options, "sales.csv"), change
+    # A program that tidies the frame after a plain read keeps its tidy-up lines; only the read goes.
+    tidy = Source("csv", "sales.csv", "", base, reader="tidy").python_preamble() + "print(len(df))\n"
+    tidy_block = reading_block(tidy, "csv", base, "sales.csv")
+    assert default_read_suffices(tidy_block, "csv", base, "sales.csv")
+    kept = without_reading(tidy, tidy_block)
+    assert "read_csv" not in kept and "dropna(how='all')" in kept and kept.endswith("print(len(df))\n")
+    assert not default_read_suffices(None, "csv", base, "sales.csv")
+    sheet = {"format": "xlsx", "sheet": "data", "header_rows": 1}
+    assert default_read_suffices(block(sheet, fmt="xlsx", name="b.xlsx"), "xlsx", sheet, "b.xlsx")
+    offset = dict(sheet, header_start=3)
+    assert not default_read_suffices(block(offset, fmt="xlsx", name="b.xlsx"), "xlsx", offset, "b.xlsx")
 
 
 def test_localize_points_absolute_paths_at_the_session_copy():
@@ -49,3 +106,15 @@ def test_printed_value_drops_warning_reports_but_keeps_the_print():
     )
     assert printed_value(out) == "2476\n  indented result line"
     assert printed_value("  42\n") == "42"
+
+
+def test_quotes_in_thoughts_end_on_a_whole_word():
+    q = "To begin, find the segment that occurs most often. Then find the most common city among its records."
+    assert narration.short(q, 60) == "To begin, find the segment that occurs most often. Then..."
+    assert narration.short("3.14159265358979", 10) == "3.14159..."  # one long token: cut inside it
+    assert narration.short("short enough", 60) == "short enough"
+    assert narration.opening(q, 110) == "To begin, find the segment that occurs most often."
+    assert narration.opening("What is the mean of e.g. Sales? Answer with one number.", 110) == (
+        "What is the mean of e.g. Sales?"
+    )
+    assert narration.opening("Is 3.5 above the mean?", 110) == "Is 3.5 above the mean?"

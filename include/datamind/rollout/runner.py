@@ -27,12 +27,13 @@ from datamind.rollout.policies.offline_expert import (
     OfflineExpertPolicy,
     as_python,
     describe_program,
+    is_bare_sql,
     inspect_code,
     localize,
     variant_programs,
 )
 from datamind.rollout.tasks import QueryTask, TaskError, build_prompts
-from datamind.synth.offline.source import reading_block
+from datamind.synth.offline.source import default_read_suffices, reading_block
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,14 @@ def offline_policy(
 ) -> OfflineExpertPolicy:
     paths = [task.data_path, task.staged_uri or "", (task.staged_uri or "").split("://", 1)[-1]]
 
+    helper_defined = False  # the cells run in this order in one session: the first bare SQL one defines run_sql
+
     def runnable(row: dict, prog: str) -> str:
-        return localize(as_python(prog, row.get("solution_lang"), int(row["hop"])), paths, task.file_name)
+        nonlocal helper_defined
+        lang = row.get("solution_lang")
+        code = as_python(prog, lang, int(row["hop"]), helper_defined)
+        helper_defined = helper_defined or is_bare_sql(prog, lang)
+        return localize(code, paths, task.file_name)
 
     hops: list[HopProgram] = []
     for row in task.chain:
@@ -93,6 +100,7 @@ def offline_policy(
     own = final_progs[sample_index % len(final_progs)]
     reference = runnable(task.query, final_progs[0]) if cross_check and own != final_progs[0] else None
     fixed_read = reading_block(hops[0].program, task.data_format, task.read_options, task.file_name)
+    reuse_first_read = default_read_suffices(fixed_read, task.data_format, task.read_options, task.file_name)
     return OfflineExpertPolicy(
         hops=hops,
         inspect=inspect_code(task.data_format, task.file_name, task.read_kwargs),
@@ -101,6 +109,7 @@ def offline_policy(
         variant_label=label,
         cross_check=reference,
         fixed_read=fixed_read,
+        reuse_first_read=reuse_first_read,
         seed=f"{task.query_id}:{sample_index}",
         max_turns=max_turns + (1 if cross_check else 0),
         question=task.query["question"],

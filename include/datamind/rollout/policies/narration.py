@@ -26,8 +26,27 @@ def chance(seed: str, salt: str, rate: float) -> bool:
 
 
 def short(text: str, limit: int = 120) -> str:
+    """``text`` on one line, cut at a word boundary to at most ``limit`` characters ("..." marks a cut; a
+    single word longer than the limit is cut inside)."""
     text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3]
+    if text[limit - 3] != " " and " " in cut:  # the cut fell inside a word: end at the word before
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:") + "..."
+
+
+def opening(text: str, limit: int = 120) -> str:
+    """The first sentence of ``text`` (whole when it is the only one), shortened like ``short``: what a
+    multi-step question asks first, quoted without the steps that build on it."""
+    text = " ".join((text or "").split())
+    m = _SENTENCE.match(text)
+    return short(m.group(0) if m else text, limit)
+
+
+# A sentence ends at . ? or ! before a capital letter, unless the dot closes an abbreviation ("e.g. Sales").
+_SENTENCE = re.compile(r".+?(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\betc)(?<!\bno)(?<!\bapprox)[.?!](?=\s+[A-Z])")
 
 
 # -- what a read printed -----------------------------------------------------------------------

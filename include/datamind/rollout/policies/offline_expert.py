@@ -32,7 +32,7 @@ OFFLINE_MODEL = "offline-expert"
 @dataclass(frozen=True)
 class HopProgram:
     question: str
-    program: str  # Python (SQL solutions are wrapped into an execute_sql call, see ``as_python``)
+    program: str  # Python (SQL solutions are wrapped into a call of the SQL tool, see ``as_python``)
     hop: int
 
 
@@ -44,21 +44,36 @@ def is_python(code: str) -> bool:
     return True
 
 
-def as_python(program: str, lang: str | None, hop: int) -> str:
-    """A runnable cell: Python as is; a bare SQL statement becomes a call of the SQL session's tool."""
+SQL_HELPER = "run_sql"
+# execute_sql saves a query's rows to a CSV and returns only a summary line, so a session's first SQL step
+# defines one small function that runs a query and returns its rows as text (one cell as itself, else rows
+# joined by "; " and cells by ", ", like the reference answers); later steps call it.
+_SQL_HELPER_DEF = f"""import csv
+
+
+def {SQL_HELPER}(sql, path):
+    execute_sql(sql=sql, output_path=path)
+    with open(path, newline='') as fh:
+        rows = list(csv.reader(fh))[1:]
+    return rows[0][0] if len(rows) == 1 and len(rows[0]) == 1 else '; '.join(', '.join(r) for r in rows)
+
+
+"""
+
+
+def is_bare_sql(program: str, lang: str | None) -> bool:
+    """A database solution written as a bare SQL statement (run through the SQL tool, see ``as_python``)."""
+    return (lang or "python") == "sql" and not is_python(program.strip())
+
+
+def as_python(program: str, lang: str | None, hop: int, helper_defined: bool = False) -> str:
+    """A runnable cell: Python as is; a bare SQL statement becomes a call of ``run_sql`` (defined by this
+    cell unless an earlier cell of the session did), which prints the query's rows."""
     program = program.strip()
-    if (lang or "python") == "sql" and not is_python(program):
-        out = f"hop{hop}_result.csv"
-        # execute_sql saves the rows and returns only a summary line: read the CSV back to show the values
-        # (one cell as itself, else rows joined by "; " and cells by ", ", like the reference answers).
-        return (
-            "import csv\n"
-            f"summary = execute_sql(sql={program!r}, output_path={out!r})\n"
-            f"with open({out!r}, newline='') as fh:\n"
-            "    rows = list(csv.reader(fh))[1:]\n"
-            "print(rows[0][0] if len(rows) == 1 and len(rows[0]) == 1 else '; '.join(', '.join(r) for r in rows))"
-        )
-    return program
+    if not is_bare_sql(program, lang):
+        return program
+    call = f"print({SQL_HELPER}({program!r}, {f'hop{hop}_result.csv'!r}))"
+    return call if helper_defined else _SQL_HELPER_DEF + call
 
 
 def variant_programs(row: dict) -> list[str]:
@@ -93,7 +108,7 @@ def _normalized(program: str) -> str:
 def describe_program(code: str) -> str:
     """A short, honest name for the formulation a program uses (shown in the policy label and the reasoning)."""
     low = code.lower()
-    if "execute_sql" in low:
+    if "execute_sql" in low or f"{SQL_HELPER}(" in low:
         return "sql-tool+pandas" if re.search(r"\bpd\.|pandas", low) else "sql-tool"
     if "duckdb" in low:
         return "duckdb-sql"
@@ -135,7 +150,10 @@ def without_reading(program: str, fixed_read: str) -> str:
     block = fixed_read.split("\n\n", 1)[1] if fixed_read.startswith("import pandas as pd\n\n") else fixed_read
     if block not in program:
         return program
-    return re.sub(r"\n{3,}", "\n\n", program.replace(block, "", 1)).strip() + "\n"
+    rest = program.replace(block, "", 1)
+    # the cell that read `df` imported pandas as pd, so the session has it
+    rest = re.sub(r"^import pandas as pd\n", "", rest, count=1, flags=re.MULTILINE)
+    return re.sub(r"\n{3,}", "\n\n", rest).strip() + "\n"
 
 
 def blunder_of(program: str, known: list[str]) -> tuple[str, str, str] | None:
@@ -144,7 +162,7 @@ def blunder_of(program: str, known: list[str]) -> tuple[str, str, str] | None:
     reference can be altered into a name that does not exist."""
     # SQLite reads an unknown double-quoted identifier as a string literal: a slip there prints a wrong
     # value instead of failing, so only programs whose engines reject unknown names get one.
-    if re.search(r"execute_sql|sqlite3", program):
+    if re.search(rf"execute_sql|{SQL_HELPER}\(|sqlite3", program):
         return None
     # SQL engines resolve identifiers case-insensitively, so there only a changed spelling fails.
     sql = re.search(r"duckdb|polars", program) is not None
@@ -211,6 +229,7 @@ class OfflineExpertPolicy:
         variant_label: str,
         cross_check: str | None = None,
         fixed_read: str | None = None,
+        reuse_first_read: bool = False,
         seed: str = "",
         max_turns: int = 10,
         blunder_rate: float = 0.2,
@@ -226,6 +245,8 @@ class OfflineExpertPolicy:
         self._question = without_format(question or hops[-1].question)
         self._hops = hops
         self._fixed_read = fixed_read
+        # the first look (a default read) loads `df` exactly as the steps' reading block does
+        self._reuse_first_read = reuse_first_read and fixed_read is not None
         self._cross_check = cross_check
         self._blunder_rate = blunder_rate
         self._max_turns = max_turns
@@ -263,6 +284,8 @@ class OfflineExpertPolicy:
             raise PolicyGaveUp("replay_failed", f"offline step 1 did not run cleanly ({kind})")
         else:
             self._known = view.names
+            if self._reuse_first_read:  # `df` from the first look is the frame each step would read again
+                hops = [HopProgram(h.question, without_reading(h.program, self._fixed_read), h.hop) for h in hops]
         blunder_at = len(self._hops) if narration.chance(self._seed, "blunder", self._blunder_rate) else 0
         for i, h in enumerate(hops, start=1):
             if i == blunder_at and budget >= 1:
@@ -287,20 +310,17 @@ class OfflineExpertPolicy:
         return list(dict.fromkeys(n.strip() for n in names))
 
     # -- narration --------------------------------------------------------------------------------
-    def _focus(self, program: str | None = None) -> str:
-        """Something specific to this trajectory to anchor a sentence: the columns a program uses, else the
-        opening words of the question."""
-        if program is not None:
-            # the lines that load the data name every column of the relation: the step's own columns are
-            # in the rest
-            body = "\n".join(
-                line for line in program.splitlines() if "relation.csv" not in line and "read_" not in line
-            )
-            cols = narration.columns_used(body, self._known or self._names_in_schema())
-            if cols:
-                return narration.name_list(cols, 2)
-        words = final_ask(self._question).split()  # what this trajectory finally asks, not its restated steps
-        return '"' + " ".join(words[:7]) + (" ..." if len(words) > 7 else "") + '"'
+    def _focus(self, program: str, index: int) -> str:
+        """What step ``index`` works on, to anchor its sentence: the columns its program uses; else (a step
+        that only transforms the previous result) that result; else the data file."""
+        # the lines that load the data name every column of the relation: the step's own columns are in the rest
+        body = "\n".join(line for line in program.splitlines() if "relation.csv" not in line and "read_" not in line)
+        cols = narration.columns_used(body, self._known or self._names_in_schema())
+        if cols:
+            return narration.name_list(cols, 2)
+        if index > 1 and self._outputs:
+            return f"the result of step {index - 1} ({narration.short(self._outputs[-1], 40)})"
+        return self._file_name
 
     def _q_short(self, question: str | None = None) -> str:
         words = final_ask(without_format(question or self._question)).split()
@@ -309,7 +329,8 @@ class OfflineExpertPolicy:
     # Every sentence below names something specific to this trajectory (its question, file, columns or
     # values): a sentence that reads the same across samples is a template a model would learn by rote.
     def _think_explore(self) -> str:
-        f, q = self._file_name, narration.short(self._question, 110)
+        # A multi-step question is quoted by its first step: that is what the first look serves.
+        f, q = self._file_name, narration.opening(self._question, 110)
         if self._data_format == "sqlite":
             options = (
                 f'"{q}" needs data from {f}, so before writing SQL I list its tables, columns and keys.',
@@ -360,7 +381,7 @@ class OfflineExpertPolicy:
         k = len(self._hops)
         h = step.hop
         assert h is not None
-        focus = self._focus(h.program)
+        focus = self._focus(h.program, step.index)
         form = describe_program(h.program)
         how = narration.pick(narration.FORMULATION.get(form, ("compute it",)), self._seed, f"form-{step.index}")
         q = without_format(h.question.strip()).rstrip()
@@ -382,15 +403,19 @@ class OfflineExpertPolicy:
             lead = narration.pick(
                 (
                     f"With {prev} from the previous step, step {step.index} of {k} asks: {q}",
-                    f"Building on {prev}, part {step.index} of {k}: {q}",
-                    f"So far I have {prev}; next ({step.index}/{k}): {q}",
+                    f"Step {step.index} of {k} builds on {prev}: {q}",
+                    f"Step {step.index - 1} gave {prev}, which step {step.index} of {k} takes further: {q}",
                 ),
                 self._seed,
                 f"q-{step.index}",
             )
         else:
             lead = narration.pick(
-                (f"Step {step.index} of {k}: {q}", f"Part {step.index} of {k}: {q}", f"First ({step.index}/{k}): {q}"),
+                (
+                    f"Step 1 of {k}: {q}",
+                    f"The question breaks into {k} steps, and the first is: {q}",
+                    f"I start with the first of {k} steps: {q}",
+                ),
                 self._seed,
                 f"q-{step.index}",
             )
@@ -434,7 +459,7 @@ class OfflineExpertPolicy:
             (
                 f'The last output, {a}, answers "{q}".',
                 f'The computation for "{q}" returned {a}, which is the answer.',
-                f'For "{q}" the printed result is {a}, straight from the last step.',
+                f'For "{q}" the last cell printed {a}.',
                 f'{a} is what "{q}" asks for, computed above.',
                 f'So the answer to "{q}" is {a}, taken from the printed result.',
             ),

@@ -138,6 +138,33 @@ class Source:
         return head + body + (_TIDY if self.reader == "tidy" else "")
 
 
+# The first look a session takes at a file (``inspect_code``) reads it with pandas' defaults; these are they.
+_DEFAULT_READ = {
+    "csv": {"sep": ",", "quotechar": '"', "decimal": ".", "encoding": "utf-8"},
+    "xlsx": {"engine": "calamine"},
+}
+
+
+def default_read_suffices(block: str | None, fmt: str, options: dict, file_name: str) -> bool:
+    """Whether ``block`` (a ``reading_block``) loads the frame a default read of the file gives: the plain
+    reader, with options that are pandas' defaults (the sheet aside). A session that looked at the data
+    with a default read then already holds ``df`` as every step would read it."""
+    defaults = _DEFAULT_READ.get(fmt)
+    if block is None or defaults is None:
+        return False
+    try:
+        plain = Source(fmt, file_name, "", options, reader="plain").python_preamble()
+        kwargs = pandas_kwargs(fmt, options)
+    except UnsupportedSource:
+        return False
+    if block != "import pandas as pd\n\n" + plain[plain.index("DATA_PATH = ") :]:
+        return False
+    kwargs.pop("sheet_name", None)
+    if kwargs.get("encoding") == "ascii":  # a subset of UTF-8: read the same
+        kwargs["encoding"] = "utf-8"
+    return all(defaults.get(k) == v for k, v in kwargs.items())
+
+
 def repair_sheet_code(options: dict) -> str:
     """Plain pandas that reads a report-style sheet: title rows above the header, one or more header rows
     (group labels spread over the columns they cover), blank rows and footnotes below the table."""
