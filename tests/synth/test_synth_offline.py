@@ -303,3 +303,27 @@ def test_questions_carry_the_units_the_column_descriptions_give():
     assert polish_question("How many customer_id values are there?", "3", terms).count("(") == 0
     # a column name inside another word is not a mention
     assert "(" not in polish_question("What is the subtotal?", "1", terms)
+
+
+def test_integer_columns_that_count_things_are_measures_never_groups():
+    """A small integer column groups when it is a code (class, rating) and not when its name says it counts
+    something: "the Stores with the highest average revenue" is not a question an analyst asks."""
+    import pandas as pd
+
+    from datamind.synth.offline.columns import build_view
+
+    n = 40
+    df = pd.DataFrame(
+        {
+            "Region": ["North", "South", "East", "West"] * (n // 4),
+            "Stores": [2, 3, 4, 5] * (n // 4),
+            "NumberOfDays": [1, 2, 3, 4, 5, 6, 7, 8] * (n // 8),
+            "Pclass": [1, 2, 3, 1, 2] * (n // 5),
+            "status": [0, 1] * (n // 2),
+            "rating": [1, 2, 3, 4, 5] * (n // 5),
+            "Revenue": [float(i * 37 % 101) for i in range(n)],
+        }
+    )
+    view = build_view(df)
+    assert set(view.groups) == {"Region", "Pclass", "status", "rating"}
+    assert "NumberOfDays" in view.measures and "Revenue" in view.measures and "Stores" not in view.groups

@@ -17,6 +17,9 @@ _ID_NAME = re.compile(r"(^id$|_id$|^id_|(?<![a-z])id(?![a-z])|code$|^zip|postal|
 _YEAR_NAME = re.compile(r"(^|[_\s])(year|yr|jahr)($|[_\s])|^year|^jahr", re.I)
 MAX_GROUPS = 30
 MAX_INTEGER_GROUPS = 10
+# The last word of a column name, in plural: an integer column named so counts things ("Stores", "units",
+# "days"); "class", "status" and "series" are not plurals.
+_PLURAL_LAST_WORD = re.compile(r"[A-Za-z]*[^sui\W_]s$|[A-Za-z]*ies$")
 
 
 @dataclass
@@ -51,6 +54,13 @@ class TableView:
             counts = self._counts[col] = self.df[col].dropna().value_counts()
         items = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
         return [python_scalar(v) for v, c in items if c >= min_count][:limit]
+
+
+def _names_a_count(name: str) -> bool:
+    """Whether a column's name ends in a plural noun ("Stores", "n_units", "NumberOfDays"): its integers count
+    something, and grouping by a count ("the Stores with the highest average revenue") reads as nonsense."""
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)
+    return bool(words) and _PLURAL_LAST_WORD.fullmatch(words[-1]) is not None and len(words[-1]) > 3
 
 
 def python_scalar(value):
@@ -132,8 +142,11 @@ def build_view(
             view.measures.append(name)
         # Integers group only when they are codes with a handful of levels (class, rating), not counts.
         max_groups = MAX_INTEGER_GROUPS if col.kind == "integer" else MAX_GROUPS
-        if col.kind in ("categorical", "boolean", "integer", "text") and 2 <= col.n_unique <= min(
-            max_groups, max(2, n // 2)
+        counts_things = col.kind == "integer" and _names_a_count(name)
+        if (
+            col.kind in ("categorical", "boolean", "integer", "text")
+            and not counts_things
+            and 2 <= col.n_unique <= min(max_groups, max(2, n // 2))
         ):
             counts = s.dropna().value_counts()
             if (counts >= 2).sum() >= 2:
