@@ -178,3 +178,22 @@ def test_thoughts_quote_whole_words_and_each_step_its_own_question(release):
             hops = [t for t in thinks if re.search(r"\bstep \d+ of \d+|\bsteps\b", t, re.IGNORECASE)]
             assert hops and all(last not in t for t in hops[:-1]), (r["sample_id"], hops)
     assert cut_quotes  # the long questions of the samples do get shortened
+
+
+def test_a_step_that_reads_no_data_does_not_say_it_does(release):
+    """The yes/no check of a chain's last result against a threshold reads no data; its thought must not claim
+    pandas operations on `df` or a query of the database."""
+    from datamind.rollout import protocol
+    from datamind.rollout.policies.offline_expert import describe_program
+
+    _, _, rows = release
+    checked = 0
+    for r in rows:
+        for m in r["messages"]:
+            if m["role"] != "assistant" or "<code>" not in m["content"]:
+                continue
+            turn = protocol.strict_turn(m["content"])
+            if describe_program(turn.code or "") in ("arithmetic", "sql-constant"):
+                checked += 1
+                assert not re.search(r"`df`|pandas|DataFrame|query the database", turn.think), turn.think
+    assert checked  # the samples hold such chains (fact checks on a percentage, a ratio, a count of days)

@@ -34,10 +34,23 @@ def test_database_sessions_only_get_programs_that_use_the_sql_tools():
         "data_format": "sqlite",
     }
     assert variant_programs(row) == ["SELECT 1", "summary = execute_sql('SELECT 1', 'o.csv')"]
-    first, later = as_python("SELECT 1", "sql", 1), as_python("SELECT 2", "sql", 2, helper_defined=True)
+    first = as_python("SELECT COUNT(*) FROM t", "sql", 1)
+    later = as_python("SELECT MAX(x) FROM t", "sql", 2, helper_defined=True)
     assert describe_program(first) == describe_program(later) == "sql-tool"
     assert as_python("print(3)", "python", 1) == "print(3)"
     assert as_python("print(3)", "sql", 1) == "print(3)"  # Python written for a SQL session stays as it is
+
+
+def test_a_step_that_reads_no_data_is_not_described_as_reading_it():
+    """A yes/no check of the previous result against a threshold reads no data: its thought must not say it
+    works on `df` or queries a table."""
+    check = "answer = 'Yes' if 27.78 > 50.0 else 'No'\nprint(answer)\n"
+    assert describe_program(check) == "arithmetic"
+    sql = as_python("SELECT CASE WHEN 25.0 > 50.0 THEN 'Yes' ELSE 'No' END", "sql", 5, helper_defined=True)
+    assert describe_program(sql) == "sql-constant"
+    assert describe_program(as_python("SELECT COUNT(*) FROM orders", "sql", 2, helper_defined=True)) == "sql-tool"
+    assert describe_program("answer = round(26 / len(df) * 100, 2)\nprint(answer)") == "pandas"
+    assert describe_program("from math import sqrt\nprint(sqrt(2.0) > 1)") != "arithmetic"  # conservative
 
 
 def test_sql_steps_define_their_query_helper_once_per_session(sandbox, tmp_path):

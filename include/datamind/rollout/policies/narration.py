@@ -225,4 +225,14 @@ FORMULATION = {
         "hand the frame to polars and query it in SQL",
     ),
     "stdlib": ("use the standard library on the values",),
+    # steps that only compare or rescale an earlier result: no data is read, and the words must not claim any
+    "arithmetic": (
+        "compare the numbers directly in Python",
+        "settle it with a one-line comparison",
+        "check it with plain Python arithmetic",
+    ),
+    "sql-constant": (
+        "let SQLite evaluate the comparison in a SELECT without a table",
+        "check the comparison with a one-line SELECT",
+    ),
 }

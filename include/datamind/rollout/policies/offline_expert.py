@@ -105,9 +105,16 @@ def _normalized(program: str) -> str:
     return "\n".join(line.rstrip() for line in program.strip().splitlines() if line.strip())
 
 
+# What a cell that reads data contains (a SQL statement reads a table only through FROM); conservative: an
+# import such as "from math import ..." also counts, so only plain arithmetic on earlier results is data-free.
+_TOUCHES_DATA = re.compile(r"\bdf\b|read_|open\(|execute_sql|sqlite3|duckdb|polars|\bfrom\b", re.IGNORECASE)
+
+
 def describe_program(code: str) -> str:
     """A short, honest name for the formulation a program uses (shown in the policy label and the reasoning)."""
     low = code.lower()
+    if not _TOUCHES_DATA.search(code):  # e.g. a yes/no check of the previous result against a threshold
+        return "sql-constant" if f"{SQL_HELPER}(" in code else "arithmetic"
     if "execute_sql" in low or f"{SQL_HELPER}(" in low:
         return "sql-tool+pandas" if re.search(r"\bpd\.|pandas", low) else "sql-tool"
     if "duckdb" in low:
