@@ -107,7 +107,7 @@ def _normalized(program: str) -> str:
 
 # What a cell that reads data contains (a SQL statement reads a table only through FROM); conservative: an
 # import such as "from math import ..." also counts, so only plain arithmetic on earlier results is data-free.
-_TOUCHES_DATA = re.compile(r"\bdf\b|read_|open\(|execute_sql|sqlite3|duckdb|polars|\bfrom\b", re.IGNORECASE)
+_TOUCHES_DATA = re.compile(r"\bdf\b|read_|open\(|execute_sql|get_db_info|sqlite3|duckdb|polars|\bfrom\b", re.IGNORECASE)
 
 
 def describe_program(code: str) -> str:
