@@ -276,7 +276,7 @@ class OfflineExpertPolicy:
         ok = getattr(obs, "ok", False)
         problem = narration.read_problem(view) if self._data_format != "sqlite" else None
         budget = self._budget()
-        hops = self._hops
+        reads_done = False  # whether `df` in the session is already the frame each step's own read would give
         if ok and problem and not self._fixed_read and "delimiter" in problem and budget >= 1:
             self._plan.append(_Step("fix", DROP_EMPTY_UNNAMED))
             budget -= 1
@@ -284,15 +284,17 @@ class OfflineExpertPolicy:
         elif self._fixed_read and (problem or not ok) and budget >= 1:
             self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME))
             budget -= 1
-            # The session keeps the corrected `df`: later steps build on it instead of repeating the read.
-            hops = [HopProgram(h.question, without_reading(h.program, self._fixed_read), h.hop) for h in hops]
+            reads_done = True  # the corrected read
         elif not ok:
             kind = getattr(obs, "error_kind", None) or "no_output"
             raise PolicyGaveUp("replay_failed", f"offline step 1 did not run cleanly ({kind})")
         else:
             self._known = view.names
-            if self._reuse_first_read:  # `df` from the first look is the frame each step would read again
-                hops = [HopProgram(h.question, without_reading(h.program, self._fixed_read), h.hop) for h in hops]
+            reads_done = self._reuse_first_read  # the first look, where it read the way the steps do
+        hops, check = self._hops, self._cross_check
+        if reads_done:  # later steps build on the session's `df` instead of repeating the read
+            hops = [HopProgram(h.question, without_reading(h.program, self._fixed_read), h.hop) for h in hops]
+            check = without_reading(check, self._fixed_read) if check else None
         blunder_at = len(self._hops) if narration.chance(self._seed, "blunder", self._blunder_rate) else 0
         for i, h in enumerate(hops, start=1):
             if i == blunder_at and budget >= 1:
@@ -302,8 +304,7 @@ class OfflineExpertPolicy:
                     self._plan.append(_Step("blunder", slip[0], h, i, slip[1], slip[2]))
                     budget -= 1
             self._plan.append(_Step("hop", h.program, h, i))
-        if self._cross_check:
-            check = self._cross_check if hops is self._hops else without_reading(self._cross_check, self._fixed_read)
+        if check:
             self._plan.append(_Step("check", check, hops[-1], len(hops)))
 
     def _names_in_schema(self) -> list[str]:
