@@ -32,7 +32,7 @@ from datamind.ingest.loaders import (
     load_table,
     read_csv_text,
 )
-from datamind.profile.meta import _profile_numbers, profile_column, profile_table
+from datamind.profile.meta import _cut, _profile_numbers, profile_column, profile_table
 
 
 def _columns() -> list[tuple[str, np.ndarray]]:
@@ -212,3 +212,28 @@ def test_sheet_cells_become_the_frame_dataframe_map_makes(name, body, ncols):
         assert [type(v) for v in fast[j]] == [type(v) for v in general[j]]
         # and the column's cell types, read off the dtype where it settles them, as a scan finds them
         assert _cell_kinds(fast[j]) == {type(v) for v in general[j].dropna()}
+
+
+def _cut_whole(s: str, n: int) -> str:
+    """The definition: collapse every whitespace run of the whole cell, then cut to ``n`` characters."""
+    s = " ".join(s.split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def test_cut_of_a_long_cell_collapses_only_a_prefix_and_agrees_with_collapsing_all_of_it():
+    rng = random.Random(11)
+    pieces = ["a", "word", "Zürich", " ", "  ", "\t", "\n", "\u3000", "\x1c", "x" * 90, " " * 200]
+    cells = (
+        ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 400))) for _ in range(3000)]
+        + [
+            " " * 500 + "tail",  # the collapsed prefix is empty: the whole cell decides
+            "ab " * 14 + "a",  # 43 characters collapsing to exactly 43
+            "w " * 80,  # 160 characters (4 x 40): no shortcut
+            "w " * 80 + "w",  # 161: the shortcut's prefix collapses to 79 characters
+            ("word  " * 10)[:-2] + " " * 300,  # the text fits after collapsing; the trailing run is dropped
+            "abcde fghi" + " " * 100,  # collapses to exactly 10 characters: fits at n=10, nothing cut
+        ]
+    )
+    for n in (10, 40, 80):
+        for s in cells:
+            assert _cut(s, n) == _cut_whole(s, n), (s[:60], n)

@@ -106,6 +106,12 @@ def _text(v: Any) -> str | None:
 def _cut(s: str, n: int) -> str:
     if len(s) <= n and " " not in s and s.isprintable():  # no whitespace at all: nothing to collapse
         return s
+    if len(s) > 4 * n:
+        # Collapsing a prefix gives a prefix of the collapsed whole, so a long cell (up to a sheet's 32,767
+        # characters) is collapsed only as far as the cut needs, when that prefix is long enough.
+        head = " ".join(s[: 4 * n].split())
+        if len(head) > n:
+            return head[: n - 1] + "…"
     s = " ".join(s.split())
     return s if len(s) <= n else s[: n - 1] + "…"
 
@@ -316,8 +322,7 @@ def profile_column(
         prof["min"], prof["max"] = _text(mm["min"].as_py()), _text(mm["max"].as_py())
     else:
         sample = vals.slice(0, 20).to_pylist()
-        words = {str(v).strip().lower() for v in top}
-        if n_unique <= 2 and words <= _BOOL_WORDS:
+        if n_unique <= 2 and {str(v).strip().lower() for v in top} <= _BOOL_WORDS:
             prof["kind"] = "boolean"
         elif (nums := _parse_numbers(vals, sample)) is not None:
             # Numbers stored as text (SQLite VARCHAR columns and the like): profile them as numbers.
