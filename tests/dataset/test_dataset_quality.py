@@ -180,20 +180,40 @@ def test_thoughts_quote_whole_words_and_each_step_its_own_question(release):
     assert cut_quotes  # the long questions of the samples do get shortened
 
 
-def test_a_step_that_reads_no_data_does_not_say_it_does(release):
-    """The yes/no check of a chain's last result against a threshold reads no data; its thought must not claim
-    pandas operations on `df` or a query of the database."""
+def test_a_step_names_the_previous_result_once(release):
+    """A step's thought that already opens with the previous value ("Step 3 of 4 builds on 15: ...") anchors
+    its plan on the data it reads, not on "the result of step 2 (15)" a second time."""
+    _, _, rows = release
+    steps = 0
+    for r in rows:
+        for think in _thinks(r):
+            if re.search(r"\bstep \d+ of \d+", think, re.IGNORECASE):
+                steps += 1
+                for m in re.finditer(r"the result of step \d+ \((.+?)\)", think):
+                    assert think.count(m.group(1)) == 1, (r["sample_id"], think)
+    assert steps
+
+
+def test_a_yes_no_check_of_the_last_number_is_answered_in_words(release):
+    """Whether a chain's last result exceeds a fixed threshold is settled in the answer turn, from the number
+    the previous cell printed; no cell compares two literals, and a cell that reads no data (an LLM's, say)
+    never claims pandas operations on `df` or a query of the database."""
     from datamind.rollout import protocol
     from datamind.rollout.policies.offline_expert import describe_program
 
-    _, _, rows = release
-    checked = 0
+    root, _, rows = release
+    assert audit_version(root)["literal_check_share"] == 0
+    settled = 0
     for r in rows:
-        for m in r["messages"]:
-            if m["role"] != "assistant" or "<code>" not in m["content"]:
-                continue
-            turn = protocol.strict_turn(m["content"])
+        turns = [protocol.strict_turn(m["content"]) for m in r["messages"] if m["role"] == "assistant"]
+        for turn in turns[:-1]:
             if describe_program(turn.code or "") in ("arithmetic", "sql-constant"):
-                checked += 1
                 assert not re.search(r"`df`|pandas|DataFrame|query the database", turn.think), turn.think
-    assert checked  # the samples hold such chains (fact checks on a percentage, a ratio, a count of days)
+        m = re.search(r"(\S+) is (not )?above (-?[\d.]+)", turns[-1].think)
+        if r["hop"] > 1 and m:
+            settled += 1
+            printed = protocol.interpreter_body(r["messages"][-2]["content"]).strip()
+            assert m.group(1) == printed, (r["sample_id"], turns[-1].think)
+            above = float(printed) > float(m.group(3))
+            assert (m.group(2) is None) == above and r["final_answer"] == ("Yes" if above else "No")
+    assert settled  # the samples hold such chains (checks on a percentage, a ratio, a count of days)

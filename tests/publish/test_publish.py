@@ -285,3 +285,29 @@ def test_the_audit_counts_samples_that_load_the_same_data_twice(root):
     ]
     figures = audit_rows(rows)
     assert figures["repeated_read_share"] == 0.5  # samples 2 and 3
+
+
+def test_the_audit_counts_cells_that_only_compare_two_numbers(root):
+    """A yes/no comparison of the previous result with a fixed number is a judgement, not code to run; checks
+    that still read the data (against the row count, in SQL over a table) are real computations."""
+    from datamind.publish.audit import audit_rows
+
+    def sample(i: int, code: str) -> dict:
+        row = judged_row(i)
+        row["messages"] = row["messages"][:2] + [
+            {"role": "assistant", "content": p.format_code_turn("Check it.", code)},
+            {"role": "tool", "content": p.format_interpreter("No")},
+            {"role": "assistant", "content": p.format_answer_turn("So.", "No")},
+        ]
+        return row
+
+    sql = "WITH r AS (SELECT * FROM \"orders\")\nSELECT CASE WHEN 25.0 > 50.0 THEN 'Yes' ELSE 'No' END"
+    rows = [
+        sample(0, "answer = 'Yes' if 27.78 > 50.0 else 'No'\nprint(answer)"),
+        sample(1, f"print(run_sql({sql!r}, 'hop3_result.csv'))"),  # quotes escaped inside the Python string
+        sample(2, "answer = 'Yes' if 26 > len(df) / 2 else 'No'\nprint(answer)"),
+        sample(3, "print(run_sql(\"SELECT CASE WHEN 3 > COUNT(*) / 2.0 THEN 'Yes' ELSE 'No' END FROM t\", 'a.csv'))"),
+    ]
+    assert "\\'Yes\\'" in rows[1]["messages"][2]["content"]
+    figures = audit_rows(rows)
+    assert figures["literal_check_share"] == 0.5  # samples 0 and 1

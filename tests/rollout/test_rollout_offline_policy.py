@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 
+from datamind.rollout import protocol
+from datamind.rollout.agent import run_agent
 from datamind.rollout.policies import narration
 from datamind.rollout.policies.offline_expert import (
+    HopProgram,
+    OfflineExpertPolicy,
     as_python,
     describe_program,
+    inspect_code,
     localize,
     printed_value,
     variant_programs,
@@ -131,3 +137,49 @@ def test_quotes_in_thoughts_end_on_a_whole_word():
         "What is the mean of e.g. Sales?"
     )
     assert narration.opening("Is 3.5 above the mean?", 110) == "Is 3.5 above the mean?"
+
+
+def _two_step_trajectory(sandbox, tmp_path, share_print: str):
+    """A real two-step chain on a small CSV: a share in percent, then 'is that share above 50 percent?'."""
+    (tmp_path / "sales.csv").write_text(
+        "region,amount\n" + "".join(f"r{i},{a}\n" for i, a in enumerate([5, 12, 30, 8, 9, 11, 2]))
+    )
+    share = "import pandas as pd\ndf = pd.read_csv('sales.csv')\nanswer = round((df['amount'] > 10).mean() * 100, 2)\n"
+    hops = [
+        HopProgram("What percentage of sales exceed 10?", share + share_print, 1),
+        HopProgram(
+            "Is that percentage above 50 percent?", "answer = 'Yes' if 42.86 > 50.0 else 'No'\nprint(answer)\n", 2
+        ),
+    ]
+    policy = OfflineExpertPolicy(
+        hops=hops,
+        inspect=inspect_code("csv", "sales.csv", None),
+        data_format="csv",
+        file_name="sales.csv",
+        variant_label="test",
+        blunder_rate=0.0,
+        question="First, find the percentage of sales above 10. Is that percentage above 50 percent?",
+        settle_threshold=50.0,
+    )
+    with sandbox.session([str(tmp_path / "sales.csv")]) as session:
+        return asyncio.run(run_agent(policy, session.run, system="You analyse data.", user="the question"))
+
+
+def test_a_threshold_check_of_the_last_number_is_answered_in_words_not_in_a_cell(sandbox, tmp_path):
+    """Comparing the previous step's printed number with a fixed threshold needs no code: the answer turn
+    names both numbers and the verdict follows from them; no cell compares two literals."""
+    result = _two_step_trajectory(sandbox, tmp_path, "print(answer)\n")
+    turns = [protocol.strict_turn(m["content"]) for m in result.messages if m["role"] == "assistant"]
+    codes = [t.code for t in turns if t.code]
+    assert len(codes) == 2 and not any("'Yes' if" in c for c in codes)  # the first look and the share
+    assert result.messages[-2]["content"].count("42.86") == 1  # what the share step printed
+    assert result.final_answer == "No"
+    think = turns[-1].think
+    assert "42.86" in think and "50" in think and "not above" in think, think
+
+
+def test_a_threshold_check_runs_as_a_cell_when_the_last_output_is_not_a_plain_number(sandbox, tmp_path):
+    result = _two_step_trajectory(sandbox, tmp_path, "print(f'{answer}%')\n")
+    codes = [protocol.strict_turn(m["content"]).code for m in result.messages if m["role"] == "assistant"]
+    assert codes[-1] is None and "'Yes' if 42.86 > 50.0" in codes[-2]
+    assert result.final_answer == "No" and "<interpreter>\nNo\n</interpreter>" in result.messages[-2]["content"]

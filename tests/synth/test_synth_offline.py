@@ -327,3 +327,29 @@ def test_integer_columns_that_count_things_are_measures_never_groups():
     view = build_view(df)
     assert set(view.groups) == {"Region", "Pclass", "status", "rating"}
     assert "NumberOfDays" in view.measures and "Revenue" in view.measures and "Stores" not in view.groups
+
+
+def test_threshold_checks_are_recognised_in_both_languages_and_nothing_that_reads_data_is(root):
+    """``threshold_check`` finds exactly the hops that compare the previous result with a fixed number (the
+    rollout answers those in words), in pandas and in SQL programs, and the numbers it reads back give the
+    answer the hop's program printed. Checks that read the data (against a median, half the rows) are not it."""
+    from datamind.synth.offline.compose import threshold_check
+
+    fixed = {"chain_fact_diff", "chain_fact_pct", "chain_fact_ratio", "chain_fact_corr", "chain_fact_days"}
+    seen_langs, others = set(), 0
+    for path in (SAMPLES / "files" / "sales_orders.csv", SAMPLES / "bird" / "retail_shop" / "retail_shop.sqlite"):
+        for row in catalog_rows(path, max_rows=10**6):
+            source, view = load_view(root, row)
+            for chain in build_chains(view, source, 20, 2, 5, 0, row["table_id"]):
+                for prev, hop in zip(chain, chain[1:]):
+                    found = threshold_check(hop.solution)
+                    if hop.task.template not in fixed:
+                        assert found is None, hop.solution
+                        others += hop.task.category == "fact_checking"
+                        continue
+                    assert found is not None, hop.solution
+                    value, threshold = found
+                    assert value == float(prev.answer)
+                    assert hop.answer == ("Yes" if value > threshold else "No")
+                    seen_langs.add(hop.lang)
+    assert seen_langs == {"python", "sql"} and others

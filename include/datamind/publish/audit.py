@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datamind.categories import CATEGORY_IDS
 from datamind.rollout.policies.narration import placeholder_headers, read_view
 from datamind.rollout.protocol import strict_turn
+from datamind.synth.offline.compose import LITERAL_CHECK
 
 # Imports a model cannot have at test time: the pipeline's own code.
 _INTERNAL = re.compile(r"^\s*(?:from|import)\s+(?:datamind|datamind_airflow|airflow)\b", re.MULTILINE)
@@ -45,6 +46,7 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
     "repeated_word_question_share": ("<=", 0.0, "questions with a doubled word ('total total')"),
     "error_recovery_share": (">=", 0.05, "samples with a failed cell followed by a successful one"),
     "repeated_read_share": ("<=", 0.05, "samples in which two cells make the same data-loading call"),
+    "literal_check_share": ("<=", 0.0, "samples with a cell that only compares two numbers to answer yes/no"),
     "yield": (">=", 0.85, "queries with a published sample / queries synthesised"),
 }
 
@@ -56,6 +58,7 @@ class SampleFigures:
     unfixed_placeholder: bool
     error_recovery: bool
     repeated_read: bool  # two cells make the same data-loading call
+    literal_check: bool  # a cell compares two number literals to answer yes/no (a judgement needing no code)
     first_think: str
     sentences: frozenset[str]
     repeated_word: bool
@@ -92,6 +95,8 @@ def sample_figures(row: dict) -> SampleFigures:
         unfixed_placeholder=unfixed,
         error_recovery=recovered,
         repeated_read=_repeats_a_read(codes),
+        # a SQL check may sit in a Python string literal with its quotes escaped
+        literal_check=any(LITERAL_CHECK.search(c.replace("\\'", "'")) for c in codes),
         first_think=thinks[0] if thinks else "",
         sentences=sentences,
         repeated_word=bool(_REPEATED_WORD.search(row.get("question") or "")),
@@ -131,7 +136,15 @@ class AuditTally:
     a sentence's text is kept only once it repeats, or for the first one seen: all the top-sentence figure
     can name."""
 
-    _FLAGS = ("internal_import", "warning", "unfixed_placeholder", "repeated_word", "error_recovery", "repeated_read")
+    _FLAGS = (
+        "internal_import",
+        "warning",
+        "unfixed_placeholder",
+        "repeated_word",
+        "error_recovery",
+        "repeated_read",
+        "literal_check",
+    )
 
     def __init__(self) -> None:
         self.n = 0
@@ -179,6 +192,7 @@ class AuditTally:
             "repeated_word_question_share": share["repeated_word"],
             "error_recovery_share": share["error_recovery"],
             "repeated_read_share": share["repeated_read"],
+            "literal_check_share": share["literal_check"],
             "verified_share": round(self.verified / n, 4) if n else 0.0,
             "samples_per_category": {c: self.per_category.get(c, 0) for c in CATEGORY_IDS},
             "answer_words": _quantiles(self.answer_words),

@@ -33,6 +33,7 @@ from datamind.rollout.policies.offline_expert import (
     variant_programs,
 )
 from datamind.rollout.tasks import QueryTask, TaskError, build_prompts
+from datamind.synth.offline.compose import threshold_check
 from datamind.synth.offline.source import default_read_suffices, reading_block
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,12 @@ def offline_policy(
         hops.append(HopProgram(row["question"], runnable(row, progs[sample_index % len(progs)]), int(row["hop"])))
     final_progs = variant_programs(task.query)
     label = f"variant={sample_index}/{len(final_progs)}:{describe_program(hops[-1].program)}"
+    # A last hop that only compares the previous result with a threshold is settled in words, not re-run.
+    settle = threshold_check(final_progs[0]) if len(hops) > 1 else None
     # The cross-check re-computes with the reference program; the reference sample itself just re-solves.
     own = final_progs[sample_index % len(final_progs)]
-    reference = runnable(task.query, final_progs[0]) if cross_check and own != final_progs[0] else None
+    checked = cross_check and own != final_progs[0] and settle is None
+    reference = runnable(task.query, final_progs[0]) if checked else None
     fixed_read = reading_block(hops[0].program, task.data_format, task.read_options, task.file_name)
     reuse_first_read = default_read_suffices(fixed_read, task.data_format, task.read_options, task.file_name)
     return OfflineExpertPolicy(
@@ -113,6 +117,7 @@ def offline_policy(
         seed=f"{task.query_id}:{sample_index}",
         max_turns=max_turns + (1 if cross_check else 0),
         question=task.query["question"],
+        settle_threshold=settle[1] if settle else None,
     )
 
 

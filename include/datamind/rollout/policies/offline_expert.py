@@ -17,6 +17,7 @@ reference program and answers with the re-computed value when the two disagree.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,10 @@ def _normalized(program: str) -> str:
 # What a cell that reads data contains (a SQL statement reads a table only through FROM); conservative: an
 # import such as "from math import ..." also counts, so only plain arithmetic on earlier results is data-free.
 _TOUCHES_DATA = re.compile(r"\bdf\b|read_|open\(|execute_sql|get_db_info|sqlite3|duckdb|polars|\bfrom\b", re.IGNORECASE)
+
+
+# The tables a database query reads (a quoted or bare name after FROM / JOIN), for a step that names no column.
+_FROM_TABLE = re.compile(r"\b(?:FROM|JOIN)\s+(?:\"([^\"]+)\"|`([^`]+)`|([A-Za-z_]\w*))", re.IGNORECASE)
 
 
 def describe_program(code: str) -> str:
@@ -224,6 +229,10 @@ class OfflineExpertPolicy:
     default options; a corrected read when that output shows a problem (title rows, unnamed columns, one
     fused column, a decode error); one turn per hop; sometimes (``blunder_rate``) a hop first run with a
     mistyped column name, so the trajectory holds a real error, its diagnosis and the fix; the answer.
+
+    A last hop that only asks whether the previous result exceeds ``settle_threshold`` runs no cell: the
+    answer turn compares the number the previous step printed with the threshold in words (and the hop runs
+    as a cell after all when that output is not a plain number).
     """
 
     def __init__(
@@ -241,6 +250,7 @@ class OfflineExpertPolicy:
         max_turns: int = 10,
         blunder_rate: float = 0.2,
         question: str = "",
+        settle_threshold: float | None = None,
     ) -> None:
         if not hops:
             raise ValueError("an offline trajectory needs at least one hop program")
@@ -262,6 +272,8 @@ class OfflineExpertPolicy:
         self._known: list[str] = []  # column names the latest good read showed
         self._schema = ""  # what the first look printed
         self._cross_checked = cross_check is not None
+        self._settle_threshold = settle_threshold if len(hops) > 1 else None
+        self._settle_step: _Step | None = None  # the last hop's cell, run only when words cannot settle it
 
     # -- planning ---------------------------------------------------------------------------------
     def _budget(self) -> int:
@@ -295,7 +307,10 @@ class OfflineExpertPolicy:
         if reads_done:  # later steps build on the session's `df` instead of repeating the read
             hops = [HopProgram(h.question, without_reading(h.program, self._fixed_read), h.hop) for h in hops]
             check = without_reading(check, self._fixed_read) if check else None
-        blunder_at = len(self._hops) if narration.chance(self._seed, "blunder", self._blunder_rate) else 0
+        if self._settle_threshold is not None:
+            self._settle_step = _Step("hop", hops[-1].program, hops[-1], len(hops))
+            hops, check = hops[:-1], None
+        blunder_at = len(hops) if narration.chance(self._seed, "blunder", self._blunder_rate) else 0
         for i, h in enumerate(hops, start=1):
             if i == blunder_at and budget >= 1:
                 known = self._known or self._names_in_schema()
@@ -319,15 +334,20 @@ class OfflineExpertPolicy:
 
     # -- narration --------------------------------------------------------------------------------
     def _focus(self, program: str, index: int) -> str:
-        """What step ``index`` works on, to anchor its sentence: the columns its program uses; else (a step
-        that only transforms the previous result) that result; else the data file."""
+        """What step ``index`` works on, to anchor its sentence: the columns its program uses; else the tables
+        its query reads, or the data file; a step that reads no data works on the previous result."""
         # the lines that load the data name every column of the relation: the step's own columns are in the rest
         body = "\n".join(line for line in program.splitlines() if "relation.csv" not in line and "read_" not in line)
         cols = narration.columns_used(body, self._known or self._names_in_schema())
         if cols:
             return narration.name_list(cols, 2)
-        if index > 1 and self._outputs:
+        form = describe_program(program)
+        if form in ("arithmetic", "sql-constant") and index > 1 and self._outputs:
             return f"the result of step {index - 1} ({narration.short(self._outputs[-1], 40)})"
+        named = set(re.findall(r"\b(\w+)\s+AS\s*\(", body, re.IGNORECASE))  # a WITH clause's own relations
+        tables = [t for t in dict.fromkeys("".join(m) for m in _FROM_TABLE.findall(body)) if t not in named]
+        if tables and form.startswith("sql-tool"):
+            return "the " + narration.name_list(tables, 2) + (" table" if len(tables) == 1 else " tables")
         return self._file_name
 
     def _q_short(self, question: str | None = None) -> str:
@@ -460,6 +480,32 @@ class OfflineExpertPolicy:
             "err",
         )
 
+    def _settled(self) -> str | None:
+        """Yes/No for the last hop, from the number the previous step printed; None when it printed more."""
+        try:
+            value = float(self._outputs[-1])
+        except (IndexError, ValueError):
+            return None
+        if not math.isfinite(value):
+            return None
+        return "Yes" if value > self._settle_threshold else "No"
+
+    def _think_settled(self, verdict: str) -> str:
+        prev, k = narration.short(self._outputs[-1], 40), len(self._hops)
+        compared = f"{prev} is {'above' if verdict == 'Yes' else 'not above'} {self._settle_threshold:g}"
+        q = self._q_short(self._hops[-1].question)
+        return narration.pick(
+            (
+                f'That settles "{q}" without more code: {compared}, so the answer is {verdict}.',
+                f"Step {k} only compares the result of step {k - 1} with a fixed number. {compared}, so the "
+                f"answer is {verdict}.",
+                f'"{q}" needs nothing beyond the number above: {compared}, which makes it {verdict}.',
+                f'For "{q}" the printed number is all I need: {compared}, hence {verdict}.',
+            ),
+            self._seed,
+            "settled",
+        )
+
     def _think_answer(self, answer: str) -> str:
         a = narration.short(answer, 100)
         q = self._q_short()
@@ -493,6 +539,9 @@ class OfflineExpertPolicy:
                 self._known = narration.read_view(last_observation.output).names
             else:
                 self._outputs.append(printed_value(last_observation.output))
+        if step_no == len(self._plan) and self._settle_step is not None and self._settled() is None:
+            self._plan.append(self._settle_step)  # the previous step printed more than a number: run the check
+            self._settle_step = None
         if step_no < len(self._plan):
             step = self._plan[step_no]
             if step.kind == "explore":
@@ -519,6 +568,9 @@ class OfflineExpertPolicy:
             return PolicyReply(protocol.format_code_turn(think, step.code), model=OFFLINE_MODEL)
         if step_no > len(self._plan) or not self._outputs:
             raise PolicyGaveUp("replay_exhausted", "offline policy has no further turns")
+        if self._settle_step is not None:
+            verdict = self._settled()
+            return PolicyReply(protocol.format_answer_turn(self._think_settled(verdict), verdict), model=OFFLINE_MODEL)
         answer = self._outputs[-1]
         if not answer:
             raise PolicyGaveUp("empty_output", "the final program printed nothing")
