@@ -180,13 +180,15 @@ def test_thoughts_quote_whole_words_and_each_step_its_own_question(release):
     assert cut_quotes  # the long questions of the samples do get shortened
 
 
-def test_a_step_names_the_previous_result_once(release):
+def test_a_step_names_the_previous_result_and_its_inputs_once(release):
     """A step's thought that already opens with the previous value ("Step 3 of 4 builds on 15: ...") anchors
-    its plan on the data it reads, not on "the result of step 2 (15)" a second time."""
+    its plan on the data it reads, not on "the result of step 2 (15)" a second time; and the plan says once
+    what it works over ("pandas operations on `df` over `units`" says it twice)."""
     _, _, rows = release
     steps = 0
     for r in rows:
         for think in _thinks(r):
+            assert not re.search(r" (?:on|over) (?:`df`|the frame|the DataFrame) over ", think), think
             if re.search(r"\bstep \d+ of \d+", think, re.IGNORECASE):
                 steps += 1
                 for m in re.finditer(r"the result of step \d+ \((.+?)\)", think):

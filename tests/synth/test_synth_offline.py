@@ -353,3 +353,23 @@ def test_threshold_checks_are_recognised_in_both_languages_and_nothing_that_read
                     assert hop.answer == ("Yes" if value > threshold else "No")
                     seen_langs.add(hop.lang)
     assert seen_langs == {"python", "sql"} and others
+
+
+def test_no_hop_of_a_chain_runs_an_earlier_hops_program_again(root, tmp_path):
+    """With two group columns a mode of a mode comes back to where it started (the most common city of the
+    segment most common in Turin is Turin): the next step would be the second hop's query once more, which
+    asks nothing new, so the chain takes another step instead."""
+    path = tmp_path / "customers.csv"
+    lines = ["city,segment,spend"]
+    for i in range(60):
+        city = "Turin" if i % 2 == 0 else ["Milan", "Rome", "Oslo"][i % 3]
+        segment = "business" if city == "Turin" or i % 5 == 0 else ["retail", "public"][i % 2]
+        lines.append(f"{city},{segment},{10 + (i * 7) % 50}")
+    path.write_text("\n".join(lines) + "\n")
+    (row,) = catalog_rows(path)
+    source, view = load_view(root, row)
+    chains = [chain for seed in range(6) for chain in build_chains(view, source, 20, 5, 5, seed, "t")]
+    assert len(chains) >= 100
+    for chain in chains:
+        programs = [hop.solution for hop in chain]
+        assert len(set(programs)) == len(programs), [hop.task.question for hop in chain]

@@ -961,8 +961,11 @@ def build_chain(view: TableView, source: Source, length: int, rng: random.Random
             nxt = None
             for step in steps:
                 nxt = _run(view, source, _try(step, view, prev.value, rng), prev.value, rng)
-                if nxt is not None:
+                # a step that runs an earlier hop's program again (a mode of a mode that came back to the
+                # same value) adds nothing to solve: take another
+                if nxt is not None and all(nxt.solution != h.solution for h in hops):
                     break
+                nxt = None
             if nxt is None:
                 break
             hops.append(nxt)
