@@ -98,7 +98,7 @@ def offline_policy(
     final_progs = variant_programs(task.query)
     label = f"variant={sample_index}/{len(final_progs)}:{describe_program(hops[-1].program)}"
     # A last hop that only compares the previous result with a threshold is settled in words, not re-run.
-    settle = threshold_check(final_progs[0]) if len(hops) > 1 else None
+    settle = threshold_check(final_progs[0])
     # The cross-check re-computes with the reference program; the reference sample itself just re-solves.
     own = final_progs[sample_index % len(final_progs)]
     checked = cross_check and own != final_progs[0] and settle is None

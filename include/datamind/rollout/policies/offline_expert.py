@@ -333,21 +333,22 @@ class OfflineExpertPolicy:
         return list(dict.fromkeys(n.strip() for n in names))
 
     # -- narration --------------------------------------------------------------------------------
-    def _focus(self, program: str, index: int) -> str:
+    def _focus(self, program: str, index: int, form: str) -> str:
         """What step ``index`` works on, to anchor its sentence: the columns its program uses; else the tables
-        its query reads, or the data file; a step that reads no data works on the previous result."""
+        its query reads, or the data file; a step that reads no data works on the previous result. ``form``
+        is ``describe_program(program)``."""
         # the lines that load the data name every column of the relation: the step's own columns are in the rest
         body = "\n".join(line for line in program.splitlines() if "relation.csv" not in line and "read_" not in line)
         cols = narration.columns_used(body, self._known or self._names_in_schema())
         if cols:
             return narration.name_list(cols, 2)
-        form = describe_program(program)
         if form in ("arithmetic", "sql-constant") and index > 1 and self._outputs:
             return f"the result of step {index - 1} ({narration.short(self._outputs[-1], 40)})"
-        named = set(re.findall(r"\b(\w+)\s+AS\s*\(", body, re.IGNORECASE))  # a WITH clause's own relations
-        tables = [t for t in dict.fromkeys("".join(m) for m in _FROM_TABLE.findall(body)) if t not in named]
-        if tables and form.startswith("sql-tool"):
-            return "the " + narration.name_list(tables, 2) + (" table" if len(tables) == 1 else " tables")
+        if form.startswith("sql-tool"):
+            named = set(re.findall(r"\b(\w+)\s+AS\s*\(", body, re.IGNORECASE))  # a WITH clause's own relations
+            tables = [t for t in dict.fromkeys("".join(m) for m in _FROM_TABLE.findall(body)) if t not in named]
+            if tables:
+                return "the " + narration.name_list(tables, 2) + (" table" if len(tables) == 1 else " tables")
         return self._file_name
 
     def _q_short(self, question: str | None = None) -> str:
@@ -409,8 +410,8 @@ class OfflineExpertPolicy:
         k = len(self._hops)
         h = step.hop
         assert h is not None
-        focus = self._focus(h.program, step.index)
         form = describe_program(h.program)
+        focus = self._focus(h.program, step.index, form)
         how = narration.pick(narration.FORMULATION.get(form, ("compute it",)), self._seed, f"form-{step.index}")
         q = without_format(h.question.strip()).rstrip()
         if k > 1:  # each step quotes what its own hop asks, not the steps restated before it
@@ -539,7 +540,12 @@ class OfflineExpertPolicy:
                 self._known = narration.read_view(last_observation.output).names
             else:
                 self._outputs.append(printed_value(last_observation.output))
-        if step_no == len(self._plan) and self._settle_step is not None and self._settled() is None:
+        if step_no == len(self._plan) and self._settle_step is not None:
+            verdict = self._settled()
+            if verdict is not None:
+                return PolicyReply(
+                    protocol.format_answer_turn(self._think_settled(verdict), verdict), model=OFFLINE_MODEL
+                )
             self._plan.append(self._settle_step)  # the previous step printed more than a number: run the check
             self._settle_step = None
         if step_no < len(self._plan):
@@ -568,9 +574,6 @@ class OfflineExpertPolicy:
             return PolicyReply(protocol.format_code_turn(think, step.code), model=OFFLINE_MODEL)
         if step_no > len(self._plan) or not self._outputs:
             raise PolicyGaveUp("replay_exhausted", "offline policy has no further turns")
-        if self._settle_step is not None:
-            verdict = self._settled()
-            return PolicyReply(protocol.format_answer_turn(self._think_settled(verdict), verdict), model=OFFLINE_MODEL)
         answer = self._outputs[-1]
         if not answer:
             raise PolicyGaveUp("empty_output", "the final program printed nothing")
