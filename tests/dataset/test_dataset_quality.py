@@ -189,6 +189,7 @@ def test_a_step_names_the_previous_result_and_its_inputs_once(release):
     for r in rows:
         for think in _thinks(r):
             assert not re.search(r" (?:on|over) (?:`df`|the frame|the DataFrame) over ", think), think
+            assert not re.search(r"` and `[^.:]*` is what matters", think), think  # two columns are
             if re.search(r"\bstep \d+ of \d+", think, re.IGNORECASE):
                 steps += 1
                 for m in re.finditer(r"the result of step \d+ \((.+?)\)", think):

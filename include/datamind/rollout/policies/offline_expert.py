@@ -453,7 +453,7 @@ class OfflineExpertPolicy:
                 f"it depends on {focus}, so I {how} and print the result",
                 f"for {focus} I {how} and print the value",
                 f"using {focus}, I {how}",
-                f"{focus} is what matters here, so I {how} and print what comes out",
+                f"{focus} {'are' if ' and ' in focus else 'is'} what matters here, so I {how} and print what comes out",
             ),
             self._seed,
             f"p-{step.index}",
