@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from ingest_builders import make_sqlite, table_rows, write_csv, xlsx_bytes
 
-from datamind.ingest.loaders import load_table, load_tables
+from datamind.ingest.loaders import load_table, load_tables, name_index
 from datamind.settings import Limits
 
 
@@ -177,3 +177,29 @@ def test_gzip_bomb_is_capped(tmp_path, n_extra):
     assert r.error_code == "archive_bomb"
     ok = load_tables(str(p), Limits(max_rows=10**6))
     assert ok.tables[0].n_rows == 50_000 * n_extra and ok.tables[0].read_options["compression"] == "gzip"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
+def test_the_columns_stripped_are_recorded_and_a_reload_with_them_gives_the_same_frame(tmp_path, limits, fmt):
+    # Padding in columns 1 and 3 only (a no-break space in one): those two are recorded, and replaying
+    # them alone gives what looking at every column again gives.
+    header = ["id", "city", "code", "note", "amount"]
+    rows = [
+        [i, f" City {i % 4} ", f"C{i}", f"note {i}\u00a0" if i % 5 == 0 else f"note {i}", i * 1.5] for i in range(30)
+    ]
+    p = tmp_path / f"padded.{fmt}"
+    if fmt == "csv":
+        p.write_text(",".join(header) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows), encoding="utf-8")
+    else:
+        p.write_bytes(xlsx_bytes({"data": [header, *rows]}))
+    t = load_tables(str(p), limits).tables[0]
+    assert t.read_options["strip_columns"] == [1, 3]
+    assert t.df["city"].tolist()[:2] == ["City 0", "City 1"] and t.df["note"].tolist()[0] == "note 0"
+    looked_again = {k: v for k, v in t.read_options.items() if k != "strip_columns"}
+    pd.testing.assert_frame_equal(load_table(str(p), t.read_options), t.df, check_exact=True)
+    pd.testing.assert_frame_equal(load_table(str(p), looked_again), t.df, check_exact=True)
+
+
+@pytest.mark.parametrize("names", [[], ["id"], ["Unnamed: 0", "Köln", "a.1", "名前", "x y"]])
+def test_column_index_is_the_one_pandas_builds_from_the_names(names):
+    pd.testing.assert_index_equal(name_index(names), pd.Index(names), exact=True)

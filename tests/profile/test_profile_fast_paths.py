@@ -23,16 +23,24 @@ import pyarrow.compute as pc
 import pytest
 
 from datamind.ingest.loaders import (
-    _BLANKS,
     _cell_kinds,
     _cells_frame,
-    _edges_may_be_blank,
     _has_blank_line,
+    _strip_text,
     decode_text,
     load_table,
     read_csv_text,
 )
-from datamind.profile.meta import _cut, _profile_numbers, profile_column, profile_table
+from datamind.profile.meta import (
+    TableToProfile,
+    _cut,
+    _float_text,
+    _fmt,
+    _profile_numbers,
+    profile_column,
+    profile_table,
+    profile_tables,
+)
 
 
 def _columns() -> list[tuple[str, np.ndarray]]:
@@ -122,7 +130,7 @@ def test_byte_route_loads_the_frame_the_text_route_loads(tmp_path, name):
         "repair_rows": False,
         **OPTIONS.get(name, {}),
     }
-    text_df, _ = read_csv_text(decode_text(path.read_bytes(), opts["encoding"]), opts)
+    text_df = read_csv_text(decode_text(path.read_bytes(), opts["encoding"]), opts)[0]
     byte_df = load_table(str(path), opts)
     pd.testing.assert_frame_equal(byte_df, text_df, check_exact=True)
     assert list(byte_df.columns) == list(text_df.columns)
@@ -166,24 +174,63 @@ def test_table_profiles_equal_the_per_column_arrow_route():
             assert p == profile_column(arr, str(df.columns[j]), str(df.dtypes.iloc[j])), p["name"]
 
 
-def test_blank_table_lists_exactly_what_arrow_trims():
-    codepoints = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
-    cells = pa.array(["a" + chr(c) for c in codepoints])
-    changed = pc.not_equal(pc.binary_length(cells), pc.binary_length(pc.utf8_trim_whitespace(cells)))
-    trimmed = [c for c, hit in zip(codepoints, changed.to_pylist()) if hit]
-    assert trimmed == sorted(map(ord, _BLANKS))
+def test_tables_profiled_together_get_what_each_gets_alone():
+    # Number columns of a batch are padded to shared block widths; nothing of that may show in a profile
+    # (the digits of a mean included), whichever tables share the batch.
+    rng = np.random.default_rng(13)
+    frames = []
+    for n in (1, 3, 20, 33, 64, 65, 100, 128, 129, 700, 1000, 1030, 3000):
+        frames.append(
+            pd.DataFrame(
+                {
+                    "id": np.arange(n),
+                    "x": rng.normal(size=n) * 1e3,
+                    "gaps": np.where(rng.random(n) < 0.2, np.nan, np.round(rng.normal(size=n), 1)),
+                    "small": rng.integers(0, 4, n),
+                    "top": np.full(n, np.iinfo(np.int64).max),  # the padding's own value, for real
+                    "f32": rng.normal(size=n).astype(np.float32),
+                    "word": pd.array(rng.choice(["a", "b", None], n), dtype="str"),
+                }
+            )
+        )
+    alone = [profile_table(df, f"t{i}") for i, df in enumerate(frames)]
+    order = rng.permutation(len(frames))
+    together = profile_tables([TableToProfile(frames[i], f"t{i}") for i in order])
+    assert [alone[i] for i in order] == together
+    assert profile_tables([TableToProfile(frames[i], f"t{i}") for i in order[:4]]) == [alone[i] for i in order[:4]]
 
 
-def test_edge_check_never_misses_a_cell_that_trimming_changes():
+def test_float_text_is_the_general_formatter_on_floats():
+    rng = np.random.default_rng(17)
+    values = np.concatenate(
+        [
+            rng.normal(size=4000) * 10.0 ** rng.integers(-9, 17, 4000),
+            *(np.round(rng.normal(size=400) * 100, d) for d in range(7)),
+            rng.integers(-(2**60), 2**60, 500).astype(float),
+            [0.0, -0.0, 1e-7, 0.1234565, 9999999.5, 2.0**53, -(2.0**53), 2.0**53 - 1, 1e16, np.inf, -np.inf],
+        ]
+    ).tolist()
+    assert [_float_text(v) for v in values] == [str(_fmt(v)) for v in values]
+
+
+def test_text_columns_are_stripped_exactly_where_trimming_changes_a_cell():
+    # The loader decides "nothing to strip" from byte counts alone; each column is checked against
+    # trimming every cell by itself (empty after trimming -> missing).
     rng = random.Random(5)
-    alphabet = ["a", "é", "z", " ", "\t", "\xa0", "\u3000", "\u2029", "x y"]
+    alphabet = ["a", "é", "z", " ", "\t", "\xa0", "\u3000", "\u2029", "\x1f", "x y"]
     for _ in range(3000):
         cells = [
-            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) or None for _ in range(rng.randint(0, 6))
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) or None for _ in range(rng.randint(1, 6))
         ]
-        arr = pa.array(cells, pa.large_string())
-        if not _edges_may_be_blank(arr):
-            assert pc.utf8_trim_whitespace(arr).equals(arr), cells
+        column = pd.array(cells, dtype="str")
+        expected = [
+            None if c is None else (pc.utf8_trim_whitespace(pa.array([c])).to_pylist()[0] or None) for c in cells
+        ]
+        stripped = _strip_text(column)
+        if stripped is None:
+            assert [None if pd.isna(c) else c for c in column] == expected, cells
+        else:
+            assert [None if pd.isna(c) else c for c in stripped] == expected, cells
 
 
 def _sheet_bodies():

@@ -141,12 +141,12 @@ def test_files_are_parsed_a_group_at_a_time_then_profiled_into_the_same_rows(pro
     one_by_one = [stage.profile_file(root, r, "r1", now) for r in files]
     assert all(rows and reason is None for rows, reason in one_by_one)
     events: list[str] = []
-    load, profile = stage._load_file, stage._profile_loaded
+    load, profile = stage._load_file, stage.profile_tables
     monkeypatch.setattr(stage, "_load_file", lambda *a: events.append("load") or load(*a))
-    monkeypatch.setattr(stage, "_profile_loaded", lambda *a: events.append("profile") or profile(*a))
-    # the default budget holds the five files: all are parsed, then all profiled
+    monkeypatch.setattr(stage, "profile_tables", lambda *a: events.append("profile") or profile(*a))
+    # the default budget holds the five files: all are parsed, then their tables profiled together
     assert list(stage.profile_files(root, files, "r1", now)) == one_by_one
-    assert events == ["load"] * len(files) + ["profile"] * len(files)
+    assert events == ["load"] * len(files) + ["profile"]
     events.clear()
     monkeypatch.setattr(stage, "_GROUP_CELLS", 1)  # each file fills a group on its own
     assert list(stage.profile_files(root, files, "r1", now)) == one_by_one

@@ -1,7 +1,7 @@
 """Fixtures for query synthesis: catalog rows built by the real ingest loader and profiler.
 
 ``synth_fixtures.catalog_rows`` turns any file on disk into catalog_tables rows exactly as the pipeline would
-(``load_tables`` + ``profile.stage.table_row``); ``small_csv`` and ``small_sqlite`` are tables written
+(``load_tables`` + ``profile.stage.profile_rows``); ``small_csv`` and ``small_sqlite`` are tables written
 here with values chosen so expected answers can be worked out by hand.
 """
 

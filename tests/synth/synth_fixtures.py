@@ -7,7 +7,7 @@ from pathlib import Path
 
 from datamind.ids import stable_id
 from datamind.ingest.loaders import load_tables
-from datamind.profile.stage import table_row
+from datamind.profile.stage import profile_rows
 from datamind.schemas import CATALOG_TABLES
 from datamind.shards import write_shard
 from datamind.storage import DataRoot
@@ -23,11 +23,8 @@ def catalog_rows(path: Path, source: str = "test", max_rows: int = 1000) -> list
         "staged_uri": str(path),
     }
     now = dt.datetime.now(dt.timezone.utc)
-    return [
-        table_row(file_row, t, {}, "test-run", now)
-        for t in res.tables
-        if t.df is not None and 1 <= t.n_rows <= max_rows
-    ]
+    tables = [t for t in res.tables if t.df is not None and 1 <= t.n_rows <= max_rows]
+    return profile_rows([(file_row, tables, {})], "test-run", now)[0]
 
 
 def write_catalog(root: DataRoot, rows: list[dict]) -> None:

@@ -11,7 +11,8 @@ What the loaders repair rather than reject (each repair is recorded in ``read_op
 * a trailing delimiter on every line (the empty last column is dropped);
 * rows with an unquoted delimiter inside a value (``repair_rows``: the extra fields are merged at the
   position that best matches the column types of the well-formed rows);
-* fully empty rows and fully empty unnamed columns are dropped; text cells are stripped.
+* fully empty rows and fully empty unnamed columns are dropped; text cells are stripped (the columns
+  that needed it are recorded as ``strip_columns``, so a reload looks at those alone).
 
 Memory guards, all before a full parse: files are never read past ``limits.max_file_bytes``; xlsx members
 are checked against ``limits.max_uncompressed_bytes`` before decompressing, and a sheet whose declared
@@ -223,6 +224,18 @@ def _gunzip(data: bytes, cap: int) -> bytes:
     return out.getvalue()
 
 
+# The dtype pandas infers for a list of names (its default string dtype, Arrow-backed where pyarrow is).
+_NAMES_DTYPE = pd.Index(["name"]).dtype
+
+
+def name_index(names: list[str]) -> pd.Index:
+    """``pd.Index(names)``, built from an Arrow array where that is how pandas stores it: inferring the
+    dtype and converting the list cost more than the rest of naming a small table's columns."""
+    if names and getattr(_NAMES_DTYPE, "storage", None) == "pyarrow":
+        return pd.Index(pd.arrays.ArrowStringArray(pa.array(names, pa.large_string()), dtype=_NAMES_DTYPE))
+    return pd.Index(names)
+
+
 def column_names(raw: list[str]) -> list[str]:
     """Unique, non-empty names: empty -> ``Unnamed: i`` and repeats -> ``name.1`` (pandas' conventions)."""
     out: list[str] = []
@@ -247,6 +260,19 @@ def column_values(df: pd.DataFrame, j: int):
         return df.iloc[:, j].array
 
 
+def arrow_kernel(name: str, options: pc.FunctionOptions | None = None):
+    """A compute function bound to fixed options and called directly. ``pyarrow.compute``'s wrappers build
+    an options object and check their arguments on every call, which costs as much as the kernel itself
+    on columns of a few hundred values (profiling makes several such calls per column)."""
+    fn = pc.get_function(name)
+    return lambda *args: fn.call(args, options)
+
+
+_TRIM = arrow_kernel("utf8_trim_whitespace")
+_EQUAL = arrow_kernel("equal")
+_IF_ELSE = arrow_kernel("if_else")
+
+
 def _strip_text(values):
     """Stripped text column (empty -> missing), or None when nothing needs stripping."""
     if isinstance(values, np.ndarray):
@@ -258,72 +284,48 @@ def _strip_text(values):
     if not isinstance(values.dtype, pd.StringDtype):
         return None
     arr = pa.array(values)
-    if not _edges_may_be_blank(arr):
-        return None
-    trimmed = pc.utf8_trim_whitespace(arr)
+    trimmed = _TRIM(arr)  # one pass in C++: cheaper than looking at each cell's edges from Python
     # pandas already turns empty cells into missing values, so unchanged lengths mean nothing to do.
     if _text_bytes(arr) == _text_bytes(trimmed):
         return None
-    cleaned = pc.if_else(pc.equal(trimmed, ""), pa.scalar(None, trimmed.type), trimmed)
+    cleaned = _IF_ELSE(_EQUAL(trimmed, pa.scalar("", trimmed.type)), pa.scalar(None, trimmed.type), trimmed)
+    if isinstance(values, pd.arrays.ArrowStringArray):  # the same array pd.array builds, without its checks
+        return pd.arrays.ArrowStringArray(cleaned, dtype=values.dtype)
     return pd.array(cleaned, dtype=values.dtype)
 
 
-# What utf8_trim_whitespace trims (Unicode White_Space). A cell needs trimming only if its first byte
-# starts, or its last byte ends, one of these; a table of bytes answers that for all cells at once.
-_BLANKS = (
-    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
-    + "".join(map(chr, range(0x2000, 0x200B)))
-    + "\u2028\u2029\u202f\u205f\u3000"
-)
-_FIRST_BYTE = np.zeros(256, bool)
-_FIRST_BYTE[[c.encode()[0] for c in _BLANKS]] = True
-_LAST_BYTE = np.zeros(256, bool)
-_LAST_BYTE[[c.encode()[-1] for c in _BLANKS]] = True
-
-
-def _edges_may_be_blank(arr) -> bool:
-    """False when no cell can start or end with whitespace (so trimming would change nothing)."""
-    if isinstance(arr, pa.ChunkedArray):
-        return any(_edges_may_be_blank(c) for c in arr.chunks)
-    width = 8 if pa.types.is_large_string(arr.type) else 4 if pa.types.is_string(arr.type) else 0
-    if not width:
-        return True
-    if len(arr) == 0 or arr.buffers()[2] is None:
-        return False
-    offsets = np.frombuffer(arr.buffers()[1], f"<i{width}", len(arr) + 1, arr.offset * width)
-    chars = np.frombuffer(arr.buffers()[2], np.uint8)
-    starts, ends = offsets[:-1], offsets[1:]
-    filled = ends > starts
-    return bool(_FIRST_BYTE[chars[starts[filled]]].any() or _LAST_BYTE[chars[ends[filled] - 1]].any())
-
-
 def _text_bytes(arr) -> int:
-    """Total bytes of the non-null cells; from the offsets when there are no nulls (no pass over the data)."""
-    if isinstance(arr, pa.Array) and arr.null_count == 0 and len(arr):
-        width = 8 if pa.types.is_large_string(arr.type) else 4 if pa.types.is_string(arr.type) else 0
-        if width:
-            starts = np.frombuffer(arr.buffers()[1], f"<i{width}", 1, arr.offset * width)
-            ends = np.frombuffer(arr.buffers()[1], f"<i{width}", 1, (arr.offset + len(arr)) * width)
-            return int(ends[0]) - int(starts[0])
+    """Bytes between a string array's first and last offsets (no pass over the data). A null's slot is
+    counted too: where it holds text the answer is only too large, and callers compare it with the text
+    of the same cells trimmed, in which nulls hold nothing, so a slot can only make them see a change."""
+    width = 8 if pa.types.is_large_string(arr.type) else 4 if pa.types.is_string(arr.type) else 0
+    if isinstance(arr, pa.Array) and width and len(arr):
+        starts = np.frombuffer(arr.buffers()[1], f"<i{width}", 1, arr.offset * width)
+        ends = np.frombuffer(arr.buffers()[1], f"<i{width}", 1, (arr.offset + len(arr)) * width)
+        return int(ends[0]) - int(starts[0])
     return pc.sum(pc.binary_length(arr)).as_py() or 0
 
 
-def _tidy(df: pd.DataFrame, raw: list[str], drop_empty_rows=True) -> tuple[pd.DataFrame, list[str]]:
-    """Drop empty unnamed columns (and empty rows), strip text; returns the frame and the kept raw names.
+def _tidy(
+    df: pd.DataFrame, raw: list[str], drop_empty_rows=True, strip: list[int] | None = None
+) -> tuple[pd.DataFrame, list[str], list[int]]:
+    """Drop empty unnamed columns (and empty rows), strip text; returns the frame, the kept raw names and
+    the positions of the columns whose text was stripped.
 
-    ``drop_empty_rows`` may be a callable deciding it, asked only when the frame can hold an empty row."""
+    ``drop_empty_rows`` may be a callable deciding it, asked only when the frame can hold an empty row.
+    ``strip``: the positions an earlier load of the same table stripped (its ``strip_columns`` option);
+    only those are looked at, where otherwise every text column is."""
     if any(not r.strip() for r in raw):
         keep = [j for j, r in enumerate(raw) if r.strip() or pd.notna(column_values(df, j)).any()]
         if len(keep) < df.shape[1]:
-            df = df.iloc[:, keep]
+            df = df.take(keep, axis=1)
             raw = [raw[j] for j in keep]
     changed = {}
-    for j in range(df.shape[1]):
+    for j in range(df.shape[1]) if strip is None else strip:
         stripped = _strip_text(column_values(df, j))
         if stripped is not None:
             changed[j] = stripped
-    if changed:
-        df = df.copy()
+    if changed:  # the frame is this function's own (pandas copies on write where it shares data)
         for j, values in changed.items():
             df.isetitem(j, values)
     if callable(drop_empty_rows):
@@ -331,17 +333,17 @@ def _tidy(df: pd.DataFrame, raw: list[str], drop_empty_rows=True) -> tuple[pd.Da
         drop_empty_rows = not _some_column_complete(df) and drop_empty_rows()
     if drop_empty_rows:
         df = df.dropna(how="all").reset_index(drop=True)
-    return df, raw
+    return df, raw, sorted(changed)
 
 
 def _some_column_complete(df: pd.DataFrame) -> bool:
     """Whether some column has no missing value (then no row is entirely missing); cheap checks first."""
     if df.shape[0] == 0:
         return True
-    arrays = [column_values(df, j) for j in range(df.shape[1])]
-    if any(isinstance(a, np.ndarray) and a.dtype.kind in "iub" for a in arrays):
+    arrays = (column_values(df, j) for j in range(df.shape[1]))
+    if any(isinstance(a, np.ndarray) and a.dtype.kind in "iub" for a in arrays):  # stops at the first
         return True
-    for a in arrays:
+    for a in (column_values(df, j) for j in range(df.shape[1])):
         if isinstance(a, np.ndarray):
             if a.dtype.kind == "f" and not np.isnan(a).any():
                 return True
@@ -395,10 +397,11 @@ def _load_csv(data: bytes, limits: Limits, name: str = "data") -> LoadResult:
         "repair_rows": False,
     }
     try:
-        df, raw = read_csv_text(text, options)
+        df, raw, stripped = read_csv_text(text, options)
     except _NeedsRepair:
         options["repair_rows"] = True
-        df, raw = read_csv_text(text, options)
+        df, raw, stripped = read_csv_text(text, options)
+    options["strip_columns"] = stripped
     table = LoadedTable(name, df, len(df), df.shape[1], options, raw_columns=raw)
     return LoadResult("csv", None, encoding, [table])
 
@@ -453,7 +456,7 @@ def _skip_records(text: str, n: int, delimiter: str, quotechar: str) -> tuple[li
     return records, text[pos:]
 
 
-def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
+def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], list[int]]:
     sep, quote_ = opts["sep"], opts.get("quotechar", '"')
     start, n_header = int(opts.get("header_start", 0)), int(opts.get("header_rows", 1))
     header_records, body = _skip_records(text, start + n_header, sep, quote_)
@@ -469,7 +472,7 @@ def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[s
 
 def _frame(
     source, header_records: list[list[str]], opts: dict[str, Any], has_blank_line, encoding: str | None = None
-) -> tuple[pd.DataFrame, list[str]]:
+) -> tuple[pd.DataFrame, list[str], list[int]]:
     """Parse the body (text or bytes handle) under the already-split header records."""
     sep, quote_ = opts["sep"], opts.get("quotechar", '"')
     n_header = int(opts.get("header_rows", 1))
@@ -499,14 +502,14 @@ def _frame(
         if ncols > hdr_width or _misaligned_tail(df, raw):
             raise _NeedsRepair()
     raw = raw + [""] * (ncols - len(raw))
-    df.columns = column_names(raw)
-    return _tidy(df, raw, drop_empty_rows=lambda: bool(ncols and has_blank_line()))
+    df.columns = name_index(column_names(raw))
+    return _tidy(df, raw, lambda: bool(ncols and has_blank_line()), opts.get("strip_columns"))
 
 
 _BOM = b"\xef\xbb\xbf"
 
 
-def _read_csv_bytes(data: bytes, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str]] | None:
+def _read_csv_bytes(data: bytes, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], list[int]] | None:
     """``read_csv_text`` without decoding the whole file to text first, or None where that could differ.
 
     For UTF-8 (and pure ASCII) files without repaired rows, the bytes pandas parses are exactly
@@ -742,8 +745,10 @@ def _sheet_frame(sheet, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], 
         while body and sum(sniff.cell_kind(v) != "empty" for v in body[-1]) <= 1:
             body.pop()
     df = _cells_frame(body, ncols)
-    df.columns = column_names(raw)
-    df, raw = _tidy(df, raw)
+    df.columns = name_index(column_names(raw))
+    df, raw, stripped = _tidy(df, raw, strip=opts.get("strip_columns"))
+    if "strip_columns" not in opts:
+        opts = {**opts, "strip_columns": stripped}
     return _infer_sheet_types(df), raw, opts
 
 

@@ -24,7 +24,7 @@ import json
 import math
 import re
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from pandas.tseries.api import guess_datetime_format
 
-from datamind.ingest.loaders import column_values
+from datamind.ingest.loaders import arrow_kernel, column_values
 
 _DATEISH = re.compile(
     r"^\s*(\d{4}[-/.]\d{1,2}([-/.]\d{1,2})?|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}|"
@@ -45,20 +45,10 @@ _IDNAME = re.compile(r"(^|[_\s])(id|key|code|no|nr|num)$|id$|^index$|^unnamed: 0
 _BOOL_WORDS = {"true", "false", "yes", "no", "y", "n", "t", "f"}
 
 
-def _kernel(name: str, options: pc.FunctionOptions | None = None):
-    """A compute function bound to fixed options and called directly. ``pyarrow.compute``'s wrappers build
-    an options object and check their arguments on every call, which costs as much as the kernel itself
-    on columns of a few hundred values (a table's profile makes several such calls per column)."""
-    fn = pc.get_function(name)
-    return lambda *args: fn.call(args, options)
-
-
-_MEAN = _kernel("mean")
-_SAMPLE_STDDEV = _kernel("stddev", pc.VarianceOptions(ddof=1))
-_MIN_MAX = _kernel("min_max")
-_VALUE_COUNTS = _kernel("value_counts")
-_DROP_NULL = _kernel("drop_null")
-_TAKE = _kernel("take", pc.TakeOptions(boundscheck=False))  # indices come from an argsort of the same values
+_MIN_MAX = arrow_kernel("min_max")
+_VALUE_COUNTS = arrow_kernel("value_counts")
+_DROP_NULL = arrow_kernel("drop_null")
+_TAKE = arrow_kernel("take", pc.TakeOptions(boundscheck=False))  # indices come from an argsort of the same values
 
 
 def _fmt(v: Any) -> Any:
@@ -98,13 +88,31 @@ def _fmt(v: Any) -> Any:
     return str(v)
 
 
+_EXACT_INTS = float(2**53)
+
+
+def _float_text(v: float) -> str:
+    """``str(_fmt(v))`` of a float that is not NaN, without ``_fmt``'s dispatch on type (a profile
+    formats thousands of numbers)."""
+    if v.is_integer():
+        return str(int(v)) if -_EXACT_INTS < v < _EXACT_INTS else repr(v)
+    t = repr(v)
+    if len(t) <= 7 and "e" not in t:  # at most five decimals (or inf): rounding to six leaves it as it is
+        return t
+    t = repr(round(v, 6))
+    return t if len(t) <= 7 else repr(float(f"{v:.6g}"))
+
+
 def _text(v: Any) -> str | None:
+    if type(v) is float and v == v:
+        return _float_text(v)
     v = _fmt(v)
     return None if v is None else str(v)
 
 
 def _cut(s: str, n: int) -> str:
-    if len(s) <= n and " " not in s and s.isprintable():  # no whitespace at all: nothing to collapse
+    # Printable text holds no whitespace but the ASCII space; single inner spaces leave nothing to collapse.
+    if len(s) <= n and s.isprintable() and "  " not in s and s[:1] != " " and s[-1:] != " ":
         return s
     if len(s) > 4 * n:
         # Collapsing a prefix gives a prefix of the collapsed whole, so a long cell (up to a sheet's 32,767
@@ -130,31 +138,26 @@ def _text_array(values) -> pa.Array:
     return pa.array([None if _fmt(v) is None else str(_fmt(v)) for v in values], pa.string())
 
 
-def _column_arrays(df: pd.DataFrame) -> list[pa.Array]:
+def _head_table(names: list[str], cells: list[list[str]], n: int, cell_chars: int) -> str:
+    """The first ``n`` rows as a markdown table; ``cells``: each column's first cells, as ``_cells`` writes them."""
+    cols = [_cut(c, cell_chars).replace("|", "\\|") for c in names]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(column[i] for column in cells) + " |" for i in range(n)]
+    return "\n".join(lines)
+
+
+def _cells(values: list[Any], cell_chars: int) -> list[str]:
+    """Head cells as the markdown table shows them: formatted, cut, pipes escaped, missing as empty."""
     out = []
-    for j in range(df.shape[1]):
-        values = column_values(df, j)
-        arr = _arrow(values)
-        out.append(_text_array(values) if arr is None else arr)
+    for v in values:
+        t = _fmt(v)
+        out.append("" if t is None else _cut(str(t), cell_chars).replace("|", "\\|"))
     return out
 
 
-def head_markdown(df: pd.DataFrame, n: int = 5, cell_chars: int = 40, arrays: list[pa.Array] | None = None) -> str:
-    arrays = arrays if arrays is not None else _column_arrays(df)
-    heads = [a.slice(0, n).to_pylist() for a in arrays]
-    return _head_table([str(c) for c in df.columns], heads, min(n, len(df)), cell_chars)
-
-
-def _head_table(names: list[str], heads: list[list[Any]], n: int, cell_chars: int) -> str:
-    cols = [_cut(c, cell_chars).replace("|", "\\|") for c in names]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for i in range(n):
-        cells = []
-        for h in heads:
-            t = _fmt(h[i])
-            cells.append("" if t is None else _cut(str(t), cell_chars).replace("|", "\\|"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def _number_cells(values: list[Any]) -> list[str]:
+    """``_cells`` of plain numbers (Python ints and floats from numpy): short, no blanks or pipes."""
+    return [str(v) if type(v) is int else "" if v != v else _float_text(v) for v in values]
 
 
 def _looks_like_dates(sample: list[Any]) -> bool:
@@ -301,10 +304,15 @@ def profile_column(
     prof["n_unique"] = int(n_unique)
     # Most frequent first; ties keep first-appearance order, so the result is deterministic.
     values = vc.field("values")
-    if counts.max() == 1:  # all distinct: the first values in order of appearance
+    if n_unique == len(vals):  # all distinct: the first values in order of appearance
         top = values.slice(0, unique_cap).to_pylist()
     else:
-        top = _TAKE(values, pa.array(np.argsort(-counts, kind="stable")[:unique_cap])).to_pylist()
+        order = np.argsort(-counts, kind="stable")[:unique_cap]
+        if n_unique <= 64:  # a few values: listing them all costs less than a take
+            listed = values.to_pylist()
+            top = [listed[i] for i in order.tolist()]
+        else:
+            top = _TAKE(values, pa.array(order)).to_pylist()
     numbers = None
     if pa.types.is_integer(typ):
         ids = n_unique == len(vals) and (bool(_IDNAME.search(name)) or _is_counter(vals))
@@ -342,95 +350,227 @@ def profile_column(
     if numbers is not None:
         mm = _MIN_MAX(numbers)
         prof["min"], prof["max"] = _text(mm["min"].as_py()), _text(mm["max"].as_py())
-        prof["mean"], prof["std"] = _moments(numbers)
-    prof["unique_values"] = [_cut(str(_fmt(v)), 80) for v in top]
+        prof["mean"], prof["std"] = _moments_of(np.asarray(numbers.to_numpy(zero_copy_only=False), np.float64))
+    prof["unique_values"] = [_cut(v if type(v) is str else str(_fmt(v)), 80) for v in top]
     return prof
 
 
-def _moments(numbers: pa.Array) -> tuple[float | None, float | None]:
-    """Mean and sample standard deviation (None where not finite), by Arrow's kernels on every route, so
-    every digit is the same whichever route profiled the column (summation order matters)."""
-    mean = _MEAN(numbers).as_py()
-    std = _SAMPLE_STDDEV(numbers).as_py() if len(numbers) > 1 else None
-    return (
-        float(mean) if mean is not None and math.isfinite(mean) else None,
-        float(std) if std is not None and math.isfinite(std) else None,
-    )
+def _width(n: int) -> int:
+    """The length sums run over: ``n`` values, then zeros up to the next power of two."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _moments(rows: np.ndarray, counts: np.ndarray) -> list[tuple[float | None, float | None]]:
+    """(mean, sample standard deviation) of each row, None where not finite. A row holds its ``count``
+    valid values in order, then zeros up to ``_width(count)``: sums are pairwise (numpy's), and their
+    digits depend on the values and that width alone, so a column gets the same digits on every route and
+    in whatever batch of columns it is profiled (numpy sums a row of a block exactly as the row alone)."""
+    k, width = rows.shape
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        means = rows.sum(axis=1) / counts
+        deviations = rows - means[:, None]
+        deviations[np.arange(width) >= counts[:, None]] = 0.0
+        stds = np.sqrt((deviations * deviations).sum(axis=1) / (counts - 1))
+    stds[counts < 2] = np.nan
+    finite_means, finite_stds = np.isfinite(means), np.isfinite(stds)
+    return [
+        (m if fm else None, s if fs else None)
+        for m, s, fm, fs in zip(means.tolist(), stds.tolist(), finite_means.tolist(), finite_stds.tolist())
+    ]
+
+
+def _moments_of(values: np.ndarray) -> tuple[float | None, float | None]:
+    """``_moments`` of one column's valid values."""
+    row = np.zeros((1, _width(len(values))))
+    row[0, : len(values)] = values
+    return _moments(row, np.array([len(values)]))[0]
+
+
+# Block widths up to which a stable argsort of the rows finds their most frequent values faster than a
+# hash count per column (2-4x at 100-300 values); near 1,000 the two cost the same, and past that the
+# hash count's linear cost wins (3-12x at 10,000). Both give the same values.
+_RUNS_MAX_WIDTH = 512
+
+
+def _top_by_count(values: np.ndarray, unique_cap: int) -> list[Any]:
+    """The ``unique_cap`` most frequent of the valid ``values``, ties in order of first appearance."""
+    vc = _VALUE_COUNTS(pa.array(values))
+    counts = vc.field("counts").to_numpy()
+    return vc.field("values").to_numpy()[np.argsort(-counts, kind="stable")[:unique_cap]].tolist()
+
+
+def _top_of_runs(block: np.ndarray, ordered: np.ndarray, n_valid: np.ndarray, unique_cap: int) -> list[list[Any]]:
+    """The ``unique_cap`` most frequent values of each row of ``block`` (``ordered``: the rows sorted, its
+    first ``n_valid`` the valid values), ties in order of first appearance: what a hash count in appearance
+    order, then a stable sort by count, lists. The runs of equal values in sorted order are the distinct
+    values, a run's length is its count, and a stable argsort gives its first appearance (padding sorts
+    after the valid values and comes after them in the row). Rows must hold no signed zero (a sort puts
+    -0.0 and 0.0 in one run)."""
+    k, n = block.shape
+    starts = np.empty((k, n), bool)
+    starts[:, 0] = True
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=starts[:, 1:])
+    starts &= np.arange(n) < n_valid[:, None]
+    at = np.flatnonzero(starts)  # run starts, row by row
+    row = at // n
+    ends = np.empty_like(at)
+    ends[:-1] = at[1:]
+    last = np.ones(len(at), bool)
+    last[:-1] = row[1:] != row[:-1]
+    ends[last] = row[last] * n + n_valid[row[last]]
+    first = np.argsort(block, axis=1, kind="stable").ravel()[at]
+    # One sort key, every part below n + 1: row, then count (most first), then first appearance.
+    ranked = np.argsort((row * (n + 1) + (n - (ends - at))) * (n + 1) + first)
+    ranked_row = row[ranked]
+    place = np.arange(len(ranked)) - np.searchsorted(ranked_row, ranked_row)
+    kept = ranked[place < unique_cap]
+    values = ordered.ravel()[at[kept]].tolist()
+    bounds = np.searchsorted(row[kept], np.arange(k + 1)).tolist()
+    return [values[bounds[j] : bounds[j + 1]] for j in range(k)]
+
+
+class _NumberColumn(NamedTuple):
+    values: np.ndarray  # plain numpy numbers: native-endian ints or floats of at least 32 bits
+    name: str
+    dtype: str
+    description: str | None
 
 
 def _profile_numbers(
     values: np.ndarray, name: str, dtype: str, unique_cap: int, description: str | None
 ) -> dict[str, Any] | None:
-    """``profile_column`` for one numpy int or float column: ``_profile_number_block`` on a block of one."""
-    return _profile_number_block(values[None, :], [name], dtype, unique_cap, [description])[0]
+    """``profile_column`` for one numpy int or float column: ``_profile_number_columns`` on a batch of one."""
+    return _profile_number_columns([_NumberColumn(values, name, dtype, description)], unique_cap)[0]
+
+
+def _profile_number_columns(columns: list[_NumberColumn], unique_cap: int) -> list[dict[str, Any] | None]:
+    """``profile_column`` for each numpy number column, with the same results, computed a block at a time:
+    the columns of one dtype whose lengths round up to the same power of two (those of every table in a
+    batch) are padded to it and profiled together. Per-call costs dominate the arithmetic on columns of a
+    few hundred values, and a batch of tables holds dozens of (table, dtype) groups of a few columns each.
+    A column profiles as None (use the Arrow route) when it is empty, all null, or holds a signed zero."""
+    out: list[dict[str, Any] | None] = [None] * len(columns)
+    blocks: dict[tuple[np.dtype, int], list[int]] = {}
+    for i, c in enumerate(columns):
+        if len(c.values):
+            blocks.setdefault((c.values.dtype, _width(len(c.values))), []).append(i)
+    for (dtype, width), members in blocks.items():
+        # Padding sorts after every valid value: NaN for floats, the largest value for ints (a real
+        # largest value ties with it, and the lengths keep it apart).
+        block = np.full((len(members), width), np.nan if dtype.kind == "f" else np.iinfo(dtype).max, dtype)
+        for r, i in enumerate(members):
+            block[r, : len(columns[i].values)] = columns[i].values
+        lengths = np.fromiter((len(columns[i].values) for i in members), np.int64, len(members))
+        for i, prof in zip(members, _profile_number_block(block, lengths, [columns[i] for i in members], unique_cap)):
+            out[i] = prof
+    return out
 
 
 def _profile_number_block(
-    block: np.ndarray, names: list[str], dtype: str, unique_cap: int, descriptions: list[str | None]
+    block: np.ndarray, lengths: np.ndarray, columns: list[_NumberColumn], unique_cap: int
 ) -> list[dict[str, Any] | None]:
-    """``profile_column`` for each row of a (columns x rows) block of numpy numbers of one dtype, with the
-    same results. A table's columns of one dtype are sorted in one call, and the null counts, ranges,
-    distinct counts and counter test are read off the sorted block for all of them at once (per-column
-    calls cost more than the arithmetic on tables of hundreds of rows). Where every value is distinct the
-    top values are simply the first ones and the hash table (~40 ns per distinct value) is skipped. A
-    column profiles as None (use the Arrow route) when it is all null or holds a signed zero, which Arrow's
-    hashing keeps apart from zero and a sort does not."""
-    k, n = block.shape
-    if n == 0:
-        return [None] * k
+    """``profile_column`` for each row of a (columns x width) block of one numpy dtype, row ``r`` holding
+    column ``r``'s ``lengths[r]`` values, then padding. The block is sorted in one call, and the null
+    counts, ranges, distinct counts and counter test are read off it for every row at once. Where every
+    value is distinct the top values are simply the first ones."""
+    k, width = block.shape
     floating = block.dtype.kind == "f"
-    ordered = np.sort(block, axis=1)  # NaN sorts last
+    ordered = np.sort(block, axis=1)  # NaN and padding sort last
+    positions = np.arange(width)
     if floating:
-        missing = np.isnan(block)
-        n_null = np.count_nonzero(missing, axis=1)
-        negative_zero = np.any((block == 0) & np.signbit(block), axis=1)
+        missing = block != block
+        n_null = missing.sum(axis=1) - (width - lengths)
+        # -0.0 is the one float whose bits are the sign bit alone (the lowest integer of the same width)
+        bits = np.dtype(f"i{block.itemsize}")
+        signed_zero = (block.view(bits) == np.iinfo(bits).min).any(axis=1)
     else:
-        missing, n_null, negative_zero = None, np.zeros(k, np.intp), np.zeros(k, bool)
-    n_valid = n - n_null
-    # Distinct values: changes between neighbours of the sorted row, counted only among the valid prefix.
-    changes = ordered[:, 1:] != ordered[:, :-1]
-    if floating:
-        changes &= np.arange(1, n) < n_valid[:, None]
-    n_unique = np.count_nonzero(changes, axis=1) + 1
+        missing, n_null, signed_zero = None, np.zeros(k, np.int64), np.zeros(k, bool)
+    n_valid = lengths - n_null
+    # Distinct values: changes between neighbours of the sorted row, among its valid values.
+    changes = (ordered[:, 1:] != ordered[:, :-1]) & (positions[1:] < n_valid[:, None])
+    n_unique = changes.sum(axis=1) + 1
     lows = ordered[:, 0].tolist()
     highs = ordered[np.arange(k), np.maximum(n_valid - 1, 0)].tolist()
-    counters = (n >= 3) & np.all(np.diff(block, axis=1) == 1, axis=1) if not floating else np.zeros(k, bool)
+    if floating:
+        counters = np.zeros(k, bool)
+    else:  # 1, 2, 3, ... from the first value on; the padding passes
+        steps = ((block[:, 1:] - block[:, :-1]) == 1) | (positions[1:] >= lengths[:, None])
+        counters = steps.all(axis=1) & (lengths >= 3)
+    usable = (n_valid > 0) & ~signed_zero
+    tops: dict[int, list[Any]] = {}
+    repeats = np.flatnonzero(usable & (n_unique < n_valid))
+    if len(repeats) and width <= _RUNS_MAX_WIDTH:
+        tops.update(zip(repeats.tolist(), _top_of_runs(block[repeats], ordered[repeats], n_valid[repeats], unique_cap)))
+    valid_rows: dict[int, np.ndarray] = {}
+    for r in np.flatnonzero(usable & (n_null > 0)).tolist():
+        valid_rows[r] = block[r, : lengths[r]][~missing[r, : lengths[r]]]
+    for r in repeats.tolist():
+        if r not in tops:
+            tops[r] = _top_by_count(valid_rows.get(r, block[r, : lengths[r]]), unique_cap)
+    moments = _block_moments(block, lengths, usable & (n_null == 0), valid_rows)
     out: list[dict[str, Any] | None] = []
-    for j in range(k):
-        valid = int(n_valid[j])
-        if valid == 0 or negative_zero[j]:
+    for r, (c, use, length, valid, distinct, nulls, counter) in enumerate(
+        zip(
+            columns,
+            usable.tolist(),
+            lengths.tolist(),
+            n_valid.tolist(),
+            n_unique.tolist(),
+            n_null.tolist(),
+            counters.tolist(),
+        )
+    ):
+        if not use:
             out.append(None)
             continue
-        vals = block[j][~missing[j]] if n_null[j] else block[j]
-        distinct = int(n_unique[j])
-        numbers = pa.array(vals)
-        if distinct == valid:  # all distinct: the first values in order of appearance, as value_counts lists them
-            top = vals[:unique_cap].tolist()
-        else:  # most frequent first; ties keep first-appearance order
-            vc = _VALUE_COUNTS(numbers)
-            counts = vc.field("counts").to_numpy()
-            top = vc.field("values").to_numpy()[np.argsort(-counts, kind="stable")[:unique_cap]].tolist()
+        top = tops.get(r)
+        if top is None:  # all distinct: the first values in order of appearance
+            top = (valid_rows[r] if nulls else block[r, :length])[:unique_cap].tolist()
         kind = "numeric"
         if not floating:
-            ids = distinct == valid and (bool(_IDNAME.search(names[j])) or bool(counters[j]))
-            kind = "id" if ids else "integer"
-        mean, std = _moments(numbers)
+            kind = "id" if distinct == valid and (counter or bool(_IDNAME.search(c.name))) else "integer"
+        mean, std = moments[r]
         out.append(
             {
-                "name": names[j],
-                "dtype": dtype,
+                "name": c.name,
+                "dtype": c.dtype,
                 "kind": kind,
-                "n_null": int(n_null[j]),
+                "n_null": nulls,
                 "n_unique": distinct,
-                "min": _text(lows[j]),
-                "max": _text(highs[j]),
+                "min": _text(lows[r]),
+                "max": _text(highs[r]),
                 "mean": mean,
                 "std": std,
                 # Numbers print short and without blanks: nothing to cut.
-                "unique_values": [str(_fmt(v)) for v in top] if floating else list(map(str, top)),
-                "description": descriptions[j],
+                "unique_values": [_float_text(v) for v in top] if floating else list(map(str, top)),
+                "description": c.description,
             }
         )
+    return out
+
+
+def _block_moments(
+    block: np.ndarray, lengths: np.ndarray, complete: np.ndarray, valid_rows: dict[int, np.ndarray]
+) -> dict[int, tuple[float | None, float | None]]:
+    """``_moments`` of the block's complete rows (no nulls; the block is ``_width`` of each row's length
+    wide), and of ``valid_rows`` (the valid values of the others), each laid out as ``_moments`` sums
+    them: rows of the same width in one call."""
+    out: dict[int, tuple[float | None, float | None]] = {}
+    k, width = block.shape
+    rows = np.flatnonzero(complete)
+    if len(rows):
+        laid = block[rows].astype(np.float64)
+        laid[np.arange(width) >= lengths[rows][:, None]] = 0.0
+        out.update(zip(rows.tolist(), _moments(laid, lengths[rows])))
+    by_width: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for r, values in valid_rows.items():
+        by_width.setdefault(_width(len(values)), []).append((r, values))
+    for w, members in by_width.items():
+        laid = np.zeros((len(members), w))
+        for i, (_, values) in enumerate(members):
+            laid[i, : len(values)] = values
+        counts = np.fromiter((len(v) for _, v in members), np.int64, len(members))
+        out.update(zip((r for r, _ in members), _moments(laid, counts)))
     return out
 
 
@@ -479,19 +619,32 @@ def _dtype_name(dtype) -> str:
     return name
 
 
-def _number_groups(columns: list[Any]) -> dict[np.dtype, list[int]]:
-    """Positions of the columns the numpy route profiles, by dtype (native-endian ints and floats of at
-    least 32 bits; narrower ones and everything else take the Arrow route)."""
-    groups: dict[np.dtype, list[int]] = {}
-    for j, values in enumerate(columns):
-        if (
-            isinstance(values, np.ndarray)
-            and values.dtype.kind in "iuf"
-            and values.dtype.itemsize >= 4
-            and values.dtype.isnative
-        ):
-            groups.setdefault(values.dtype, []).append(j)
-    return groups
+def _column_names(columns: pd.Index) -> list[str]:
+    """The names as text. An index of pandas strings is listed through Arrow: iterating it boxes each
+    name separately, which costs more than the rest of a small table's bookkeeping."""
+    if isinstance(columns.dtype, pd.StringDtype):
+        names = pa.array(columns.array).to_pylist()
+        if None not in names:
+            return names
+    return [str(c) for c in columns]
+
+
+def _plain_numbers(values) -> bool:
+    """Whether the numpy route profiles a column: native-endian ints and floats of at least 32 bits
+    (narrower ones and everything else take the Arrow route)."""
+    return (
+        isinstance(values, np.ndarray)
+        and values.dtype.kind in "iuf"
+        and values.dtype.itemsize >= 4
+        and values.dtype.isnative
+    )
+
+
+class TableToProfile(NamedTuple):
+    df: pd.DataFrame
+    name: str = "data"
+    description: str | None = None  # given text (e.g. BIRD's), put before the generated summary
+    column_descriptions: dict[str, str] | None = None
 
 
 def profile_table(
@@ -499,42 +652,72 @@ def profile_table(
     table_name: str = "data",
     description: str | None = None,
     column_descriptions: dict[str, str] | None = None,
+    **options: int,
+) -> dict[str, Any]:
+    """Profile columns, head and ``meta_info`` (a JSON string) for one table (``profile_tables``)."""
+    return profile_tables([TableToProfile(df, table_name, description, column_descriptions)], **options)[0]
+
+
+def profile_tables(
+    tables: list[TableToProfile],
     head_rows: int = 5,
     unique_cap: int = 10,
     unique_threshold: int = 20,
     cell_chars: int = 40,
+) -> list[dict[str, Any]]:
+    """Profile columns, head and ``meta_info`` (a JSON string) for each table. The number columns of all
+    the tables are profiled together (``_profile_number_columns``); each profile is what the table alone
+    gives."""
+    frames = []
+    numbers: list[_NumberColumn] = []
+    placed: list[tuple[int, int]] = []  # (table, column) of each number column
+    for t, table in enumerate(tables):
+        df = table.df
+        col_desc = {str(k).casefold(): v for k, v in (table.column_descriptions or {}).items() if v}
+        names = _column_names(df.columns)
+        columns = [column_values(df, j) for j in range(df.shape[1])]
+        dtypes = [_dtype_name(values.dtype) for values in columns]
+        descriptions = [col_desc.get(name.casefold()) for name in names]
+        for j, values in enumerate(columns):
+            if _plain_numbers(values):
+                numbers.append(_NumberColumn(values, names[j], dtypes[j], descriptions[j]))
+                placed.append((t, j))
+        frames.append((names, columns, dtypes, descriptions, [None] * df.shape[1]))
+    for (t, j), prof in zip(placed, _profile_number_columns(numbers, unique_cap)):
+        frames[t][4][j] = prof
+    return [
+        _table_profile(table, *frame, head_rows, unique_cap, unique_threshold, cell_chars)
+        for table, frame in zip(tables, frames)
+    ]
+
+
+def _table_profile(
+    table: TableToProfile,
+    names: list[str],
+    columns: list[Any],
+    dtypes: list[str],
+    descriptions: list[str | None],
+    profiles: list[dict[str, Any] | None],
+    head_rows: int,
+    unique_cap: int,
+    unique_threshold: int,
+    cell_chars: int,
 ) -> dict[str, Any]:
-    """Profile columns, head and ``meta_info`` (a JSON string) for one table."""
-    n_rows, n_cols = df.shape
-    col_desc = {str(k).casefold(): v for k, v in (column_descriptions or {}).items() if v}
-    names = [str(c) for c in df.columns]
-    columns = [column_values(df, j) for j in range(n_cols)]
-    dtypes = [_dtype_name(values.dtype) for values in columns]
-    descriptions = [col_desc.get(name.casefold()) for name in names]
-    profiles: list[dict[str, Any] | None] = [None] * n_cols
-    for positions in _number_groups(columns).values():
-        # Plain numpy numbers (most columns), a dtype's columns at a time: one sort where a hash table per
-        # column gives the same.
-        block = np.stack([columns[j] for j in positions])
-        dtype = dtypes[positions[0]]
-        found = _profile_number_block(
-            block, [names[j] for j in positions], dtype, unique_cap, [descriptions[j] for j in positions]
-        )
-        for j, prof in zip(positions, found):
-            profiles[j] = prof
+    """One table's profile, its number columns already profiled (``None`` where the Arrow route must)."""
+    n_rows, n_cols = table.df.shape
     heads = []
     for j in range(n_cols):
         values = columns[j]
         if profiles[j] is not None:
-            heads.append(values[:head_rows].tolist())  # NaN formats as empty, like Arrow's null
+            heads.append(_number_cells(values[:head_rows].tolist()))  # NaN shows empty, like Arrow's null
             continue
         arr = _arrow(values)
         if arr is None:
             arr = _text_array(values)
         profiles[j] = profile_column(arr, names[j], dtypes[j], unique_cap, descriptions[j])
-        heads.append(arr.slice(0, head_rows).to_pylist())
+        heads.append(_cells(arr.slice(0, head_rows).to_pylist(), cell_chars))
     head = _head_table(names, heads, min(head_rows, n_rows), cell_chars)
-    desc = describe(table_name, n_rows, profiles, description)
+    desc = describe(table.name, n_rows, profiles, table.description)
     meta = {
         "description": desc,
         "head": head,

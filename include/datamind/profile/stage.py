@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest.loaders import LoadedTable, load_recorded, load_tables
-from datamind.profile.meta import profile_table
+from datamind.profile.meta import TableToProfile, profile_tables
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
 from datamind.shards import chunk, read_hinted, read_table, shard_name, shard_paths, write_shard
@@ -69,14 +69,22 @@ def _fk_sentence(fks: list[dict[str, str]]) -> str:
     )
 
 
-def table_row(
-    file_row: dict[str, Any], t: LoadedTable, provenance: dict[str, Any], run_id: str | None, now: dt.datetime
-) -> dict[str, Any]:
+def _to_profile(t: LoadedTable, provenance: dict[str, Any]) -> TableToProfile:
+    """What profiling needs of a loaded table: its frame, foreign keys as a sentence, BIRD's descriptions."""
     descs = provenance.get("column_descriptions") or {}
     table_descs = {k.casefold(): v for k, v in descs.items()}.get(t.name.casefold(), {})
-    fks = [{k: (str(v) if v is not None else None) for k, v in fk.items()} for fk in t.foreign_keys]
-    description = _fk_sentence(fks) if fks else None
-    prof = profile_table(t.df, table_name=t.name, description=description, column_descriptions=table_descs)
+    description = _fk_sentence(_foreign_keys(t)) if t.foreign_keys else None
+    return TableToProfile(t.df, t.name, description, table_descs)
+
+
+def _foreign_keys(t: LoadedTable) -> list[dict[str, str | None]]:
+    return [{k: (str(v) if v is not None else None) for k, v in fk.items()} for fk in t.foreign_keys]
+
+
+def table_row(
+    file_row: dict[str, Any], t: LoadedTable, prof: dict[str, Any], run_id: str | None, now: dt.datetime
+) -> dict[str, Any]:
+    """The ``catalog/tables`` row of a loaded table and its profile."""
     return {
         "table_id": stable_id(file_row["file_id"], t.name),
         "file_id": file_row["file_id"],
@@ -90,7 +98,7 @@ def table_row(
         "head_markdown": prof["head_markdown"],
         "description": prof["description"],
         "ddl": t.ddl,
-        "foreign_keys": fks,
+        "foreign_keys": _foreign_keys(t),
         "meta_info": prof["meta_info"],
         "read_options": json.dumps(t.read_options, sort_keys=True, ensure_ascii=False),
         "staged_uri": file_row["staged_uri"],
@@ -139,31 +147,30 @@ def _load_file(
     return result.tables, None
 
 
-def _profile_loaded(
-    file_row: dict[str, Any],
-    wanted: dict[str, dict[str, Any]],
-    provenance: dict[str, Any],
-    loaded: list[LoadedTable],
-    run_id: str | None,
-    now: dt.datetime,
-) -> tuple[list[dict[str, Any]], str | None]:
-    rows, missing = [], []
-    for t in loaded:
-        if t.name not in wanted:
-            continue
-        if t.df is None:
-            missing.append(t.name)
-            continue
-        rows.append(table_row(file_row, t, provenance, run_id, now))
+def profile_rows(
+    files: list[tuple[dict[str, Any], list[LoadedTable], dict[str, Any]]], run_id: str | None, now: dt.datetime
+) -> list[list[dict[str, Any]]]:
+    """The ``catalog/tables`` rows of each (file row, its loaded tables, its provenance), every table of
+    every file profiled together (``profile_tables``)."""
+    profiles = iter(profile_tables([_to_profile(t, provenance) for _, tables, provenance in files for t in tables]))
+    return [[table_row(file_row, t, next(profiles), run_id, now) for t in tables] for file_row, tables, _ in files]
+
+
+def _profiled_tables(
+    wanted: dict[str, dict[str, Any]], loaded: list[LoadedTable]
+) -> tuple[list[LoadedTable], str | None]:
+    """The loaded tables ingestion accepted, and the failure reason naming those that did not load."""
+    tables = [t for t in loaded if t.name in wanted and t.df is not None]
+    missing = [t.name for t in loaded if t.name in wanted and t.df is None]
     missing += sorted(set(wanted) - {t.name for t in loaded})
-    return rows, (f"tables not loadable at profiling: {', '.join(missing)}" if missing else None)
+    return tables, (f"tables not loadable at profiling: {', '.join(missing)}" if missing else None)
 
 
 def profile_files(
     root: DataRoot, file_rows: list[dict[str, Any]], run_id: str | None, now: dt.datetime
 ) -> Iterator[tuple[list[dict[str, Any]], str | None]]:
     """(catalog/tables rows, failure reason) for each accepted file, in order. Files are parsed a group
-    (``_GROUP_CELLS``) at a time, then profiled."""
+    (``_GROUP_CELLS``) at a time, then the group's tables are profiled together (``profile_tables``)."""
     group: list[tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]] = []
     cells = 0
     for i, file_row in enumerate(file_rows):
@@ -172,9 +179,14 @@ def profile_files(
         cells += sum(int(v["n_rows"] or 0) * int(v["n_cols"] or 0) for v in wanted.values())
         if cells < _GROUP_CELLS and i + 1 < len(file_rows):
             continue
-        loaded = [_load_file(root, *member) for member in group]
-        for member, (tables, failure) in zip(group, loaded):
-            yield ([], failure) if failure else _profile_loaded(*member, tables, run_id, now)
+        loaded, failures = [], []
+        for file_row_, wanted_, provenance in group:
+            tables, failure = _load_file(root, file_row_, wanted_, provenance)
+            if not failure:
+                tables, failure = _profiled_tables(wanted_, tables)
+            loaded.append((file_row_, tables, provenance))
+            failures.append(failure)
+        yield from zip(profile_rows(loaded, run_id, now), failures)
         group, cells = [], 0
 
 
