@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random
 import re
 
@@ -32,10 +33,12 @@ from datamind.ingest.loaders import (
     read_csv_text,
 )
 from datamind.profile.meta import (
+    _DATEISH,
     TableToProfile,
     _cut,
     _float_text,
     _fmt,
+    _looks_like_dates,
     _profile_numbers,
     profile_column,
     profile_table,
@@ -211,6 +214,15 @@ def test_float_text_is_the_general_formatter_on_floats():
         ]
     ).tolist()
     assert [_float_text(v) for v in values] == [str(_fmt(v)) for v in values]
+
+
+def test_date_look_stops_at_the_first_decisive_miss_and_decides_as_counting_does():
+    rng = random.Random(3)
+    pool = ["2020-01-02", "Jan 3, 2020", "3/4/2020", "abc", None, 5, "x 2020"]
+    for _ in range(5000):
+        sample = [rng.choice(pool) for _ in range(rng.randint(0, 20))]
+        hits = sum(1 for v in sample if isinstance(v, str) and _DATEISH.match(v))
+        assert _looks_like_dates(sample) == (hits >= max(1, math.ceil(0.8 * len(sample)))), sample
 
 
 def test_text_columns_are_stripped_exactly_where_trimming_changes_a_cell():

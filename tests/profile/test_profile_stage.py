@@ -151,3 +151,21 @@ def test_files_are_parsed_a_group_at_a_time_then_profiled_into_the_same_rows(pro
     monkeypatch.setattr(stage, "_GROUP_CELLS", 1)  # each file fills a group on its own
     assert list(stage.profile_files(root, files, "r1", now)) == one_by_one
     assert events == ["load", "profile"] * len(files)
+
+
+def test_the_cycle_collector_is_off_only_while_a_group_is_profiled(profiled, monkeypatch):
+    import gc
+    from datetime import datetime, timezone
+
+    from datamind.profile import stage
+    from datamind.schemas import CATALOG_FILES
+
+    root, _, _ = profiled
+    files = [r for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"]) if r["status"] == "accepted"]
+    seen: list[bool] = []
+    profile = stage.profile_tables
+    monkeypatch.setattr(stage, "profile_tables", lambda *a: seen.append(gc.isenabled()) or profile(*a))
+    assert gc.isenabled()
+    for _ in stage.profile_files(root, files, "r1", datetime(2026, 1, 1, tzinfo=timezone.utc)):
+        assert gc.isenabled()  # never left off while the caller runs
+    assert seen == [False] and gc.isenabled()

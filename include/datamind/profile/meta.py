@@ -161,8 +161,17 @@ def _number_cells(values: list[Any]) -> list[str]:
 
 
 def _looks_like_dates(sample: list[Any]) -> bool:
-    hits = sum(1 for v in sample if isinstance(v, str) and _DATEISH.match(v))
-    return hits >= max(1, math.ceil(0.8 * len(sample)))
+    """Whether at least 80% of the sample (and one value) looks like a date; most text columns are
+    settled by their first few values."""
+    misses_allowed = len(sample) - max(1, math.ceil(0.8 * len(sample)))
+    if misses_allowed < 0:  # an empty sample
+        return False
+    for v in sample:
+        if not (isinstance(v, str) and _DATEISH.match(v)):
+            misses_allowed -= 1
+            if misses_allowed < 0:
+                return False
+    return True
 
 
 _ISO = re.compile(r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?((Z|[+-]\d{2}:?\d{2})?)$")
