@@ -180,13 +180,18 @@ def test_gzip_bomb_is_capped(tmp_path, n_extra):
 
 
 @pytest.mark.parametrize("fmt", ["csv", "xlsx"])
-def test_the_columns_stripped_are_recorded_and_a_reload_with_them_gives_the_same_frame(tmp_path, limits, fmt):
-    # Padding in columns 1 and 3 only (a no-break space in one): those two are recorded, and replaying
-    # them alone gives what looking at every column again gives.
+@pytest.mark.parametrize("empty_row", [False, True])
+def test_tidying_decisions_are_recorded_and_a_reload_that_replays_them_gives_the_same_frame(
+    tmp_path, limits, fmt, empty_row
+):
+    # Padding in columns 1 and 3 only (a no-break space in one), and maybe a row with no value at all:
+    # what tidying decided is recorded, and replaying it gives what deciding it all again gives.
     header = ["id", "city", "code", "note", "amount"]
     rows = [
         [i, f" City {i % 4} ", f"C{i}", f"note {i}\u00a0" if i % 5 == 0 else f"note {i}", i * 1.5] for i in range(30)
     ]
+    if empty_row:
+        rows.insert(7, [""] * len(header))
     p = tmp_path / f"padded.{fmt}"
     if fmt == "csv":
         p.write_text(",".join(header) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows), encoding="utf-8")
@@ -194,10 +199,11 @@ def test_the_columns_stripped_are_recorded_and_a_reload_with_them_gives_the_same
         p.write_bytes(xlsx_bytes({"data": [header, *rows]}))
     t = load_tables(str(p), limits).tables[0]
     assert t.read_options["strip_columns"] == [1, 3]
-    assert t.df["city"].tolist()[:2] == ["City 0", "City 1"] and t.df["note"].tolist()[0] == "note 0"
-    looked_again = {k: v for k, v in t.read_options.items() if k != "strip_columns"}
+    assert t.read_options["drop_empty_rows"] is empty_row or (fmt == "xlsx" and t.read_options["drop_empty_rows"])
+    assert len(t.df) == 30 and t.df["city"].tolist()[:2] == ["City 0", "City 1"] and t.df["note"][0] == "note 0"
+    decided_again = {k: v for k, v in t.read_options.items() if k not in ("strip_columns", "drop_empty_rows")}
     pd.testing.assert_frame_equal(load_table(str(p), t.read_options), t.df, check_exact=True)
-    pd.testing.assert_frame_equal(load_table(str(p), looked_again), t.df, check_exact=True)
+    pd.testing.assert_frame_equal(load_table(str(p), decided_again), t.df, check_exact=True)
 
 
 @pytest.mark.parametrize("names", [[], ["id"], ["Unnamed: 0", "Köln", "a.1", "名前", "x y"]])

@@ -12,7 +12,8 @@ What the loaders repair rather than reject (each repair is recorded in ``read_op
 * rows with an unquoted delimiter inside a value (``repair_rows``: the extra fields are merged at the
   position that best matches the column types of the well-formed rows);
 * fully empty rows and fully empty unnamed columns are dropped; text cells are stripped (the columns
-  that needed it are recorded as ``strip_columns``, so a reload looks at those alone).
+  that needed it are recorded as ``strip_columns``, and whether rows were dropped as ``drop_empty_rows``,
+  so a reload does what was decided without deciding it again).
 
 Memory guards, all before a full parse: files are never read past ``limits.max_file_bytes``; xlsx members
 are checked against ``limits.max_uncompressed_bytes`` before decompressing, and a sheet whose declared
@@ -307,20 +308,23 @@ def _text_bytes(arr) -> int:
 
 
 def _tidy(
-    df: pd.DataFrame, raw: list[str], drop_empty_rows=True, strip: list[int] | None = None
-) -> tuple[pd.DataFrame, list[str], list[int]]:
+    df: pd.DataFrame, raw: list[str], drop_empty_rows=True, recorded: dict[str, Any] | None = None
+) -> tuple[pd.DataFrame, list[str], dict[str, Any]]:
     """Drop empty unnamed columns (and empty rows), strip text; returns the frame, the kept raw names and
-    the positions of the columns whose text was stripped.
+    what was decided, as the ``read_options`` that let a reload skip deciding it again: ``strip_columns``
+    (the positions of the columns whose text was stripped) and ``drop_empty_rows``.
 
     ``drop_empty_rows`` may be a callable deciding it, asked only when the frame can hold an empty row.
-    ``strip``: the positions an earlier load of the same table stripped (its ``strip_columns`` option);
-    only those are looked at, where otherwise every text column is."""
+    ``recorded``: the options of an earlier load of the same table; what they hold is done, not decided
+    (only the recorded columns are stripped; empty rows are dropped as recorded)."""
+    recorded = recorded or {}
     if any(not r.strip() for r in raw):
         keep = [j for j, r in enumerate(raw) if r.strip() or pd.notna(column_values(df, j)).any()]
         if len(keep) < df.shape[1]:
             df = df.take(keep, axis=1)
             raw = [raw[j] for j in keep]
     changed = {}
+    strip = recorded.get("strip_columns")
     for j in range(df.shape[1]) if strip is None else strip:
         stripped = _strip_text(column_values(df, j))
         if stripped is not None:
@@ -328,12 +332,13 @@ def _tidy(
     if changed:  # the frame is this function's own (pandas copies on write where it shares data)
         for j, values in changed.items():
             df.isetitem(j, values)
+    drop_empty_rows = recorded.get("drop_empty_rows", drop_empty_rows)
     if callable(drop_empty_rows):
         # Dropping is a no-op when some column is never missing, so the (costly) decision can be skipped.
         drop_empty_rows = not _some_column_complete(df) and drop_empty_rows()
     if drop_empty_rows:
         df = df.dropna(how="all").reset_index(drop=True)
-    return df, raw, sorted(changed)
+    return df, raw, {"strip_columns": sorted(changed), "drop_empty_rows": bool(drop_empty_rows)}
 
 
 def _some_column_complete(df: pd.DataFrame) -> bool:
@@ -397,11 +402,11 @@ def _load_csv(data: bytes, limits: Limits, name: str = "data") -> LoadResult:
         "repair_rows": False,
     }
     try:
-        df, raw, stripped = read_csv_text(text, options)
+        df, raw, tidied = read_csv_text(text, options)
     except _NeedsRepair:
         options["repair_rows"] = True
-        df, raw, stripped = read_csv_text(text, options)
-    options["strip_columns"] = stripped
+        df, raw, tidied = read_csv_text(text, options)
+    options.update(tidied)
     table = LoadedTable(name, df, len(df), df.shape[1], options, raw_columns=raw)
     return LoadResult("csv", None, encoding, [table])
 
@@ -456,7 +461,7 @@ def _skip_records(text: str, n: int, delimiter: str, quotechar: str) -> tuple[li
     return records, text[pos:]
 
 
-def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], list[int]]:
+def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], dict[str, Any]]:
     sep, quote_ = opts["sep"], opts.get("quotechar", '"')
     start, n_header = int(opts.get("header_start", 0)), int(opts.get("header_rows", 1))
     header_records, body = _skip_records(text, start + n_header, sep, quote_)
@@ -472,7 +477,7 @@ def read_csv_text(text: str, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[s
 
 def _frame(
     source, header_records: list[list[str]], opts: dict[str, Any], has_blank_line, encoding: str | None = None
-) -> tuple[pd.DataFrame, list[str], list[int]]:
+) -> tuple[pd.DataFrame, list[str], dict[str, Any]]:
     """Parse the body (text or bytes handle) under the already-split header records."""
     sep, quote_ = opts["sep"], opts.get("quotechar", '"')
     n_header = int(opts.get("header_rows", 1))
@@ -503,13 +508,13 @@ def _frame(
             raise _NeedsRepair()
     raw = raw + [""] * (ncols - len(raw))
     df.columns = name_index(column_names(raw))
-    return _tidy(df, raw, lambda: bool(ncols and has_blank_line()), opts.get("strip_columns"))
+    return _tidy(df, raw, lambda: bool(ncols and has_blank_line()), opts)
 
 
 _BOM = b"\xef\xbb\xbf"
 
 
-def _read_csv_bytes(data: bytes, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], list[int]] | None:
+def _read_csv_bytes(data: bytes, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], dict[str, Any]] | None:
     """``read_csv_text`` without decoding the whole file to text first, or None where that could differ.
 
     For UTF-8 (and pure ASCII) files without repaired rows, the bytes pandas parses are exactly
@@ -746,9 +751,8 @@ def _sheet_frame(sheet, opts: dict[str, Any]) -> tuple[pd.DataFrame, list[str], 
             body.pop()
     df = _cells_frame(body, ncols)
     df.columns = name_index(column_names(raw))
-    df, raw, stripped = _tidy(df, raw, strip=opts.get("strip_columns"))
-    if "strip_columns" not in opts:
-        opts = {**opts, "strip_columns": stripped}
+    df, raw, tidied = _tidy(df, raw, recorded=opts)
+    opts = {**tidied, **opts}  # what this load decided, unless the options already said
     return _infer_sheet_types(df), raw, opts
 
 
