@@ -388,6 +388,8 @@ def detect_header(rows: Sequence[Sequence[Any]], max_header_rows: int = 3, multi
 
 
 def header_text(value: Any) -> str:
+    if type(value) is str:  # a CSV's cells: blank ones join to "" (what cell_kind calls empty)
+        return " ".join(value.split())
     if cell_kind(value) == "empty":
         return ""
     if isinstance(value, float) and value.is_integer():
