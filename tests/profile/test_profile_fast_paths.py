@@ -1,8 +1,9 @@
 """The fast routes profiling takes give exactly what the general routes give.
 
-* numbers: ``_profile_numbers`` (one numpy sort) against ``profile_column`` on the Arrow array (hash
+* numbers: ``_profile_numbers`` (the block route) against ``profile_column`` on the Arrow array (hash
   counts, Arrow min/max), field for field, on columns built to hit ties, nulls, signed zeros and extremes,
-  alone and side by side in the blocks ``profile_table`` sorts a dtype's columns in;
+  alone and side by side in the blocks a table's (or a batch of tables') columns share; a batch of tables
+  profiled together against each table alone;
 * workbook cells: the column-wise frame against ``DataFrame.map`` over the cells, and the cell types read
   off a column's dtype against a scan of its cells;
 * loading: ``load_table`` (parses the bytes) against ``read_csv_text(decode_text(...))`` (the text route)

@@ -1,4 +1,4 @@
-"""Profile one table: column kinds and statistics, a head sample and the ``meta_info`` JSON for prompts.
+"""Profile tables: column kinds and statistics, a head sample and the ``meta_info`` JSON for prompts.
 
 ``meta_info`` keys (what the synthesis prompt template reads):
 
@@ -15,6 +15,11 @@ Kinds: ``integer``, ``numeric`` (floats), ``boolean``, ``datetime`` (native, or 
 dates in >= 90% of cells), ``id`` (all distinct: integer keys named like ids or counting 1..n, short text
 codes), ``categorical`` (at most 50 distinct values and at most half as many as non-null cells), ``text``,
 and ``binary`` (SQLite blobs). Every statistic is computed on the DataFrame exactly as ``load_table`` returns it.
+
+``profile_tables`` profiles a batch of tables (a profiling group) and gives each what it alone gets: the
+batch's number columns are profiled in shared blocks, and means and standard deviations are pairwise sums
+over a column's valid values padded with zeros to a power of two (``_moments``), so no digit depends on
+the route a column took or the tables it was profiled with.
 """
 
 from __future__ import annotations
