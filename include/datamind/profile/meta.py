@@ -286,6 +286,23 @@ def _parse_numbers(vals: pa.Array, sample: list[Any]) -> pa.Array | None:
         return None
 
 
+def _counted_top(vals: pa.Array, unique_cap: int) -> tuple[int, list[Any]]:
+    """(distinct values, the ``unique_cap`` most frequent) of an array without nulls, by a hash count.
+    Most frequent first; ties keep first-appearance order, so the result is deterministic."""
+    vc = _VALUE_COUNTS(vals)
+    counts = vc.field("counts").to_numpy()
+    values = vc.field("values")
+    if len(counts) == len(vals):  # all distinct: the first values in order of appearance
+        return len(counts), values.slice(0, unique_cap).to_pylist()
+    order = np.argsort(-counts, kind="stable")[:unique_cap]
+    if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):  # numpy indexes these in place
+        return len(counts), values.to_numpy()[order].tolist()
+    if len(counts) <= 64:  # a few values: listing them all costs less than a take
+        listed = values.to_pylist()
+        return len(counts), [listed[i] for i in order.tolist()]
+    return len(counts), _TAKE(values, pa.array(order)).to_pylist()
+
+
 def profile_column(
     arr: pa.Array, name: str, dtype: str, unique_cap: int = 10, description: str | None = None
 ) -> dict[str, Any]:
@@ -312,21 +329,8 @@ def profile_column(
     if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
         prof.update(kind="binary", n_unique=int(pc.count_distinct(vals).as_py()))
         return prof
-    vc = _VALUE_COUNTS(vals)
-    counts = vc.field("counts").to_numpy()
-    n_unique = len(counts)
-    prof["n_unique"] = int(n_unique)
-    # Most frequent first; ties keep first-appearance order, so the result is deterministic.
-    values = vc.field("values")
-    if n_unique == len(vals):  # all distinct: the first values in order of appearance
-        top = values.slice(0, unique_cap).to_pylist()
-    else:
-        order = np.argsort(-counts, kind="stable")[:unique_cap]
-        if n_unique <= 64:  # a few values: listing them all costs less than a take
-            listed = values.to_pylist()
-            top = [listed[i] for i in order.tolist()]
-        else:
-            top = _TAKE(values, pa.array(order)).to_pylist()
+    n_unique, top = _counted_top(vals, unique_cap)
+    prof["n_unique"] = n_unique
     numbers = None
     if pa.types.is_integer(typ):
         ids = n_unique == len(vals) and (bool(_IDNAME.search(name)) or _is_counter(vals))
@@ -404,13 +408,6 @@ def _moments_of(values: np.ndarray) -> tuple[float | None, float | None]:
 # hash count per column (2-4x at 100-300 values); near 1,000 the two cost the same, and past that the
 # hash count's linear cost wins (3-12x at 10,000). Both give the same values.
 _RUNS_MAX_WIDTH = 512
-
-
-def _top_by_count(values: np.ndarray, unique_cap: int) -> list[Any]:
-    """The ``unique_cap`` most frequent of the valid ``values``, ties in order of first appearance."""
-    vc = _VALUE_COUNTS(pa.array(values))
-    counts = vc.field("counts").to_numpy()
-    return vc.field("values").to_numpy()[np.argsort(-counts, kind="stable")[:unique_cap]].tolist()
 
 
 def _top_of_runs(block: np.ndarray, ordered: np.ndarray, n_valid: np.ndarray, unique_cap: int) -> list[list[Any]]:
@@ -520,7 +517,7 @@ def _profile_number_block(
         valid_rows[r] = block[r, : lengths[r]][~missing[r, : lengths[r]]]
     for r in repeats.tolist():
         if r not in tops:
-            tops[r] = _top_by_count(valid_rows.get(r, block[r, : lengths[r]]), unique_cap)
+            tops[r] = _counted_top(pa.array(valid_rows.get(r, block[r, : lengths[r]])), unique_cap)[1]
     moments = _block_moments(block, lengths, usable & (n_null == 0), valid_rows)
     out: list[dict[str, Any] | None] = []
     for r, (c, use, length, valid, distinct, nulls, counter) in enumerate(
@@ -570,7 +567,7 @@ def _block_moments(
     wide), and of ``valid_rows`` (the valid values of the others), each laid out as ``_moments`` sums
     them: rows of the same width in one call."""
     out: dict[int, tuple[float | None, float | None]] = {}
-    k, width = block.shape
+    width = block.shape[1]
     rows = np.flatnonzero(complete)
     if len(rows):
         laid = block[rows].astype(np.float64)
