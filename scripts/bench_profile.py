@@ -8,8 +8,9 @@ over the repeats:
   * baseline: ``pd.read_csv(path)`` once per staged file (what "just parsing" costs); for the workbooks
     (the same tables written as XLSX) ``pd.read_excel(path, engine="calamine")``;
   * load: ``load_recorded`` of every accepted table (the parse profiling starts from, repairs included);
-  * profile (core): one read + parse (recorded read_options, no detection) + profile of every accepted
-    table (``profile_files``, as a profiling shard runs them: no catalog or Parquet I/O);
+  * profile (core): one read + parse (recorded read_options, no detection; Arrow's CSV reader where
+    ingestion recorded the column types that reproduce pandas' frame) + profile of every accepted table
+    (``profile_files``, as a profiling shard runs them: no catalog or Parquet I/O);
   * profile (stage): ``plan_profile`` + ``profile_shard``, catalog reads and the Parquet write included;
   * load + Arrow kernels: the load, then only the Arrow kernels the statistics rest on, one call per column
     and statistic (a conversion and a hash count per column, mean and standard deviation per number

@@ -40,6 +40,8 @@ from datamind.profile.meta import (
     _float_text,
     _fmt,
     _looks_like_dates,
+    _parse_each,
+    _probe_fails_early,
     _profile_numbers,
     profile_column,
     profile_table,
@@ -224,6 +226,31 @@ def test_date_look_stops_at_the_first_decisive_miss_and_decides_as_counting_does
         sample = [rng.choice(pool) for _ in range(rng.randint(0, 20))]
         hits = sum(1 for v in sample if isinstance(v, str) and _DATEISH.match(v))
         assert _looks_like_dates(sample) == (hits >= max(1, math.ceil(0.8 * len(sample)))), sample
+
+
+def test_a_date_probe_given_up_early_is_one_the_whole_probe_rejects():
+    """The per-cell date probe stops after its first cells when the rest cannot lift it to 90%: wherever
+    it stops, parsing all the cells rejects the probe too (too few parse, or the cells mix time zones)."""
+    rng = random.Random(11)
+    pool = ["2014.03.23_20:24:00_TAI", "2020-01-02", "13/04/2021", "Apr 13 2017", "2017-04-13T10:00:00+02:00"]
+    pool += ["2017-04-13T10:00:00Z", "12:30", "x", "Q1 2020", "31/02/2020", "Jan 2020", "20200102", "ID-2020-7"]
+    stopped = 0
+    for _ in range(300):
+        cells = [rng.choice(pool) for _ in range(rng.randint(1, 50))]
+        try:
+            early = _probe_fails_early(cells)
+        except ValueError:  # mixed time zones among the first cells: the whole probe mixes them too
+            with pytest.raises(ValueError):
+                _parse_each(cells)
+            continue
+        if early:
+            stopped += 1
+            try:
+                rejected = _parse_each(cells).notna().mean() < 0.9
+            except ValueError:
+                rejected = True
+            assert rejected, cells
+    assert stopped > 30  # the pool makes early stops common; a test that never stops would prove nothing
 
 
 def test_text_columns_are_stripped_exactly_where_trimming_changes_a_cell():

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from pandas.tseries.api import guess_datetime_format
 
-from datamind.ingest.loaders import arrow_kernel, column_values
+from datamind.ingest.loaders import TableColumns, arrow_kernel, frame_columns
 
 _DATEISH = re.compile(
     r"^\s*(\d{4}[-/.]\d{1,2}([-/.]\d{1,2})?|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}|"
@@ -133,7 +133,8 @@ def _arrow(values) -> pa.Array | None:
     """The column as an Arrow array (NaN -> null), or None when Arrow cannot hold it (mixed objects)."""
     try:
         arr = pa.array(values, from_pandas=True) if isinstance(values, np.ndarray) else pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
+    # OverflowError: Python ints past 64 bits among the objects (a column pandas left as objects)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
         return None
     return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
 
@@ -262,16 +263,38 @@ def _parse_dates(vals: pa.Array, sample: list[Any]) -> pa.Array | None:
         # Per-cell parsing warns that it is per-cell; that is the point of this last resort.
         warnings.simplefilter("ignore", UserWarning)
         try:
-            fmt = "mixed"
-            probed = pd.to_datetime(pd.Series(probe.to_pylist(), dtype=object), errors="coerce", format=fmt)
+            cells = probe.to_pylist()
+            if _probe_fails_early(cells):
+                return None
+            probed = _parse_each(cells)
             if probed.notna().mean() < 0.9:
                 return None
-            parsed = pd.to_datetime(pd.Series(vals.to_pylist(), dtype=object), errors="coerce", format=fmt)
+            parsed = _parse_each(vals.to_pylist())
         except (ValueError, TypeError, OverflowError):
             return None
     if parsed.notna().mean() >= 0.9:
         return pa.array(parsed.dropna())
     return None
+
+
+def _parse_each(cells: list[Any]) -> pd.Series:
+    """Each cell parsed on its own (pandas' "mixed" format), NaT where it does not parse."""
+    return pd.to_datetime(pd.Series(cells, dtype=object), errors="coerce", format="mixed")
+
+
+_EARLY_CELLS = 8
+
+
+def _probe_fails_early(cells: list[Any]) -> bool:
+    """Whether the probe's first cells already miss so often that the whole probe cannot parse on 90%
+    of its cells, even if every other cell parses. Cells parse independently of each other, and per-cell
+    parsing costs about 0.1 ms a cell, which text that merely looks like dates (ids, codes) used to pay
+    on all 50."""
+    head = cells[:_EARLY_CELLS]
+    if len(head) == len(cells):
+        return False
+    hits = int(_parse_each(head).notna().sum())
+    return (hits + len(cells) - len(head)) / len(cells) < 0.9
 
 
 _NUMTEXT = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
@@ -382,19 +405,26 @@ def _moments(rows: np.ndarray, counts: np.ndarray) -> list[tuple[float | None, f
     """(mean, sample standard deviation) of each row, None where not finite. A row holds its ``count``
     valid values in order, then zeros up to ``_width(count)``: sums are pairwise (numpy's), and their
     digits depend on the values and that width alone, so a column gets the same digits on every route and
-    in whatever batch of columns it is profiled (numpy sums a row of a block exactly as the row alone)."""
-    k, width = rows.shape
+    in whatever batch of columns it is profiled (numpy sums a row of a block exactly as the row alone).
+    ``rows`` is the caller's scratch (float64) and is overwritten: the deviations are computed in place."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         means = rows.sum(axis=1) / counts
-        deviations = rows - means[:, None]
-        deviations[np.arange(width) >= counts[:, None]] = 0.0
-        stds = np.sqrt((deviations * deviations).sum(axis=1) / (counts - 1))
+        deviations = np.subtract(rows, means[:, None], out=rows)
+        _zero_tails(deviations, counts)
+        stds = np.sqrt(np.multiply(deviations, deviations, out=deviations).sum(axis=1) / (counts - 1))
     stds[counts < 2] = np.nan
     finite_means, finite_stds = np.isfinite(means), np.isfinite(stds)
     return [
         (m if fm else None, s if fs else None)
         for m, s, fm, fs in zip(means.tolist(), stds.tolist(), finite_means.tolist(), finite_stds.tolist())
     ]
+
+
+def _zero_tails(rows: np.ndarray, counts: np.ndarray) -> None:
+    """Zeros after each row's first ``count`` values (a slice per row: a mask over the block costs more
+    than the arithmetic on wide blocks)."""
+    for r, n in enumerate(counts.tolist()):
+        rows[r, n:] = 0.0
 
 
 def _moments_of(values: np.ndarray) -> tuple[float | None, float | None]:
@@ -457,21 +487,23 @@ def _profile_numbers(
 def _profile_number_columns(columns: list[_NumberColumn], unique_cap: int) -> list[dict[str, Any] | None]:
     """``profile_column`` for each numpy number column, with the same results, computed a block at a time:
     the columns of one dtype whose lengths round up to the same power of two (those of every table in a
-    batch) are padded to it and profiled together. Per-call costs dominate the arithmetic on columns of a
-    few hundred values, and a batch of tables holds dozens of (table, dtype) groups of a few columns each.
-    A column profiles as None (use the Arrow route) when it is empty, all null, or holds a signed zero."""
+    batch) are padded to the longest and profiled together. Per-call costs dominate the arithmetic on
+    columns of a few hundred values, and a batch of tables holds dozens of (table, dtype) groups of a few
+    columns each. A column profiles as None (use the Arrow route) when it is empty, all null, or holds a
+    signed zero."""
     out: list[dict[str, Any] | None] = [None] * len(columns)
     blocks: dict[tuple[np.dtype, int], list[int]] = {}
     for i, c in enumerate(columns):
         if len(c.values):
             blocks.setdefault((c.values.dtype, _width(len(c.values))), []).append(i)
-    for (dtype, width), members in blocks.items():
+    for (dtype, _), members in blocks.items():
+        lengths = np.fromiter((len(columns[i].values) for i in members), np.int64, len(members))
         # Padding sorts after every valid value: NaN for floats, the largest value for ints (a real
         # largest value ties with it, and the lengths keep it apart).
-        block = np.full((len(members), width), np.nan if dtype.kind == "f" else np.iinfo(dtype).max, dtype)
+        pad = np.nan if dtype.kind == "f" else np.iinfo(dtype).max
+        block = np.full((len(members), int(lengths.max())), pad, dtype)
         for r, i in enumerate(members):
             block[r, : len(columns[i].values)] = columns[i].values
-        lengths = np.fromiter((len(columns[i].values) for i in members), np.int64, len(members))
         for i, prof in zip(members, _profile_number_block(block, lengths, [columns[i] for i in members], unique_cap)):
             out[i] = prof
     return out
@@ -563,15 +595,16 @@ def _profile_number_block(
 def _block_moments(
     block: np.ndarray, lengths: np.ndarray, complete: np.ndarray, valid_rows: dict[int, np.ndarray]
 ) -> dict[int, tuple[float | None, float | None]]:
-    """``_moments`` of the block's complete rows (no nulls; the block is ``_width`` of each row's length
-    wide), and of ``valid_rows`` (the valid values of the others), each laid out as ``_moments`` sums
-    them: rows of the same width in one call."""
+    """``_moments`` of the block's complete rows (no nulls; every row's length has the same ``_width``),
+    and of ``valid_rows`` (the valid values of the others), each laid out as ``_moments`` sums them: rows
+    of the same width in one call."""
     out: dict[int, tuple[float | None, float | None]] = {}
-    width = block.shape[1]
     rows = np.flatnonzero(complete)
     if len(rows):
-        laid = block[rows].astype(np.float64)
-        laid[np.arange(width) >= lengths[rows][:, None]] = 0.0
+        # The block is as wide as its longest row; the sums run over _width of it (the same for every row).
+        laid = np.empty((len(rows), _width(block.shape[1])))
+        laid[:, : block.shape[1]] = block[rows]
+        _zero_tails(laid, lengths[rows])
         out.update(zip(rows.tolist(), _moments(laid, lengths[rows])))
     by_width: dict[int, list[tuple[int, np.ndarray]]] = {}
     for r, values in valid_rows.items():
@@ -630,16 +663,6 @@ def _dtype_name(dtype) -> str:
     return name
 
 
-def _column_names(columns: pd.Index) -> list[str]:
-    """The names as text. An index of pandas strings is listed through Arrow: iterating it boxes each
-    name separately, which costs more than the rest of a small table's bookkeeping."""
-    if isinstance(columns.dtype, pd.StringDtype):
-        names = pa.array(columns.array).to_pylist()
-        if None not in names:
-            return names
-    return [str(c) for c in columns]
-
-
 def _plain_numbers(values) -> bool:
     """Whether the numpy route profiles a column: native-endian ints and floats of at least 32 bits
     (narrower ones and everything else take the Arrow route)."""
@@ -652,7 +675,7 @@ def _plain_numbers(values) -> bool:
 
 
 class TableToProfile(NamedTuple):
-    df: pd.DataFrame
+    table: pd.DataFrame | TableColumns  # a frame, or the arrays one would hold
     name: str = "data"
     description: str | None = None  # given text (e.g. BIRD's), put before the generated summary
     column_descriptions: dict[str, str] | None = None
@@ -683,19 +706,18 @@ def profile_tables(
     numbers: list[_NumberColumn] = []
     placed: list[tuple[int, int]] = []  # (table, column) of each number column
     for t, table in enumerate(tables):
-        df = table.df
+        held = table.table if isinstance(table.table, TableColumns) else frame_columns(table.table)
         col_desc = {str(k).casefold(): v for k, v in (table.column_descriptions or {}).items() if v}
-        names = _column_names(df.columns)
-        columns = [column_values(df, j) for j in range(df.shape[1])]
+        names, columns = held.names, held.values
         dtypes = [_dtype_name(values.dtype) for values in columns]
         descriptions = [col_desc.get(name.casefold()) for name in names]
         for j, values in enumerate(columns):
             if _plain_numbers(values):
                 numbers.append(_NumberColumn(values, names[j], dtypes[j], descriptions[j]))
                 placed.append((t, j))
-        frames.append((names, columns, dtypes, descriptions, [None] * df.shape[1]))
+        frames.append((held.n_rows, names, columns, dtypes, descriptions, [None] * len(columns)))
     for (t, j), prof in zip(placed, _profile_number_columns(numbers, unique_cap)):
-        frames[t][4][j] = prof
+        frames[t][5][j] = prof
     return [
         _table_profile(table, *frame, head_rows, unique_cap, unique_threshold, cell_chars)
         for table, frame in zip(tables, frames)
@@ -704,6 +726,7 @@ def profile_tables(
 
 def _table_profile(
     table: TableToProfile,
+    n_rows: int,
     names: list[str],
     columns: list[Any],
     dtypes: list[str],
@@ -715,7 +738,7 @@ def _table_profile(
     cell_chars: int,
 ) -> dict[str, Any]:
     """One table's profile, its number columns already profiled (``None`` where the Arrow route must)."""
-    n_rows, n_cols = table.df.shape
+    n_cols = len(columns)
     heads = []
     for j in range(n_cols):
         values = columns[j]

@@ -76,7 +76,7 @@ def _to_profile(t: LoadedTable, provenance: dict[str, Any]) -> TableToProfile:
     descs = provenance.get("column_descriptions") or {}
     table_descs = {k.casefold(): v for k, v in descs.items()}.get(t.name.casefold(), {})
     description = _fk_sentence(_foreign_keys(t)) if t.foreign_keys else None
-    return TableToProfile(t.df, t.name, description, table_descs)
+    return TableToProfile(t.as_columns(), t.name, description, table_descs)
 
 
 def _foreign_keys(t: LoadedTable) -> list[dict[str, str | None]]:
@@ -138,7 +138,7 @@ def _load_file(
         path = root.local_copy(root.path(root.rel(file_row["staged_uri"])))
         if len(recorded) == len(wanted):
             # One read, no detection: the options ingestion recorded reproduce the tables it judged.
-            return load_recorded(path, recorded), None
+            return load_recorded(path, recorded, frames=False), None
         # rows cataloged before read_options were recorded: detect again. The original name keeps table
         # names (a CSV's table is named after its file) as ingestion saw them.
         result = load_tables(path, _limits_admitting(wanted), filename=provenance.get("original_filename"))
@@ -162,8 +162,8 @@ def _profiled_tables(
     wanted: dict[str, dict[str, Any]], loaded: list[LoadedTable]
 ) -> tuple[list[LoadedTable], str | None]:
     """The loaded tables ingestion accepted, and the failure reason naming those that did not load."""
-    tables = [t for t in loaded if t.name in wanted and t.df is not None]
-    missing = [t.name for t in loaded if t.name in wanted and t.df is None]
+    tables = [t for t in loaded if t.name in wanted and (t.df is not None or t.columns is not None)]
+    missing = [t.name for t in loaded if t.name in wanted and t.df is None and t.columns is None]
     missing += sorted(set(wanted) - {t.name for t in loaded})
     return tables, (f"tables not loadable at profiling: {', '.join(missing)}" if missing else None)
 
