@@ -21,6 +21,7 @@ from datamind.ingest.loaders import (
     load_tables,
 )
 from datamind.profile.meta import TableToProfile, profile_table, profile_tables
+from datamind.settings import Limits
 
 _ROWS = range(3, 30)
 
@@ -102,6 +103,14 @@ def test_tidying_is_replayed_on_the_columns(tmp_path):
     pd.testing.assert_frame_equal(_frame_of(columns), load_table(str(path), options), check_exact=True)
 
 
+def test_a_table_past_the_row_limit_is_not_checked(tmp_path):
+    """It is rejected at ingestion and never profiled, so the second parse would be wasted."""
+    path = tmp_path / "t.csv"
+    path.write_text("a,b\n" + "".join(f"{i},q{i}\n" for i in range(60)))
+    assert load_tables(str(path), Limits(max_rows=59)).tables[0].read_options.get("column_types") is None
+    assert load_tables(str(path), Limits(max_rows=60)).tables[0].read_options["column_types"] == ["int64", "str"]
+
+
 def test_a_reload_the_arrow_reader_cannot_parse_falls_back_to_pandas(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("a,b\n1,x\n" + "".join(f"{i},q{i}\n" for i in _ROWS))
@@ -134,7 +143,7 @@ def test_dabench_tables_profile_the_same_on_both_routes(shared_data, tmp_path):
     tables = sorted((shared_data / "dabench" / "da-dev-tables").glob("*.csv"))
     routed = 0
     for path in tables:
-        result = load_tables(str(path))
+        result = load_tables(str(path), Limits(max_rows=10**7))
         if result.error:
             continue
         options = json.loads(json.dumps(result.tables[0].read_options))  # as the catalog stores them

@@ -495,7 +495,12 @@ def _load_csv(data: bytes, limits: Limits, name: str = "data") -> LoadResult:
         df, raw, tidied = read_csv_text(text, options)
     types = tidied.pop("column_types")
     options.update(tidied)
-    if None not in types and (verified := _verified_column_types(data, options, types, df)):
+    # A table past the row limit is rejected, never profiled: no second parse for it.
+    if (
+        None not in types
+        and len(df) <= limits.max_rows
+        and (verified := _verified_column_types(data, options, types, df))
+    ):
         options["column_types"] = verified
     table = LoadedTable(name, df, len(df), df.shape[1], options, raw_columns=raw)
     return LoadResult("csv", None, encoding, [table])
