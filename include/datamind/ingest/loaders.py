@@ -596,17 +596,21 @@ def _frame(
             raise
         raise _NeedsRepair() from exc
     ncols = df.shape[1]
-    raw = sniff.combine_header(header_records, ncols) if n_header else [""] * ncols
+    raw = _header_cells(header_records, ncols, n_header)
     if n_header and not opts.get("repair_rows"):
         hdr_width = max((len(r) for r in header_records), default=0)
         if ncols > hdr_width or _misaligned_tail(df, raw):
             raise _NeedsRepair()
-    raw = raw + [""] * (ncols - len(raw))
     df.columns = name_index(column_names(raw))
     # The parsed columns' types: what ingestion records if Arrow's reader reproduces the table with them.
     parsed = [_column_type(column_values(df, j)) for j in range(ncols)]
     df, raw, decisions = _tidy(df, raw, lambda: bool(ncols and has_blank_line()), opts)
     return df, raw, {**decisions, "column_types": parsed}
+
+
+def _header_cells(header_records: list[list[str]], ncols: int, n_header: int) -> list[str]:
+    """Each parsed column's header text as written (the header records combined; blank without a header)."""
+    return sniff.combine_header(header_records, ncols) if n_header else [""] * ncols
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -713,9 +717,7 @@ def _arrow_csv_columns(data: bytes, opts: dict[str, Any], types: list[str]) -> T
         ),
     )
     values = [_held(table.column(j), t) for j, t in enumerate(types)]
-    n_header = int(opts.get("header_rows", 1))
-    raw = sniff.combine_header(header_records, len(types)) if n_header else [""] * len(types)
-    raw = raw + [""] * (len(types) - len(raw))
+    raw = _header_cells(header_records, len(types), int(opts.get("header_rows", 1)))
     return _tidy_columns(TableColumns(column_names(raw), values, table.num_rows), raw, opts)
 
 
