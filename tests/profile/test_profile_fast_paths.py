@@ -42,6 +42,7 @@ from datamind.profile.meta import (
     _looks_like_dates,
     _parse_each,
     _probe_fails_early,
+    _top_order,
     _profile_numbers,
     profile_column,
     profile_table,
@@ -226,6 +227,14 @@ def test_date_look_stops_at_the_first_decisive_miss_and_decides_as_counting_does
         sample = [rng.choice(pool) for _ in range(rng.randint(0, 20))]
         hits = sum(1 for v in sample if isinstance(v, str) and _DATEISH.match(v))
         assert _looks_like_dates(sample) == (hits >= max(1, math.ceil(0.8 * len(sample)))), sample
+
+
+def test_top_order_is_the_stable_sort_of_the_counts_cut_to_the_cap():
+    rng = np.random.default_rng(23)
+    for _ in range(3000):
+        n, cap = int(rng.integers(1, 3000)), int(rng.integers(1, 20))
+        counts = rng.integers(1, int(rng.integers(2, 9)), n)  # few distinct counts: ties at every cut
+        assert np.array_equal(_top_order(counts, cap), np.argsort(-counts, kind="stable")[:cap]), (n, cap)
 
 
 def test_a_date_probe_given_up_early_is_one_the_whole_probe_rejects():

@@ -317,13 +317,28 @@ def _counted_top(vals: pa.Array, unique_cap: int) -> tuple[int, list[Any]]:
     values = vc.field("values")
     if len(counts) == len(vals):  # all distinct: the first values in order of appearance
         return len(counts), values.slice(0, unique_cap).to_pylist()
-    order = np.argsort(-counts, kind="stable")[:unique_cap]
+    order = _top_order(counts, unique_cap)
     if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):  # numpy indexes these in place
         return len(counts), values.to_numpy()[order].tolist()
     if len(counts) <= 64:  # a few values: listing them all costs less than a take
         listed = values.to_pylist()
         return len(counts), [listed[i] for i in order.tolist()]
     return len(counts), _TAKE(values, pa.array(order)).to_pylist()
+
+
+def _top_order(counts: np.ndarray, cap: int) -> np.ndarray:
+    """``np.argsort(-counts, kind="stable")[:cap]`` (most frequent first, ties by position) without sorting
+    every count: the ``cap``-th largest count splits them into those above it, all kept, and those equal
+    to it, kept in order up to ``cap``; only the kept ones are sorted. Large columns have thousands of
+    distinct values and keep ten."""
+    n = len(counts)
+    if n <= 4 * cap:
+        return np.argsort(-counts, kind="stable")[:cap]
+    threshold = np.partition(counts, n - cap)[n - cap]
+    above = np.flatnonzero(counts > threshold)
+    kept = np.concatenate([above, np.flatnonzero(counts == threshold)[: cap - len(above)]])
+    kept.sort()
+    return kept[np.argsort(-counts[kept], kind="stable")]
 
 
 def profile_column(
