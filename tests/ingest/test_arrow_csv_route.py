@@ -111,13 +111,15 @@ def test_a_table_past_the_row_limit_is_not_checked(tmp_path):
     assert load_tables(str(path), Limits(max_rows=60)).tables[0].read_options["column_types"] == ["int64", "str"]
 
 
-def test_a_reload_the_arrow_reader_cannot_parse_falls_back_to_pandas(tmp_path):
+def test_a_reload_the_arrow_reader_cannot_parse_falls_back_to_pandas(tmp_path, caplog):
     path = tmp_path / "t.csv"
     path.write_text("a,b\n1,x\n" + "".join(f"{i},q{i}\n" for i in _ROWS))
     options = load_tables(str(path)).tables[0].read_options
     wrong = {**options, "column_types": ["int64", "int64"]}  # "b" holds text
-    loaded = load_recorded(str(path), [wrong], frames=False)[0]
+    with caplog.at_level("WARNING", logger="datamind.ingest.loaders"):
+        loaded = load_recorded(str(path), [wrong], frames=False)[0]
     assert loaded.columns is None
+    assert "no longer parse with Arrow's reader" in caplog.text and "ArrowInvalid" in caplog.text
     pd.testing.assert_frame_equal(loaded.df, load_table(str(path), options), check_exact=True)
 
 

@@ -34,6 +34,7 @@ import csv
 import datetime as dt
 import gzip
 import io
+import logging
 import os
 import re
 import sqlite3
@@ -57,6 +58,8 @@ try:  # what DataFrame.map applies to each mapped column; _cells_frame does the 
     from pandas._libs.lib import maybe_convert_objects as _maybe_convert_objects
 except ImportError:  # pragma: no cover - a pandas without it: DataFrame.map itself
     _maybe_convert_objects = None
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("csv", "xlsx", "sqlite")  # what load_tables turns into tables
 _SHEET_SLACK = 100  # rows of titles/footers tolerated above max_rows before a sheet counts as huge
@@ -243,10 +246,17 @@ def load_recorded(local_path: str, read_options: list[dict[str, Any]], frames: b
 
 def _recorded_csv_columns(local_path: str, opts: dict[str, Any]) -> TableColumns | None:
     """A delimited table through Arrow's reader with its recorded ``column_types``; None (the caller takes
-    the pandas route) if that fails, which ingestion's check makes a bug, never a lost table."""
+    the pandas route) if that fails, which ingestion's check makes a bug, never a lost table: it is logged."""
     try:
         return _arrow_csv_columns(_csv_file_bytes(local_path, opts), opts, opts["column_types"])
-    except (pa.ArrowException, ValueError, TypeError, KeyError):
+    except (pa.ArrowException, ValueError, TypeError, KeyError) as exc:
+        log.warning(
+            "table %r: its recorded column_types no longer parse with Arrow's reader (%s: %s); "
+            "profiling it with pandas instead",
+            opts.get("table", "data"),
+            type(exc).__name__,
+            str(exc)[:200],
+        )
         return None
 
 
@@ -736,10 +746,10 @@ def _verified_column_types(data: bytes, opts: dict[str, Any], types: list[str], 
         columns = _arrow_csv_columns(data, opts, types)
     except (pa.ArrowException, ValueError, TypeError):
         return None
-    return types if columns is not None and same_columns(columns, frame_columns(df)) else None
+    return types if columns is not None and _same_columns(columns, frame_columns(df)) else None
 
 
-def same_columns(a: TableColumns, b: TableColumns) -> bool:
+def _same_columns(a: TableColumns, b: TableColumns) -> bool:
     """Whether two tables hold the same names and columns: array types, dtypes, values, missing cells and
     the signs of zeros."""
     if a.names != b.names or a.n_rows != b.n_rows or len(a.values) != len(b.values):
