@@ -12,6 +12,9 @@ Every dropped sample lands in `rejections/` with the filter and the reason. The 
 written as `dataset/v<N>/part-XXXXX.parquet` (zstd, sized shards, deterministic names) with a
 `manifest.json` naming the version, counts and schema version; an unchanged input republishes
 nothing. The new version triggers **train_agent**. Quality report: `reports/publish_dataset/<run>/`.
+
+A run with no publishable sample, and no earlier release holding one, **fails**: it writes and promotes
+nothing, and its error names the stage that produced nothing with that stage's rejections by reason.
 """
 
 from __future__ import annotations
@@ -39,14 +42,20 @@ def publish_dataset():
     @task(outlets=[DATASET])
     def publish() -> dict:
         """Filter, write the new version atomically, validate it and announce the Asset."""
+        from airflow.sdk.exceptions import AirflowFailException
+
         from datamind.assets import DIRS
         from datamind.pipeline import finalize_stage
+        from datamind.publish.stage import NothingToPublish
         from datamind.publish.stage import publish_dataset as publish_version
 
         context = get_current_context()
         params = context["params"]
         root, run_id = runtime.data_root(), runtime.run_id()
-        manifest = publish_version(root, run_id, {**params, "judged_partition": params["judged_partition"] or None})
+        try:
+            manifest = publish_version(root, run_id, {**params, "judged_partition": params["judged_partition"] or None})
+        except NothingToPublish as exc:  # a retry would find the same inputs: fail now, saying which stage
+            raise AirflowFailException(str(exc)) from exc
         runtime.log_summary("Published dataset", {k: v for k, v in manifest.items() if not isinstance(v, (list, dict))})
         audit = manifest.get("audit") or {}
         runtime.log_summary(

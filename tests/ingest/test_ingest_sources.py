@@ -157,3 +157,22 @@ def test_several_sources_list_together_and_keep_equal_names_apart(tmp_path):
     assert len(specs) == 2 and len(set(ids)) == 3  # one run, mapped shards, every file once
     # a single source keeps its paths unchanged
     assert [f.rel_path for f in list_sources([str(tmp_path / "2024-q1")])] == ["sales.csv"]
+
+
+def test_a_source_that_is_one_file_is_listed_under_its_own_name(tmp_path):
+    from datamind.ingest.sources import list_sources
+
+    for folder in ("exports", "archive", "2024-q2"):
+        (tmp_path / folder).mkdir()
+    write_csv(tmp_path / "exports" / "sales_orders.csv", 30)
+    write_csv(tmp_path / "archive" / "sales_orders.csv", 40)  # the same name from another folder
+    write_csv(tmp_path / "2024-q2" / "extra.csv", 31)
+    single, other, folder = (
+        str(tmp_path / "exports" / "sales_orders.csv"),
+        str(tmp_path / "archive" / "sales_orders.csv"),
+        str(tmp_path / "2024-q2"),
+    )
+    assert [f.rel_path for f in list_sources([single])] == ["sales_orders.csv"]
+    files = list_sources([single, folder, other, single])
+    assert [f.rel_path for f in files] == ["sales_orders.csv", "2024-q2/extra.csv", "archive/sales_orders.csv"]
+    assert [f.source_uri for f in files] == [single, str(tmp_path / "2024-q2" / "extra.csv"), other]

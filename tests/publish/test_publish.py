@@ -311,3 +311,104 @@ def test_the_audit_counts_cells_that_only_compare_two_numbers(root):
     assert "\\'Yes\\'" in rows[1]["messages"][2]["content"]
     figures = audit_rows(rows)
     assert figures["literal_check_share"] == 0.5  # samples 0 and 1
+
+
+def _dataset_entries(root: DataRoot) -> list[str]:
+    return sorted(os.listdir(root.path("dataset"))) if root.exists("dataset") else []
+
+
+def test_a_publish_whose_judged_rows_are_all_filtered_writes_no_release_and_says_why(root):
+    from datamind.publish.stage import NothingToPublish
+
+    write_shard(root, DATASET, "judged/params=aa", [judged_row(i) for i in range(3)], "part-a.parquet")
+    root.write_text("raw/f1/x.csv", "a,b\n1,2\n")
+    assert publish_dataset(root, "run-1", judged_partition="params=aa")["version"] == 1
+    bad = [judged_row(10, answer="word " * 1500), judged_row(11, answer="word " * 1500), judged_row(12, think="cafÃ©")]
+    write_shard(root, DATASET, "judged/params=bb", bad, "part-b.parquet")
+    with pytest.raises(NothingToPublish) as caught:
+        publish_dataset(root, "run-2", judged_partition="params=bb")
+    message = str(caught.value)
+    assert "publish_dataset" in message and "all 3 judged rows of judged/params=bb/" in message
+    assert "length:answer_too_long: 2, linguistic:mojibake: 1" in message and "LATEST stays v1" in message
+    # nothing written or promoted: v1 is still the only release and the newest
+    assert _dataset_entries(root) == ["LATEST", "v1"] and root.read_text("dataset/LATEST").strip() == "v1"
+    assert not root.exists("staging", "dataset", "v2")
+    # the drops are recorded all the same, as every publish records them
+    rejected = {r["item_id"] for r in read_rows(root, REJECTIONS, "rejections/filter")}
+    assert {"s000010", "s000011", "s000012"} <= rejected
+
+
+def test_with_no_judged_row_the_error_names_the_stage_upstream_that_produced_nothing(root, tmp_path):
+    from datamind.publish.stage import NothingToPublish
+    from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES, rejection
+    from datamind.synth.rows import query_row
+
+    def fails(r: DataRoot) -> str:
+        with pytest.raises(NothingToPublish) as caught:
+            publish_dataset(r, "run-1")
+        assert _dataset_entries(r) == []  # no release, no LATEST
+        return str(caught.value)
+
+    def rejected(stage: str, codes: list[str]) -> None:
+        rows = [rejection(stage, f"{stage}-{i}", code, "why", created_at=NOW) for i, code in enumerate(codes)]
+        write_shard(root, REJECTIONS, f"rejections/{stage}", rows, "part-0.parquet")
+
+    assert "nothing was ingested" in fails(root)
+
+    files = [
+        {"file_id": f"f{i}", "source": "s", "source_uri": f"/in/{i}.csv", "rel_path": f"{i}.csv", "format": "csv"}
+        | {"status": "rejected", "reason_code": code, "content_sha256": str(i), "size_bytes": 1, "ingested_at": NOW}
+        for i, code in enumerate(["too_few_rows", "too_few_rows", "unloadable"])
+    ]
+    write_shard(root, CATALOG_FILES, "catalog/files", files, "part-0.parquet")
+    message = fails(root)
+    assert "ingestion accepted none of the 3 files" in message and "too_few_rows: 2, unloadable: 1" in message
+
+    table = {"table_id": "t1", "file_id": "f0", "source": "s", "format": "csv", "table_name": "sales"}
+    table |= {"n_rows": 10, "n_cols": 2, "staged_uri": "raw/s/f0/0.csv", "profiled_at": NOW}
+    write_shard(root, CATALOG_TABLES, "catalog/tables", [table, {**table, "table_id": "t2"}], "part-0.parquet")
+    rejected("synthesis", ["table_unreadable", "table_unreadable", "near_duplicate"])
+    message = fails(root)
+    assert "synthesize_queries wrote no row to queries/ from the 2 tables in catalog/tables/" in message
+    assert "by reason: table_unreadable: 2, near_duplicate: 1" in message
+
+    common = {"fingerprint": "fp", "table": table, "tables": ["sales"], "category": "counting", "parents": []}
+    common |= {"description": None, "lang": "python", "solution": "print(10)", "answer": "10", "model": None}
+    queries = [
+        query_row(
+            **common, hop=1, root_id=None, question=f"How many rows, {i}?", backend="offline", template_version="t"
+        )
+        for i in range(4)
+    ]
+    write_shard(root, QUERIES, "queries/params=fp", queries, "part-0.parquet")
+    rejected("rollout", ["no_reference_solution"] * 3 + ["sandbox_error"])
+    message = fails(root)
+    assert "sample_trajectories wrote no row to trajectories/ from the 4 queries in queries/" in message
+    assert "by reason: no_reference_solution: 3, sandbox_error: 1" in message
+
+
+def test_a_rerun_whose_samples_an_earlier_release_holds_stays_a_quiet_noop(root):
+    write_judged(root, [judged_row(i) for i in range(4)])
+    first = publish_dataset(root, "run-1")
+    root.remove("raw/f1/x.csv")  # the release carries its own copy; the staged original may go
+    again = publish_dataset(root, "run-2")
+    assert again["unchanged"] and again["version"] == 1 and again["content_hash"] == first["content_hash"]
+    assert _dataset_entries(root) == ["LATEST", "v1"] and root.read_text("dataset/LATEST").strip() == "v1"
+
+
+def test_the_dag_fails_a_run_with_nothing_to_publish_and_announces_nothing(airflow_db, root, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    monkeypatch.setenv("DATAMIND_DATA_ROOT", root.url)
+    write_judged(root, [judged_row(i, answer="word " * 1500) for i in range(2)])
+    dag = DagBag(dag_folder=str(REPO / "dags" / "publish_dataset.py")).dags["publish_dataset"]
+    with create_session() as session:
+        before = session.query(AssetEvent).count()
+    run = dag.test()
+    (task,) = run.get_task_instances()
+    assert run.state == "failed" and task.state == "failed" and task.try_number == 1  # no retries: it would not help
+    assert _dataset_entries(root) == []
+    with create_session() as session:
+        assert session.query(AssetEvent).count() == before

@@ -299,21 +299,38 @@ def source_label(uri: str) -> str:
     return re.sub(r"[^\w.-]", "_", name.removesuffix(".zip")) or "source"
 
 
+def names_one_file(uri: str) -> bool:
+    """Whether ``uri`` is one plain file (not a folder, a glob or a ``.zip`` whose members are the files)."""
+    if GLOB_CHARS & set(uri.split("::")[-1]) or uri.lower().rstrip("/").endswith(".zip"):
+        return False
+    if "://" not in uri or uri.startswith("file://"):
+        return os.path.isfile(uri.removeprefix("file://"))
+    fs, path = url_to_fs(uri)
+    return fs.isfile(path)
+
+
 def list_sources(uris: list[str], limits: Limits | None = None) -> list[SourceFile]:
     """The files of several sources in one listing (a backfill of many folders or prefixes in one run).
 
     One source keeps its files' paths as they are; with several, each file's ``rel_path`` starts with its
-    source's label (``2024-q1/sales.csv``), so equal names in different sources stay distinct files."""
+    source's label (``2024-q1/sales.csv``), so equal names in different sources stay distinct files. A source
+    that is one file is listed under its own name (labelled, it would be ``sales.csv/sales.csv``); only a
+    name an earlier source already took goes under the label of its folder (``2024-q2/sales.csv``)."""
+    uris = list(dict.fromkeys(uris))  # a source named twice is listed once
     if len(uris) == 1:
         return list_source_files(uris[0], limits)
     labels: list[str] = []
-    for uri in uris:
-        label = source_label(uri)
-        while label in labels:
-            label = f"{label}_{len(labels)}"
-        labels.append(label)
     out: list[SourceFile] = []
-    for uri, label in zip(uris, labels):
-        for f in list_source_files(uri, limits):
-            out.append(replace(f, rel_path=f"{label}/{f.rel_path}", provenance={**f.provenance, "source_uri": uri}))
+    for uri in uris:
+        files = list_source_files(uri, limits)
+        one = names_one_file(uri)
+        label: str | None = None
+        if not one or any(f.rel_path == files[0].rel_path for f in out):
+            label = source_label((uri.rsplit("/", 1)[0] or "/") if one else uri)
+            while label in labels:
+                label = f"{label}_{len(labels)}"
+            labels.append(label)
+        for f in files:
+            rel = f"{label}/{f.rel_path}" if label else f.rel_path
+            out.append(replace(f, rel_path=rel, provenance={**f.provenance, "source_uri": uri}))
     return out

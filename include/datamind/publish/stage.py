@@ -9,7 +9,9 @@ newest complete release already has that hash nothing is written.  Otherwise the
 filled shard by shard (each write atomic) and ``manifest.json`` is written last: a release without a
 manifest is incomplete, readers must ignore it, and the next run reuses and overwrites that same
 ``v<N>`` (deleting any stray shard or temporary file), so a killed publish never leaves a partial or
-duplicated shard behind.  ``dataset/LATEST`` names the newest complete version.
+duplicated shard behind.  ``dataset/LATEST`` names the newest complete version.  Judged rows of which none
+is publishable write and promote nothing: when no release holds any of them either, publishing raises
+``NothingToPublish``, naming the stage that produced nothing and its rejections by reason.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ from datamind.publish import card
 from datamind.publish.audit import AuditTally
 from datamind.publish.params import PublishParams
 from datamind.stage_params import from_params
-from datamind.schemas import CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
+from datamind.schemas import ALL, CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
 from datamind.shards import read_rows, read_table, shard_paths, table_to_parquet_bytes
 from datamind.storage import DataRoot
-from datamind.stages import STAGES
+from datamind.stages import PIPELINE, STAGES, contract
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +262,16 @@ def _publish_screened(
     elif root.exists(rejections_file):
         root.remove(rejections_file)
     kept = screened.kept
+    if not kept:
+        # A rerun over samples an earlier release holds (their data files since removed, say) has nothing new:
+        # the same quiet no-op as unchanged content. Otherwise no release shows anything for these inputs.
+        held = _release_holding(root, {r["item_id"] for r in rejections})
+        if held is not None:
+            log.info("no publishable sample; v%s already holds the judged ones: nothing to publish", held["version"])
+            return {**held, "unchanged": True}
+        latest = read_manifest(root)
+        kept_as = f"dataset/LATEST stays v{latest['version']}" if latest else "there is no release yet"
+        raise NothingToPublish(f"nothing to publish, no release written ({kept_as}): {why_nothing(root, screened)}")
     for r in kept:  # the release's own view of each row: its split, and its data file inside the folder
         r["split"] = card.split_of(r["file_id"], test_fraction)
     digest = content_version([r["sample_id"] for r in kept], test_fraction)
@@ -335,6 +347,97 @@ def _publish_screened(
         "published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(names), len(rejections)
     )
     return manifest
+
+
+class NothingToPublish(ValueError):
+    """No judged row is publishable and no release holds any: nothing was written or promoted. The message
+    names the stage that produced nothing and its rejections by reason."""
+
+
+def _release_holding(root: DataRoot, sample_ids: set[str]) -> dict | None:
+    """The manifest of the newest complete release holding one of ``sample_ids``, or None."""
+    if not sample_ids:
+        return None
+    for number, complete in reversed(versions(root)):
+        manifest = read_manifest(root, number) if complete else None
+        if manifest is None:
+            continue
+        vdir = posixpath.join(DIRS["dataset"], f"v{number}")
+        parts = [root.path(vdir, s["name"]) for s in manifest.get("shards") or []]
+        held = read_table(root, DATASET, vdir, columns=["sample_id"], paths=parts).column("sample_id").to_pylist()
+        if not sample_ids.isdisjoint(held):
+            return manifest
+    return None
+
+
+# The column naming what each stage's planner counts (``Stage.item``) in the table it reads.
+_ITEM_COLUMN = {
+    "catalog_files": "file_id",
+    "catalog_tables": "table_id",
+    "queries": "query_id",
+    "trajectories": "query_id",
+}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word if n == 1 else word[:-1] + 'ies' if word.endswith('y') else word + 's'}"
+
+
+def _by_reason(counts: Counter) -> str:
+    return ", ".join(f"{code or 'unknown'}: {n}" for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def why_nothing(root: DataRoot, screened: _Screened) -> str:
+    """Which stage produced nothing for the release, and why: the judged rows' filter drops, or else the
+    nearest stage upstream whose input holds items but whose output none, with its rejections by reason."""
+    judged = posixpath.join(DIRS["judged"], screened.partition) if screened.partition else DIRS["judged"]
+    if screened.n_judged:
+        return (
+            f"publish_dataset dropped all {_plural(screened.n_judged, 'judged row')} of {judged}/; "
+            f"by reason: {_by_reason(Counter(r['reason_code'] for r in screened.rejections))}"
+        )
+    rejected: dict[str, Counter] = {}
+    for r in read_rows(root, REJECTIONS, DIRS["rejections"], columns=["stage", "reason_code"]):
+        rejected.setdefault(r["stage"], Counter())[r["reason_code"]] += 1
+    upstream = PIPELINE[: PIPELINE.index(STAGES["publish_dataset"])]
+    for stage in reversed([s for s in upstream if s.reads in _ITEM_COLUMN]):
+        items = _items(root, stage.reads)
+        if not items:
+            continue
+        codes = rejected.get(stage.rejections or "")
+        why = f"by reason: {_by_reason(codes)}" if codes else f"it recorded no rejection (has {stage.dag_id} run?)"
+        skips = _synthesis_skips(root) if stage.dag_id == "synthesize_queries" else None
+        if skips:
+            why += f"; skipped by reason: {_by_reason(skips)}"
+        return (
+            f"{judged}/ is empty: {stage.dag_id} wrote no row to {DIRS[stage.writes]}/ from the "
+            f"{_plural(len(items), stage.item)} in {DIRS[stage.reads]}/; {why}"
+        )
+    files = read_rows(root, CATALOG_FILES, DIRS["catalog_files"], columns=["status", "reason_code"])
+    if files:
+        return (
+            f"{judged}/ is empty: ingestion accepted none of the {_plural(len(files), 'file')} in "
+            f"{DIRS['catalog_files']}/; by reason: {_by_reason(Counter(f['reason_code'] for f in files))}"
+        )
+    return f"{judged}/ is empty and so is {DIRS['catalog_files']}/: nothing was ingested"
+
+
+def _items(root: DataRoot, table: str) -> set[str]:
+    """The items of ``table`` its reading stage plans over (of catalog/files, the accepted files only)."""
+    column = _ITEM_COLUMN[table]
+    if table == "catalog_files":
+        rows = read_rows(root, CATALOG_FILES, DIRS[table], columns=[column, "status"])
+        return {r[column] for r in rows if r["status"] == "accepted"}
+    return set(read_table(root, ALL[contract(table)], DIRS[table], columns=[column]).column(column).to_pylist())
+
+
+def _synthesis_skips(root: DataRoot) -> Counter:
+    """What synthesis skipped by reason (a table no template fits writes no row and no rejection)."""
+    skips: Counter = Counter()
+    for path in root.glob(DIRS["queries"], "*", "part-*.summary.json"):
+        for reasons in json.loads(root.read_text(root.rel(path))).get("skips", {}).values():
+            skips.update(reasons)
+    return skips
 
 
 STAGING = "staging/dataset"
