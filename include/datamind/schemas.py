@@ -382,7 +382,7 @@ EVAL_RESULTS = TableSchema(
             _f("gold", _STR),  # the benchmark's answer, as it publishes it
             _f("final_answer", _STR),
             _f("correct", pa.bool_(), False),
-            _f("outcome", _STR, False),  # correct | wrong | no_answer | max_turns | sandbox_error | agent_error
+            _f("outcome", _STR, False),  # vocabulary.EVAL_OUTCOMES
             _f("judge", _STR, False),  # which judge gave the verdict
             _f("judge_reasoning", _STR),
             _f("status", _STR),  # the trajectory's status

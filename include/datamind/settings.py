@@ -15,6 +15,11 @@ from datamind.stage_params import check_ranges, param
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def prompts_dir() -> Path:
+    """Prompt templates, exemplars and grammars: ``<repo>/prompts`` unless ``DATAMIND_PROMPTS_DIR`` says otherwise."""
+    return Path(os.environ.get("DATAMIND_PROMPTS_DIR") or REPO_ROOT / "prompts")
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

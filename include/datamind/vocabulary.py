@@ -2,4 +2,17 @@
 
 BENCHMARK_KINDS = ("dabench", "tablebench", "bird")
 EVAL_SUITES = (*BENCHMARK_KINDS, "heldout")  # the held-out split of the project's own dataset
-EVAL_OUTCOMES = ("correct", "wrong", "no_answer", "max_turns", "sandbox_error", "agent_error")
+# What became of one trial, as the agent's behaviour: a right or wrong answer, an answer never given (the turns
+# ran out, three void turns in a row, a reply cut at max_tokens, a reply with no <answer> text), or a failure of
+# the platform rather than the agent (the sandbox, the endpoint after its retries), or no agent for the item.
+EVAL_OUTCOMES = (
+    "correct",
+    "wrong",
+    "no_answer",
+    "max_turns",
+    "void_turn_limit",
+    "reply_truncated",
+    "sandbox_error",
+    "endpoint_error",
+    "not_run",
+)

@@ -46,7 +46,7 @@ def client_for(params: dict[str, Any]):
 
 def agent_client_for(p):
     """The agent under evaluation (``agent`` role), or None for the offline reference policy."""
-    # a checkpoint is served by the evaluation stage itself (vLLM on a GPU worker, or the CPU server)
+    # a checkpoint is served by the evaluation stage itself (vLLM on a GPU worker, transformers serve on a CPU)
     client = None if p.offline or p.checkpoint else _client(p.agent_conn_id, {"agent": p.model} if p.model else None)
     return _logged(client, "Agent LLM usage")
 

@@ -309,3 +309,70 @@ def test_the_model_as_judge_grades_free_form_answers(root, tmp_path, server, age
     # the rule judge alone cannot see that "It is row y, with b = 9." answers "y"
     rule = evaluate(root, {**params, "trials": 1}, agent_client, sandbox=sandbox)
     assert rule["suites"]["tablebench"]["pass@1"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "status, error, answer, correct, expected",
+    [
+        ("answered", None, "7", True, "correct"),
+        ("answered", None, "8", False, "wrong"),
+        ("answered", None, "  ", False, "no_answer"),
+        ("max_turns", None, None, False, "max_turns"),
+        ("error", "void_turn_limit", None, False, "void_turn_limit"),
+        ("error", "reply_truncated", None, False, "reply_truncated"),
+        ("error", "sandbox_failure", None, False, "sandbox_error"),
+        ("error", "endpoint_unavailable", None, False, "endpoint_error"),
+        (None, None, None, False, "not_run"),
+    ],
+)
+def test_each_trial_keeps_what_the_agent_really_did(status, error, answer, correct, expected):
+    """A trial that hit the void-turn limit or a cut reply says so; platform failures are kept apart from the
+    agent's behaviour, and every outcome is one the results table's quality suite accepts."""
+    from datamind.evaluate.runner import Trial
+    from datamind.evaluate.stage import _outcome
+    from datamind.rollout.agent import AgentResult
+    from datamind.vocabulary import EVAL_OUTCOMES
+
+    result = None if status is None else AgentResult([], answer, status, 3, 0, error=error)
+    got = _outcome(Trial(item=None, trial=0, result=result, model=None), correct)
+    assert got == expected and got in EVAL_OUTCOMES
+
+
+def test_how_the_agent_worked_is_counted_per_turn_and_per_trial():
+    """Format, code that ran and answers are read from the turns themselves: a cut reply counts as a void
+    turn, code that raised does not count as code that ran, and the report's comparison shows all three."""
+    from datamind.evaluate.stage import behaviour, render_report
+    from datamind.rollout import protocol
+
+    ran = protocol.format_interpreter(protocol.observation_text(True, "42", None))
+    raised = protocol.format_interpreter(protocol.observation_text(False, "KeyError: 'x'", "exception"))
+    code = protocol.format_code_turn("look first", "print(42)")
+    first = {
+        "outcome": "correct",
+        "final_answer": "42",
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": code},
+            {"role": "tool", "content": ran},
+            {"role": "assistant", "content": "The answer is 42."},  # no tags: void
+            {"role": "tool", "content": protocol.format_interpreter(protocol.void_note("no_action"))},
+            {"role": "assistant", "content": code},
+            {"role": "tool", "content": raised},
+            {"role": "assistant", "content": "<think>\nok\n</think>\n<answer>\n42\n</answer>"},
+        ],
+    }
+    cut = {"outcome": "reply_truncated", "final_answer": None, "messages": first["messages"][:2]}
+    fig = behaviour([first, cut])
+    assert fig == {"turns": 5, "valid_format": 0.6, "runnable_code": 0.2, "answer_rate": 0.5}
+    summary = {
+        "eval_id": "e1",
+        "agent": "a",
+        "model": "m",
+        "trials": 1,
+        "params": {"temperature": 0.7, "top_p": 0.95},
+        "suites": {"heldout": {"n": 2, "pass@1": 0.5, "outcomes": {}, "by_category": {}, **fig}},
+        "skipped": {},
+    }
+    report = render_report(summary, [summary])
+    assert "| heldout | e1 | a | m | 2 | 60.0% | 20.0% | 50.0% | 50.0% |" in report

@@ -11,6 +11,7 @@ import pytest
 from fakes.openai_server import Fault
 
 from synth_fixtures import catalog_rows, write_catalog
+from datamind import categories
 from datamind.llm import EndpointUnavailable, LLMClient, LLMConfig, ResponseCache
 from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows
@@ -225,3 +226,54 @@ def test_a_failed_hop_records_every_later_hop_it_cost(root, catalog, llm_server,
     skipped = next(r for r in rejected if r["reason_code"] == "chain_hop_skipped")
     assert "hop 3" in skipped["reason"] and "hop 2 failed" in skipped["reason"]
     assert summary["rejections"]["chain_hop_skipped"] == 1
+
+
+# Two categories, three seed chains: the offline walk also starts chains with aggregation and statistics questions,
+# and its later hops take most of the 18 categories.
+TWO = ["ranking", "counting"]
+NARROW = {**PARAMS, "categories": TWO, "queries_per_category": 1, "n_chains": 3, "min_hops": 2, "max_hops": 3}
+
+
+def _compose_prompts(server) -> list[str]:
+    return [b["messages"][0]["content"] for b in server.bodies if "# Previous question" in b["messages"][0]["content"]]
+
+
+def test_llm_backend_whose_every_call_fails_leaves_no_offline_seed(root, catalog, llm_server, client_factory):
+    llm_server.responder = lambda body: "<<<>>> not a reply"  # every single and every chain hop fails
+    (spec,) = plan_synthesis(root, 10, NARROW)
+    summary = synthesize_shard(root, spec, NARROW, "run-1", llm_client=client_factory())
+    assert _compose_prompts(llm_server)  # chains were started on offline seeds ...
+    assert read_rows(root, QUERIES, "queries") == [] and summary["n_queries"] == 0  # ... and none is left behind
+    rejected = Counter(r["reason_code"] for r in read_rows(root, REJECTIONS, "rejections"))
+    assert rejected["llm_parse_failed"] > len(TWO)  # the singles, and the hop 2 of a chain, were asked and failed
+
+
+def test_a_seed_whose_chain_hops_all_fail_is_not_written(root, catalog, llm_server, client_factory):
+    def chains_fail(body: dict) -> str:
+        prompt = body["messages"][0]["content"]
+        return "no tags at all" if "# Previous question" in prompt else reply_for(prompt)
+
+    llm_server.responder = chains_fail
+    (spec,) = plan_synthesis(root, 10, NARROW)
+    synthesize_shard(root, spec, NARROW, "run-1", llm_client=client_factory())
+    rows = read_rows(root, QUERIES, "queries")
+    assert _compose_prompts(llm_server)  # chains were tried
+    # the model's single-hop questions are kept; no chain got a hop, so no offline root stands alone
+    assert sorted(r["category"] for r in rows) == sorted(TWO) and {r["backend"] for r in rows} == {"llm"}
+
+
+def test_llm_chains_hold_only_requested_categories_from_their_root_on(root, catalog, llm_server, client_factory):
+    llm_server.responder = lambda body: reply_for(body["messages"][0]["content"])
+    (spec,) = plan_synthesis(root, 10, NARROW)
+    synthesize_shard(root, spec, NARROW, "run-1", llm_client=client_factory())
+    rows = read_rows(root, QUERIES, "queries")
+    assert {r["category"] for r in rows} <= set(TWO)
+    by_id = {r["query_id"]: r for r in rows}
+    offline = [r for r in rows if r["backend"] == "offline"]
+    hops = [r for r in rows if r["hop"] > 1]
+    assert offline and hops  # a chain was composed on a requested root
+    assert all(r["hop"] == 1 and any(h["parent_query_ids"] == [r["query_id"]] for h in hops) for r in offline)
+    assert all(p in by_id for r in hops for p in r["parent_query_ids"])  # every chain replays from its root
+    names = {categories.get(c).name for c in TWO}
+    asked = {re.search(r"# The new step's question type\n([^:]+):", p).group(1) for p in _compose_prompts(llm_server)}
+    assert asked and asked <= names

@@ -11,6 +11,7 @@ from typing import Any
 from datamind.ids import stable_id
 from datamind.stage_params import check_ranges, param
 from datamind.judge.consistency import REL_TOL
+from datamind.llm.serving import ENGINES as SERVE_ENGINES
 from datamind.vocabulary import EVAL_SUITES
 
 SUITE_KINDS = EVAL_SUITES
@@ -36,8 +37,9 @@ class EvalParams:
     serve_engine: str = param(
         "auto",
         "How a checkpoint is served",
-        enum=("auto", "cpu", "vllm"),
-        description="vllm on a GPU worker, cpu in this task, auto = vllm when installed and a GPU is visible.",
+        enum=SERVE_ENGINES,
+        description="vllm on a GPU worker, transformers (transformers serve) on a CPU worker, llama.cpp for a "
+        ".gguf file; auto picks by the checkpoint and the worker.",
     )
     # kind -> folder or file ("heldout" -> a version, "" = latest); its form default comes from the deployment
     suites: dict = field(default_factory=dict)

@@ -31,6 +31,7 @@ from datamind.ids import stable_id
 from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
 from datamind.quality.validate import validate_table
 from datamind.rollout.agent import STATUS_ERROR, STATUS_MAX_TURNS
+from datamind.rollout.protocol import observation_failed, parse_turn
 from datamind.schemas import EVAL_RESULTS
 from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot
@@ -72,23 +73,52 @@ def summarize(rows: list[dict], k: int) -> dict[str, Any]:
                 per_cat[f"hop {r['hop']}"].append(r)
         out[suite] = {
             **_figures(mine, k),
+            **behaviour(mine),
             "outcomes": dict(sorted(Counter(r["outcome"] for r in mine).items())),
             "by_category": {c: _figures(v, k) for c, v in sorted(per_cat.items())},
         }
     return out
 
 
+def behaviour(rows: list[dict]) -> dict[str, float]:
+    """How the agent worked, whatever it answered: the share of its turns in the protocol's format, the share
+    whose code ran without an error, and the share of trials that ended with an answer. Where a model is too
+    weak to be right, these still show whether training taught it the work."""
+    turns = valid = ran = 0
+    for r in rows:
+        msgs = r["messages"]
+        for i, m in enumerate(msgs):
+            if m["role"] != "assistant":
+                continue
+            turns += 1
+            t = parse_turn(m["content"])
+            valid += not t.is_void
+            if t.code is not None and not t.is_void and i + 1 < len(msgs) and msgs[i + 1]["role"] == "tool":
+                ran += not observation_failed(msgs[i + 1]["content"])
+        turns += r["outcome"] == "reply_truncated"  # a cut reply is not recorded, but it was a turn, and void
+    answered = sum(bool((r["final_answer"] or "").strip()) for r in rows)
+    return {
+        "turns": turns,
+        "valid_format": round(valid / turns, 4) if turns else 0.0,
+        "runnable_code": round(ran / turns, 4) if turns else 0.0,
+        "answer_rate": round(answered / len(rows), 4) if rows else 0.0,
+    }
+
+
 # -- judging -------------------------------------------------------------------------------------
 
 
 def _outcome(trial: Trial, correct: bool) -> str:
+    """One of ``EVAL_OUTCOMES``: what the agent did, kept apart from what the platform failed to do."""
     if correct:
         return "correct"
     r = trial.result
     if r is None:
-        return "agent_error"
+        return "not_run"
     if r.status == STATUS_ERROR:
-        return "sandbox_error" if (r.error or "").startswith("sandbox") else "agent_error"
+        if r.error in ("void_turn_limit", "reply_truncated"):
+            return r.error
+        return "sandbox_error" if (r.error or "").startswith("sandbox") else "endpoint_error"
     if r.status == STATUS_MAX_TURNS:
         return "max_turns"
     return "no_answer" if not (r.final_answer or "").strip() else "wrong"
@@ -234,6 +264,10 @@ def render_report(summary: dict, others: list[dict]) -> str:
             "",
             "Outcomes (question x trial): " + ", ".join(f"{o} {n}" for o, n in fig["outcomes"].items()),
             "",
+            f"Turns {fig.get('turns', 0)}: {fig.get('valid_format', 0):.1%} in the turn format, "
+            f"{fig.get('runnable_code', 0):.1%} with code that ran; {fig.get('answer_rate', 0):.1%} of trials "
+            "ended with an answer.",
+            "",
             f"| category | n | pass@1 | pass@{k} |",
             "|---|---:|---:|---:|",
         ]
@@ -243,13 +277,23 @@ def render_report(summary: dict, others: list[dict]) -> str:
         if summary["skipped"].get(suite):
             lines += ["", "Skipped: " + ", ".join(f"{r} {n}" for r, n in summary["skipped"][suite].items())]
         lines.append("")
-    lines += ["## All evaluations in this data root", "", "| eval | agent | model | suite | n | pass@1 | pass@k |"]
-    lines.append("|---|---|---|---|---:|---:|---:|")
-    for s in sorted(others, key=lambda s: s.get("created_at", "")):
-        for suite, fig in s.get("suites", {}).items():
-            pk = fig.get(f"pass@{s.get('trials')}", 0.0)
-            lines.append(
-                f"| {s['eval_id']} | {s['agent']} | {s['model']} | {suite} | {fig['n']} | {fig['pass@1']:.1%} | "
-                f"{pk:.1%} (k={s.get('trials')}) |"
-            )
+    lines += [
+        "## All evaluations in this data root, by suite (oldest first: the trend across releases and checkpoints)",
+        "",
+        "| suite | eval | agent | model | n | format | code ran | answered | pass@1 | pass@k |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows_by_suite = sorted(
+        ((suite, s.get("created_at", ""), s, fig) for s in others for suite, fig in s.get("suites", {}).items()),
+        key=lambda x: (x[0], x[1]),
+    )
+    for suite, _, s, fig in rows_by_suite:
+        pk = fig.get(f"pass@{s.get('trials')}", 0.0)
+        shares = " | ".join(
+            f"{fig[key]:.1%}" if key in fig else "-" for key in ("valid_format", "runnable_code", "answer_rate")
+        )
+        lines.append(
+            f"| {suite} | {s['eval_id']} | {s['agent']} | {s['model']} | {fig['n']} | {shares} | "
+            f"{fig['pass@1']:.1%} | {pk:.1%} (k={s.get('trials')}) |"
+        )
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from datamind.judge.consistency import REL_TOL, equivalent
+from datamind.llm.grammars import grammar
 from datamind.llm.tags import TagParseError, extract_choice, extract_tag
 from datamind.rollout import templates
 
@@ -118,6 +119,7 @@ class LLMAnswerJudge:
             template_version=self.template_version,
             params=self.params,
             max_parse_retries=self.max_parse_retries,
+            grammar=grammar("judge_answer"),
         )
         reply: JudgeScore = res.value
         return AnswerVerdict(

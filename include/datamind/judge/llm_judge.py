@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamind.judge.verdict import Verdict
+from datamind.llm.grammars import grammar
 from datamind.llm.tags import TagParseError, extract_choice, extract_tag
 from datamind.rollout import templates
 
@@ -64,6 +65,7 @@ class LLMJudge:
             template_version=self.template_version,
             params=self.params,
             max_parse_retries=self.max_parse_retries,
+            grammar=grammar("judge_consistency", n=len(answers)),
         )
         reply: JudgeReply = res.value
         return Verdict(

@@ -25,7 +25,7 @@ import httpx2
 import openai
 
 from datamind.llm.cache import ResponseCache, cache_key
-from datamind.llm.config import LLMConfig
+from datamind.llm.config import GRAMMAR_FIELDS, LLMConfig
 from datamind.llm.errors import EndpointUnavailable, LLMCallError, ParseFailure
 from datamind.llm.resilience import AdaptiveLimiter, CircuitBreaker, backoff_delay
 from datamind.llm.usage import UsageMeter
@@ -137,17 +137,23 @@ class LLMClient:
         params: Mapping[str, Any] | None = None,
         sample_index: int = 0,
         use_cache: bool = True,
+        grammar: str | None = None,
         _parse_attempt: int = 0,
     ) -> ChatResult:
         """One completion for ``messages`` with the model configured for ``role``.
 
         ``sample_index`` tells apart several samples of the same prompt (N trajectories per query): each
         index is cached separately, so a rerun replays every sample instead of collapsing them into one.
+        ``grammar`` (GBNF) constrains the reply where the endpoint takes one (``LLMConfig.grammar``), and is
+        dropped where it does not: the caller parses the reply either way.
         Raises :class:`EndpointUnavailable` (task-fatal) or :class:`LLMCallError` (this item only).
         """
         model = self.config.model_for(role)
         msgs = _check_messages(messages)
         merged = {**self.config.params_for(role), **(params or {})}
+        field = GRAMMAR_FIELDS[self.config.grammar]
+        if grammar and field:
+            merged[field] = grammar
         _check_params(merged)
         key = cache_key(
             model=model,
@@ -200,6 +206,7 @@ class LLMClient:
         sample_index: int = 0,
         max_parse_retries: int = 2,
         feedback: bool = True,
+        grammar: str | None = None,
     ) -> ParsedResult[T]:
         """``chat`` + ``parser(text)``; a ``ValueError`` from the parser (e.g. ``TagParseError``) means
         malformed output and the model is asked again, at most ``max_parse_retries`` more times.  With
@@ -217,6 +224,7 @@ class LLMClient:
                 template_version=template_version,
                 params=params,
                 sample_index=sample_index,
+                grammar=grammar,
                 _parse_attempt=attempt,
             )
             results.append(res)

@@ -9,6 +9,7 @@ Connection layout (any OpenAI-compatible endpoint; conn_type can be anything, e.
       {"models": {"synthesizer": "gpt-4o", "expert": "gpt-4o", "judge": "gpt-4o-mini"},   # or "model" for all
        "timeout_s": 120, "max_concurrency": 32, "max_retries": 4, "max_throttle_retries": 10,
        "breaker_threshold": 8, "breaker_cooldown_s": 30, "http_backend": "auto",
+       "grammar": "llama.cpp",                                    # constrained decoding (see LLMConfig.grammar)
        "params": {"expert": {"temperature": 0.7}},                # default sampling parameters per role
        "prices": {"gpt-4o": {"prompt": 2.5, "completion": 10.0}}} # USD per million tokens
 
@@ -28,6 +29,7 @@ from typing import Any
 ROLES: tuple[str, ...] = ("synthesizer", "expert", "judge", "agent")  # agent: the model under evaluation
 DEFAULT_CONN_ID = "datamind_llm"
 HTTP_BACKENDS = ("auto", "httpx", "aiohttp")
+GRAMMAR_FIELDS = {"": None, "llama.cpp": "grammar", "vllm": "guided_grammar"}  # dialect -> request body field
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ class LLMConfig:
     # "auto": aiohttp under the openai client when installed (openai's own `aiohttp` extra: about half the
     # CPU per request of the default HTTPX2 transport), else HTTPX2.  "httpx" / "aiohttp" force one.
     http_backend: str = "auto"
+    # Constrained decoding: how this endpoint takes a grammar that the reply must follow. "" (none: the reply is
+    # parsed and re-asked as usual), "llama.cpp" (GBNF in the body's `grammar`), "vllm" (the same GBNF in
+    # `guided_grammar`). Small models write the tag formats only under a grammar; large ones need none.
+    grammar: str = ""
     conn_id: str = DEFAULT_CONN_ID  # only for error messages
 
     def __post_init__(self) -> None:
@@ -74,6 +80,8 @@ class LLMConfig:
             raise ValueError("timeout_s must be positive")
         if self.http_backend not in HTTP_BACKENDS:
             raise ValueError(f"http_backend must be one of {list(HTTP_BACKENDS)}, got {self.http_backend!r}")
+        if self.grammar not in GRAMMAR_FIELDS:
+            raise ValueError(f"grammar must be one of {list(GRAMMAR_FIELDS)}, got {self.grammar!r}")
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -133,9 +141,15 @@ class LLMConfig:
             return cls.from_connection_dict(conn, conn_id=conn_id)
         base_url = env.get("DATAMIND_LLM_BASE_URL", "")
         if not base_url:
+            from datamind.llm.local import connection_extra, recorded_endpoint
+
+            # the embedded local model is the default only where nothing else is configured
+            local = recorded_endpoint() if conn_id == DEFAULT_CONN_ID else None
+            if local is not None:
+                return cls._from_parts(local.base_url, "", connection_extra(local), conn_id)
             raise ValueError(
                 f"no LLM endpoint configured: set connection {conn_id!r} (AIRFLOW_CONN_{conn_id.upper()}) "
-                "or DATAMIND_LLM_BASE_URL"
+                "or DATAMIND_LLM_BASE_URL, or start the local model (make serve-model)"
             )
         extra: dict[str, Any] = {}
         if env.get("DATAMIND_LLM_MODEL"):
@@ -188,6 +202,8 @@ class LLMConfig:
         params = {str(r): dict(p) for r, p in (extra.get("params") or {}).items()}
         if extra.get("http_backend"):
             kwargs["http_backend"] = str(extra["http_backend"])
+        if extra.get("grammar"):
+            kwargs["grammar"] = str(extra["grammar"])
         return cls(
             base_url=base_url.rstrip("/"),
             api_key=str(api_key),

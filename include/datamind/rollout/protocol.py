@@ -136,20 +136,31 @@ def interpreter_body(content: str) -> str | None:
     return m.group(1) if m else None
 
 
+_FAILURE_LABELS = {
+    "blocked": "Execution refused by the sandbox",
+    "exception": "Error",
+    "timeout": "Execution timed out",
+    "memory": "Execution ran out of memory",
+    "output_limit": "Execution printed too much output and was stopped",
+    "killed": "Execution was killed",
+    None: "Execution failed",
+}
+
+
 def observation_text(ok: bool, output: str, error_kind: str | None) -> str:
     """What the agent reads back from one execution (errors are labelled so the agent can react)."""
     out = (output or "").rstrip()
     if ok:
         return out if out else "[no output: use print() to show values]"
-    label = {
-        "blocked": "Execution refused by the sandbox",
-        "exception": "Error",
-        "timeout": "Execution timed out",
-        "memory": "Execution ran out of memory",
-        "output_limit": "Execution printed too much output and was stopped",
-        "killed": "Execution was killed",
-    }.get(error_kind or "", "Execution failed")
+    label = _FAILURE_LABELS.get(error_kind, _FAILURE_LABELS[None])
     return f"{label}:\n{out}" if out else label
+
+
+def observation_failed(content: str) -> bool:
+    """Whether a tool message reports a failed execution (as ``observation_text`` labels one)."""
+    body = interpreter_body(content)
+    first = (body if body is not None else content).split("\n", 1)[0].rstrip(":")
+    return first in _FAILURE_LABELS.values()
 
 
 # -- digests for reflection ------------------------------------------------------------------------

@@ -8,7 +8,6 @@ Prompts live in ``<repo>/prompts`` unless ``DATAMIND_PROMPTS_DIR`` points elsewh
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +15,7 @@ import jinja2
 
 from datamind.categories import CATEGORY_IDS
 from datamind.ids import sha256_bytes
-from datamind.settings import REPO_ROOT
-
-
-def prompts_dir() -> Path:
-    return Path(os.environ.get("DATAMIND_PROMPTS_DIR") or REPO_ROOT / "prompts")
+from datamind.settings import prompts_dir
 
 
 @dataclass(frozen=True)

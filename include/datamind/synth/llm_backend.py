@@ -3,9 +3,10 @@ and execute the model's reference program.
 
 Single-hop questions come from ``prompts/synthesis/query.j2`` (one call per requested question, the
 questions already written for the same table and category shown so the next one differs). Multi-hop
-chains start from an executed offline hop-1 question, whose result is known, and grow with
-``prompts/synthesis/compose.j2``; the category of each further hop follows the offline chain's walk, so
-the chain's task types stay ones the table supports.
+chains start from an executed offline hop-1 question of a requested category, whose result is known, and
+grow with ``prompts/synthesis/compose.j2``; the category of each further hop follows the offline chain's
+walk, so the chain's task types stay ones the table supports, except where the walk steps into a category
+the run did not ask for: that hop is asked as one of the requested categories instead.
 
 Every question comes with the program that answers it. The program runs in the sandbox (see
 ``reference.py``); what it prints is the query's reference answer, and in a chain it is the result the
@@ -23,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datamind import categories
+from datamind.ids import stable_id
 from datamind.llm import LLMCallError, LLMClient, ParseFailure, extract_all, extract_tags
+from datamind.llm.grammars import grammar
 from datamind.synth import rows as R
 from datamind.synth.offline.execute import ExecutionError
 from datamind.synth.prompts import (
@@ -104,16 +107,21 @@ async def _ask(
     run_id: str | None,
     runner: tuple[ReferenceRunner, object] | None = None,
     repairs: int = 1,
+    parse_retries: int = 2,
 ) -> Answered | None:
     """One parsed question (and its executed reference answer when ``runner`` is given), or None with a
     rejection recorded."""
     messages = [{"role": "user", "content": prompt.text}]
     parser = functools.partial(parse_query_output, category_id=category_id, with_code=runner is not None)
+    lang = runner[0].lang_for(runner[1]) if runner is not None else None
+    shape = grammar("synth_query", type_name=categories.get(category_id).name, lang=lang)
     tokens = [0, 0]
     error = ""
     for attempt in range(repairs + 1):
         try:
-            res = await client.chat_parsed(ROLE, messages, parser, template_version=prompt.version)
+            res = await client.chat_parsed(
+                ROLE, messages, parser, template_version=prompt.version, max_parse_retries=parse_retries, grammar=shape
+            )
         except ParseFailure as exc:
             out.rejections.append(
                 R.rejection_row(
@@ -241,6 +249,7 @@ class _TableAsker:
                 self.run_id,
                 self.runner,
                 self.params.reference_repairs,
+                self.params.parse_retries,
             )
 
     def row(self, category: str, hop: int, parents: list[str], root_id: str | None, got: Answered, version) -> dict:
@@ -277,13 +286,21 @@ class _TableAsker:
                 made.append(self.row(category, 1, [], None, got, prompt.version))
         return made
 
+    def hop_category(self, walked: str, root_id: str, hop: int) -> str:
+        """The walk's category when it was requested, else a requested one (picked per chain and hop, so
+        substituted hops spread over the requested categories)."""
+        wanted = self.params.categories
+        if walked in wanted:
+            return walked
+        return wanted[int(stable_id("hop-category", root_id, hop), 16) % len(wanted)]
+
     async def chain(self, seed: list[dict]) -> list[dict]:
         root = seed[0]
         tid = self.table["table_id"]
         made: list[dict] = []
         prev_q, prev_result, prev_id = root["question"], root["reference_answer"], root["query_id"]
         for hop in range(2, len(seed) + 1):
-            category = seed[hop - 1]["category"]
+            category = self.hop_category(seed[hop - 1]["category"], root["query_id"], hop)
             prompt = render_compose_prompt(
                 self.meta, category, prev_q, prev_result, hop, self.params.max_hops, data=self.data
             )

@@ -36,6 +36,8 @@ class SynthParams:
     llm_concurrency: int = param(4, "Concurrent LLM requests per task", minimum=1, maximum=64, section="LLM")
     # LLM backend: times a question whose program fails is sent back with the error before it is rejected.
     reference_repairs: int = param(1, "Repairs of a failing reference program", minimum=0, maximum=5, section="LLM")
+    # LLM backend: times a reply that is not in the required tag format is shown to the model again with why.
+    parse_retries: int = param(2, "Re-asks of a malformed reply", minimum=0, maximum=5, section="LLM")
     # Fields that change how work is grouped or scheduled, not what is produced, stay out of the fingerprint.
     _NOT_IN_FINGERPRINT = ("shard_size", "llm_concurrency", "solution_timeout_s")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ import jinja2
 import yaml
 
 from datamind import categories
-from datamind.settings import REPO_ROOT
+from datamind.settings import prompts_dir
 
 _VERSION = re.compile(r"\{#\s*version:\s*([^\s#]+)\s*#\}")
 META_KEYS = ("description", "head", "columns", "type", "range", "unique", "row_count", "column_count")
@@ -31,10 +30,6 @@ COMPOSE_TEMPLATE = "synthesis/compose.j2"
 
 class PromptError(ValueError):
     pass
-
-
-def prompts_dir() -> Path:
-    return Path(os.environ.get("DATAMIND_PROMPTS_DIR") or REPO_ROOT / "prompts")
 
 
 @functools.lru_cache(maxsize=4)

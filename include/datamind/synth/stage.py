@@ -147,8 +147,16 @@ class _LLMTable:
 
     @property
     def roots(self) -> list[dict]:
-        """The first hop of each seed chain (kept as queries beside the model's)."""
+        """The first hop of each seed chain (kept as queries beside the model's while a hop builds on them)."""
         return [chain[0] for chain in self.chains]
+
+
+def without_unused_seeds(rows: list[dict]) -> list[dict]:
+    """The LLM backend's rows less the offline seed roots no kept row builds on: a root is written as the
+    first hop of a chain the model extended, never as an offline question on its own (the run asked the
+    model for its questions; a chain whose every hop failed, or whose hops were dropped, leaves nothing)."""
+    built_on = {p for r in rows for p in r["parent_query_ids"]}
+    return [r for r in rows if r["backend"] != "offline" or r["query_id"] in built_on]
 
 
 def synthesize_shard(
@@ -179,6 +187,9 @@ def synthesize_shard(
     if llm_tables:
         _synthesize_with_llm(llm_tables, params, run_id, llm_client, sandbox, work)
     _drop_benchmark_overlap(root, params, run_id, work)
+    if params.backend == "llm":
+        # a hop dropped above may have been its root's only use; verifying drops no hop without its root
+        work.queries = without_unused_seeds(work.queries)
     n_verified = _verify_solutions(root, catalog, params, run_id, work)
 
     q_path = write_shard(root, QUERIES, output_dir(params), work.queries, f"{name}.parquet")
@@ -226,7 +237,11 @@ def _synthesize_offline(
                 )
             )
             continue
-        offline = synthesize_table_offline(root, table, params, run_id, with_singles=params.backend == "offline")
+        llm = params.backend == "llm"
+        # the LLM backend writes a seed chain's root as the chain's first hop: it must be of a requested category
+        offline = synthesize_table_offline(
+            root, table, params, run_id, with_singles=not llm, chain_roots=params.categories if llm else None
+        )
         work.rejections.extend(offline.rejections)
         work.skips.extend(
             {"table_id": tid, "category": s.category, "reason_code": s.reason_code, "reason": s.reason}
@@ -260,7 +275,9 @@ def _synthesize_with_llm(
         outputs = asyncio.run(_llm_tables_together(llm_tables, params, run_id, llm_client, ReferenceRunner(box)))
     after = llm_client.usage.snapshot()
     for t, out in zip(llm_tables, outputs):
-        kept, dropped = dedup_rows(t.roots + out.rows, params.dedup_threshold, params.fingerprint, run_id)
+        # before dedup: a root no hop was built on must not push out a model's question as its near duplicate
+        rows = without_unused_seeds(t.roots + out.rows)
+        kept, dropped = dedup_rows(rows, params.dedup_threshold, params.fingerprint, run_id)
         work.queries.extend(kept)
         work.rejections.extend(out.rejections + dropped)
     # Paid calls and tokens of this shard (cached answers are free and counted apart).

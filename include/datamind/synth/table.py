@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,11 +140,17 @@ def _tables_of(table: dict, source: Source) -> list[str]:
 
 
 def synthesize_table_offline(
-    root: DataRoot, table: dict, params: SynthParams, run_id: str | None, with_singles: bool = True
+    root: DataRoot,
+    table: dict,
+    params: SynthParams,
+    run_id: str | None,
+    with_singles: bool = True,
+    chain_roots: Collection[str] | None = None,
 ) -> TableOutput:
-    """Offline questions for one table; a failure on this table is a rejection, never a lost shard."""
+    """Offline questions for one table; a failure on this table is a rejection, never a lost shard.
+    ``chain_roots``: the categories a chain's first hop may have (default any)."""
     try:
-        return _synthesize_table_offline(root, table, params, run_id, with_singles)
+        return _synthesize_table_offline(root, table, params, run_id, with_singles, chain_roots)
     except Exception as exc:  # noqa: BLE001 - recorded with the traceback in the log
         log.exception("offline synthesis failed for table %s", table.get("table_id"))
         out = TableOutput()
@@ -160,7 +167,12 @@ def synthesize_table_offline(
 
 
 def _synthesize_table_offline(
-    root: DataRoot, table: dict, params: SynthParams, run_id: str | None, with_singles: bool
+    root: DataRoot,
+    table: dict,
+    params: SynthParams,
+    run_id: str | None,
+    with_singles: bool,
+    chain_roots: Collection[str] | None,
 ) -> TableOutput:
     out = TableOutput()
     fp = params.fingerprint
@@ -182,7 +194,7 @@ def _synthesize_table_offline(
     tables = _tables_of(table, source)
     version = OFFLINE_TEMPLATES_VERSION
     with tempfile.TemporaryDirectory(prefix="synth-variants-") as scratch:
-        _offline_rows(out, table, source, view, tables, version, params, run_id, with_singles, scratch)
+        _offline_rows(out, table, source, view, tables, version, params, run_id, with_singles, chain_roots, scratch)
     return out
 
 
@@ -196,6 +208,7 @@ def _offline_rows(
     params: SynthParams,
     run_id: str | None,
     with_singles: bool,
+    chain_roots: Collection[str] | None,
     scratch: str,
 ) -> None:
     fp = params.fingerprint
@@ -232,13 +245,16 @@ def _offline_rows(
             log.log(level, "table %s: %s/%s dropped: %s", tid, task.category, task.template, error)
 
     if params.n_chains:
-        chains = build_chains(view, source, params.n_chains, params.min_hops, params.max_hops, params.seed, tid)
+        chains = build_chains(
+            view, source, params.n_chains, params.min_hops, params.max_hops, params.seed, tid, chain_roots
+        )
         if not chains:
+            starting = " whose first question is of a requested category" if chain_roots is not None else ""
             out.skips.append(
                 Skip(
                     "composition",
                     "unsupported_table",
-                    f"no chain of {params.min_hops}-{params.max_hops} hops fits this table",
+                    f"no chain of {params.min_hops}-{params.max_hops} hops{starting} fits this table",
                 )
             )
         for chain in chains:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from datamind.llm.errors import EndpointUnavailable, LLMCallError
+from datamind.llm.grammars import grammar
 from datamind.rollout import protocol
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply
 
@@ -35,6 +36,7 @@ class LLMExpertPolicy:
         self.params = {**dict(params), "stop": list(protocol.STOP_SEQUENCES)}
         self.sample_index = sample_index
         self.template_version = template_version
+        self.grammar = grammar("react_turn")  # sent only where the endpoint takes grammars (LLMConfig.grammar)
         shown = ",".join(f"{k}={v}" for k, v in sorted(dict(params).items()))
         self.name = f"llm:{role}:{shown}:sample={sample_index}"
 
@@ -46,6 +48,7 @@ class LLMExpertPolicy:
                 params=self.params,
                 sample_index=self.sample_index,
                 template_version=self.template_version,
+                grammar=self.grammar,
             )
         except EndpointUnavailable:
             raise  # the whole task must fail: no other trajectory can succeed either

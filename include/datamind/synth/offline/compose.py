@@ -24,7 +24,7 @@ import logging
 import math
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -942,12 +942,15 @@ def _run(view: TableView, source: Source, made: Made | None, prev: Value | None,
     return Hop(task, lang, solution, answer, value)
 
 
-def build_chain(view: TableView, source: Source, length: int, rng: random.Random) -> list[Hop]:
-    """One chain of exactly ``length`` hops, or [] when the table cannot support that many."""
+def build_chain(
+    view: TableView, source: Source, length: int, rng: random.Random, root_categories: Collection[str] | None = None
+) -> list[Hop]:
+    """One chain of exactly ``length`` hops, or [] when the table cannot support that many; its first hop is
+    of one of ``root_categories`` when given."""
     for root in rng.sample(ROOTS, len(ROOTS)):
         hops: list[Hop] = []
         hop = _run(view, source, _try(root, view, rng), None, rng)
-        if hop is None:
+        if hop is None or (root_categories is not None and hop.task.category not in root_categories):
             continue
         hops.append(hop)
         while len(hops) < length:
@@ -975,7 +978,14 @@ def build_chain(view: TableView, source: Source, length: int, rng: random.Random
 
 
 def build_chains(
-    view: TableView, source: Source, n_chains: int, min_hops: int, max_hops: int, seed: int, table_key: str
+    view: TableView,
+    source: Source,
+    n_chains: int,
+    min_hops: int,
+    max_hops: int,
+    seed: int,
+    table_key: str,
+    root_categories: Collection[str] | None = None,
 ) -> list[list[Hop]]:
     chains: list[list[Hop]] = []
     seen: set[str] = set()
@@ -983,7 +993,7 @@ def build_chains(
         if len(chains) >= n_chains:
             break
         rng = random.Random(stable_id(seed, table_key, "chain", i))
-        chain = build_chain(view, source, rng.randint(min_hops, max_hops), rng)
+        chain = build_chain(view, source, rng.randint(min_hops, max_hops), rng, root_categories)
         if chain and chain[-1].task.question not in seen:
             seen.add(chain[-1].task.question)
             chains.append(chain)

