@@ -39,8 +39,9 @@ def _logged(client, title: str) -> Iterator[Any]:
 
 
 def client_for(params: dict[str, Any]):
-    """An LLMClient for ``backend == "llm"`` (Connection ``llm_conn_id``, default ``datamind_llm``), else None."""
-    wanted = params.get("backend", "offline") == "llm"
+    """An LLMClient when the stage's backend, or the judge's, is ``llm`` (Connection ``llm_conn_id``, default
+    ``datamind_llm``), else None."""
+    wanted = "llm" in (params.get("backend", "offline"), params.get("judge_backend"))
     return _logged(_client(params.get("llm_conn_id") or "datamind_llm") if wanted else None, "LLM usage for this task")
 
 

@@ -127,6 +127,7 @@ def test_a_turn_the_protocol_writes_is_one_the_turn_grammar_allows():
         "The average is 3.5.",  # no tags: what the base model writes unconstrained
         "<think>\n```python\nprint(1)\n```\n</think>\n<answer>\n1\n</answer>",  # code hidden in the thought
         code_turn + "\n<interpreter>\n3\n</interpreter>",  # the model writing the environment's reply
+        "<think>\nx\n</think>\n<code>\n```python\nprint(1)\n</code>\n```\n</code>",  # a tag line inside the block
         "<think>\nx\n</think>\n<code>\n```python\nprint(1)\n```\n</code><answer>\n1\n</answer>",  # both
     ]
     for bad in refused:
