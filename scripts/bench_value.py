@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     print("evaluating the tuned model ...", flush=True)
     tuned_fig, _, tuned_wall = evaluate_model(root, tuned, args)
 
-    cols = ("n", "turns", "valid_format", "runnable_code", "answer_rate", "pass@1", f"pass@{args.trials}")
+    cols = tuple(
+        dict.fromkeys(("n", "turns", "valid_format", "runnable_code", "answer_rate", "pass@1", f"pass@{args.trials}"))
+    )
     print("\n| model | suite | " + " | ".join(cols) + " |")
     print("|---|---|" + "---|" * len(cols))
     for name, fig in (("base", base_fig), ("tuned", tuned_fig)):
