@@ -47,6 +47,14 @@ ASSET_OF = {
     "checkpoints": assets.CHECKPOINTS,
 }
 
+# The column naming what a stage's planner counts (``Stage.item``) in the table it reads.
+ITEM_COLUMN = {
+    "catalog_files": "file_id",
+    "catalog_tables": "table_id",
+    "queries": "query_id",
+    "trajectories": "query_id",
+}
+
 # Tables whose rows follow another table's contract (the judged rows are dataset rows before the rule filters).
 CONTRACT_OF = {"judged": "dataset"}
 

@@ -9,6 +9,7 @@ key) and never replays an answer made under the old one.
 from __future__ import annotations
 
 import functools
+import os
 import re
 
 import jinja2
@@ -38,16 +39,24 @@ def _environment(root: str) -> jinja2.Environment:
     return env
 
 
+@functools.lru_cache(maxsize=64)
+def _plain(folder: str, name: str) -> str | None:
+    """A grammar file used as it is, read once (every trajectory, question and verdict asks for one)."""
+    path = os.path.join(folder, f"{name}.gbnf")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
 def grammar(name: str, **values) -> str:
     """The GBNF text of grammar ``name`` (FileNotFoundError when there is none)."""
-    folder = prompts_dir() / "grammars"
-    plain = folder / f"{name}.gbnf"
-    if plain.is_file():
-        text = plain.read_text(encoding="utf-8")
-    elif (folder / f"{name}.gbnf.j2").is_file():
-        text = _environment(str(folder)).get_template(f"{name}.gbnf.j2").render(**values)
-    else:
-        raise FileNotFoundError(f"no grammar {name!r} under {folder}")
+    folder = str(prompts_dir() / "grammars")
+    text = _plain(folder, name)
+    if text is None:
+        if not os.path.isfile(os.path.join(folder, f"{name}.gbnf.j2")):
+            raise FileNotFoundError(f"no grammar {name!r} under {folder}")
+        text = _environment(folder).get_template(f"{name}.gbnf.j2").render(**values)  # compiled once by Jinja
     if not _VERSION.match(text.split("\n", 1)[0]):
         raise ValueError(f"grammar {name!r} lacks a '# version: X' header on its first line")
     return text

@@ -44,7 +44,7 @@ from datamind.stage_params import from_params
 from datamind.schemas import ALL, CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
 from datamind.shards import read_rows, read_table, shard_paths, table_to_parquet_bytes
 from datamind.storage import DataRoot
-from datamind.stages import PIPELINE, STAGES, contract
+from datamind.stages import ITEM_COLUMN, PIPELINE, STAGES, contract
 
 log = logging.getLogger(__name__)
 
@@ -370,15 +370,6 @@ def _release_holding(root: DataRoot, sample_ids: set[str]) -> dict | None:
     return None
 
 
-# The column naming what each stage's planner counts (``Stage.item``) in the table it reads.
-_ITEM_COLUMN = {
-    "catalog_files": "file_id",
-    "catalog_tables": "table_id",
-    "queries": "query_id",
-    "trajectories": "query_id",
-}
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word if n == 1 else word[:-1] + 'ies' if word.endswith('y') else word + 's'}"
 
@@ -400,7 +391,7 @@ def why_nothing(root: DataRoot, screened: _Screened) -> str:
     for r in read_rows(root, REJECTIONS, DIRS["rejections"], columns=["stage", "reason_code"]):
         rejected.setdefault(r["stage"], Counter())[r["reason_code"]] += 1
     upstream = PIPELINE[: PIPELINE.index(STAGES["publish_dataset"])]
-    for stage in reversed([s for s in upstream if s.reads in _ITEM_COLUMN]):
+    for stage in reversed([s for s in upstream if s.reads in ITEM_COLUMN]):
         items = _items(root, stage.reads)
         if not items:
             continue
@@ -424,7 +415,7 @@ def why_nothing(root: DataRoot, screened: _Screened) -> str:
 
 def _items(root: DataRoot, table: str) -> set[str]:
     """The items of ``table`` its reading stage plans over (of catalog/files, the accepted files only)."""
-    column = _ITEM_COLUMN[table]
+    column = ITEM_COLUMN[table]
     if table == "catalog_files":
         rows = read_rows(root, CATALOG_FILES, DIRS[table], columns=[column, "status"])
         return {r[column] for r in rows if r["status"] == "accepted"}

@@ -949,8 +949,11 @@ def build_chain(
     of one of ``root_categories`` when given."""
     for root in rng.sample(ROOTS, len(ROOTS)):
         hops: list[Hop] = []
-        hop = _run(view, source, _try(root, view, rng), None, rng)
-        if hop is None or (root_categories is not None and hop.task.category not in root_categories):
+        made = _try(root, view, rng)
+        if made is not None and root_categories is not None and made.task.category not in root_categories:
+            continue  # decided before its program runs (a root's _run draws nothing from rng)
+        hop = _run(view, source, made, None, rng)
+        if hop is None:
             continue
         hops.append(hop)
         while len(hops) < length:
