@@ -67,7 +67,7 @@ def test_a_checkpoint_is_evaluated_as_the_agent(root, tmp_path, sandbox):
     summary = evaluate(root, params, sandbox=sandbox)
     fig = summary["suites"]["tablebench"]
     assert fig["n"] == 1 and sum(fig["outcomes"].values()) == 2  # both trials ran to an outcome
-    assert summary["model"].startswith("checkpoint-")
+    assert summary["model"].startswith("checkpoint-") and summary["agent"] == "checkpoint"  # not "offline"
     import duckdb
 
     rows = duckdb.sql(f"SELECT model, messages FROM '{root.path('eval', summary['eval_id'], 'results.parquet')}'")

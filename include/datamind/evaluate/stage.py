@@ -223,7 +223,7 @@ def evaluate(
     models = sorted({r["model"] for r in rows if r["model"]})
     summary = {
         "eval_id": eval_id,
-        "agent": p.agent_conn_id,
+        "agent": "checkpoint" if p.checkpoint else p.agent_conn_id,  # a served checkpoint is no Connection
         "model": p.model or (models[0] if len(models) == 1 else models),
         "params": asdict(p),
         "trials": p.trials,
