@@ -14,6 +14,8 @@ samples/files/ (for ingest_files):
 samples/bird/ (for ingest_bird, BIRD layout):
   retail_shop/retail_shop.sqlite             customers (60), products (40), orders (2,400) with foreign keys
   retail_shop/database_description/*.csv     column descriptions (products.csv is cp1252-encoded)
+  world_atlas/world_atlas.sqlite             country (40), city (360), countrylanguage (~110): two tables
+                                             with a Name and a Population column, text keys (country Code)
   questions.json                             a few questions with db_id
 """
 
@@ -321,6 +323,73 @@ def bird_db(rng: random.Random, path: Path) -> None:
     con.close()
 
 
+# Invented places: syllables put together, so no real atlas is copied and every name is pronounceable.
+_SYLLABLES = ["ka", "lo", "ri", "mes", "tan", "vo", "dra", "len", "sa", "por", "ul", "bri", "ta", "nor", "ve", "gal"]
+_CONTINENTS = {"Northland": ["North Reach", "Frost Coast"], "Southmere": ["Sun Basin", "Palm Shore"],
+               "Eastwold": ["High Steppe", "River Delta"], "Westmark": ["Lake Country"]}  # fmt: skip
+_LANGUAGES = ["Kalo", "Vessic", "Drann", "Orel", "Tamu", "Sarish", "Nordic Low", "Palmic"]
+
+
+def _place(rng: random.Random, parts: int) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+
+
+def world_db(rng: random.Random, path: Path) -> None:
+    """A small atlas: two tables both have Name and Population, so a question must say which it means."""
+    if path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        PRAGMA journal_mode = DELETE;
+        CREATE TABLE country (
+            Code TEXT PRIMARY KEY, Name TEXT NOT NULL, Continent TEXT, Region TEXT, SurfaceArea REAL,
+            Population INTEGER, LifeExpectancy REAL, GNP REAL);
+        CREATE TABLE city (
+            ID INTEGER PRIMARY KEY, Name TEXT NOT NULL, CountryCode TEXT NOT NULL REFERENCES country (Code),
+            District TEXT, Population INTEGER);
+        CREATE TABLE countrylanguage (
+            CountryCode TEXT NOT NULL REFERENCES country (Code), Language TEXT NOT NULL, IsOfficial TEXT,
+            Percentage REAL, PRIMARY KEY (CountryCode, Language));
+        """
+    )
+    codes, names = [], set()
+    while len(codes) < 40:
+        name = _place(rng, rng.choice([2, 3]))
+        code = name[:3].upper()
+        if name in names or code in codes:
+            continue
+        names.add(name)
+        codes.append(code)
+        continent = rng.choice(sorted(_CONTINENTS))
+        area = round(rng.lognormvariate(11, 1.2), 1)
+        con.execute(
+            "INSERT INTO country VALUES (?,?,?,?,?,?,?,?)",
+            (code, name, continent, rng.choice(_CONTINENTS[continent]), area, int(area * rng.uniform(5, 300)),
+             round(rng.uniform(52, 84), 1), round(rng.lognormvariate(9, 1.5), 1)),
+        )  # fmt: skip
+    city_id = 0
+    for code in codes:
+        for _ in range(9):
+            city_id += 1
+            con.execute(
+                "INSERT INTO city VALUES (?,?,?,?,?)",
+                (city_id, _place(rng, rng.choice([2, 3])), code, _place(rng, 2) + " District",
+                 int(rng.lognormvariate(11, 1.1))),
+            )  # fmt: skip
+        spoken = rng.sample(_LANGUAGES, rng.randint(2, 4))
+        shares = [rng.uniform(1, 10) for _ in spoken]
+        for i, (lang, share) in enumerate(zip(spoken, shares)):
+            con.execute(
+                "INSERT INTO countrylanguage VALUES (?,?,?,?)",
+                (code, lang, "T" if i == 0 else "F", round(100 * share / sum(shares), 1)),
+            )
+    con.commit()
+    con.execute("VACUUM")
+    con.close()
+
+
 DESCRIPTIONS = {
     "customers": [
         ("customer_id", "customer id", "unique identifier of the customer", "integer", ""),
@@ -385,6 +454,7 @@ def main() -> None:
     for name, data in outputs.items():
         _write(FILES / name, data)
     bird(rng)
+    world_db(random.Random(20240202), BIRD / "world_atlas" / "world_atlas.sqlite")  # own seed: other files unchanged
     for path in sorted(p for p in HERE.rglob("*") if p.is_file() and p.name != os.path.basename(__file__)):
         print(f"{path.relative_to(HERE)}  {path.stat().st_size:,} bytes")
 

@@ -13,6 +13,7 @@ LAYERS = [
     {
         "ids",
         "categories",
+        "roles",
         "settings",
         "storage",
         "schemas",

@@ -113,6 +113,7 @@ COLUMN_PROFILE = pa.struct(
         _f("std", pa.float64()),
         _f("unique_values", _STRS),  # capped sample of distinct values, most frequent first
         _f("description", _STR),
+        _f("role", _STR),  # datamind.roles: identifier | additive_measure | nonadditive_measure | category | ...
     ]
 )
 
@@ -120,7 +121,7 @@ FOREIGN_KEY = pa.struct([_f("from_table", _STR), _f("from_column", _STR), _f("to
 
 CATALOG_TABLES = TableSchema(
     "catalog_tables",
-    "1.0",
+    "1.1",
     pa.schema(
         [
             _f("table_id", _STR, False),
@@ -136,6 +137,7 @@ CATALOG_TABLES = TableSchema(
             _f("description", _STR),
             _f("ddl", _STR),  # sqlite: CREATE TABLE statement
             _f("foreign_keys", pa.list_(FOREIGN_KEY)),
+            _f("primary_key", _STRS),  # declared primary key columns (sqlite)
             _f("meta_info", _STR),  # JSON consumed by the synthesis prompts
             _f("read_options", _STR),  # JSON: how to load the table identically downstream
             _f("staged_uri", _STR, False),

@@ -80,6 +80,12 @@ class TableColumns(NamedTuple):
     n_rows: int
 
 
+def _primary_key(con, quoted_table: str) -> list[str]:
+    """The declared primary key columns of a SQLite table, in key order."""
+    cols = con.execute(f"PRAGMA table_info({quoted_table})").fetchall()
+    return [r[1] for r in sorted((r for r in cols if r[5]), key=lambda r: r[5])]
+
+
 @dataclass
 class LoadedTable:
     name: str
@@ -90,6 +96,7 @@ class LoadedTable:
     raw_columns: list[str] = field(default_factory=list)  # header cells as written (before naming fixes)
     ddl: str | None = None
     foreign_keys: list[dict[str, str]] = field(default_factory=list)
+    primary_key: list[str] = field(default_factory=list)  # declared primary key columns (SQLite)
     error: str | None = None  # table-level load failure
     rows_estimated: bool = False  # n_rows from sheet dimensions, not from a parse
     columns: TableColumns | None = None  # the table without a frame (``load_recorded(frames=False)``)
@@ -237,7 +244,16 @@ def load_recorded(local_path: str, read_options: list[dict[str, Any]], frames: b
                 ]
                 df = pd.read_sql_query(f"SELECT * FROM {q}", con)
                 out.append(
-                    LoadedTable(name, df, len(df), df.shape[1], opts, ddl=ddl[0] if ddl else None, foreign_keys=fks)
+                    LoadedTable(
+                        name,
+                        df,
+                        len(df),
+                        df.shape[1],
+                        opts,
+                        ddl=ddl[0] if ddl else None,
+                        foreign_keys=fks,
+                        primary_key=_primary_key(con, q),
+                    )
                 )
     else:
         raise ValueError(f"unknown table format {fmt!r}")
@@ -1103,7 +1119,15 @@ def _load_sqlite(local_path: str, limits: Limits) -> LoadResult:
                 continue
             tables.append(
                 LoadedTable(
-                    name, df, n_rows, len(cols), opts, raw_columns=[str(c) for c in cols], ddl=ddl, foreign_keys=fks
+                    name,
+                    df,
+                    n_rows,
+                    len(cols),
+                    opts,
+                    raw_columns=[str(c) for c in cols],
+                    ddl=ddl,
+                    foreign_keys=fks,
+                    primary_key=_primary_key(con, q),
                 )
             )
     return LoadResult("sqlite", None, encoding, tables)

@@ -23,6 +23,7 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest.loaders import LoadedTable, load_recorded, load_tables
 from datamind.profile.meta import TableToProfile, profile_tables
+from datamind.roles import with_roles
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
 from datamind.shards import chunk, read_hinted, read_table, shard_name, shard_paths, write_shard
@@ -86,7 +87,9 @@ def _foreign_keys(t: LoadedTable) -> list[dict[str, str | None]]:
 def table_row(
     file_row: dict[str, Any], t: LoadedTable, prof: dict[str, Any], run_id: str | None, now: dt.datetime
 ) -> dict[str, Any]:
-    """The ``catalog/tables`` row of a loaded table and its profile."""
+    """The ``catalog/tables`` row of a loaded table and its profile (each column's role decided here, once)."""
+    fks = _foreign_keys(t)
+    keys = {fk["from_column"] for fk in fks} | set(t.primary_key)
     return {
         "table_id": stable_id(file_row["file_id"], t.name),
         "file_id": file_row["file_id"],
@@ -96,11 +99,12 @@ def table_row(
         "n_rows": prof["n_rows"],
         "n_cols": prof["n_cols"],
         "columns": prof["columns"],
-        "column_profiles": prof["column_profiles"],
+        "column_profiles": with_roles(prof["column_profiles"], keys),
         "head_markdown": prof["head_markdown"],
         "description": prof["description"],
         "ddl": t.ddl,
-        "foreign_keys": _foreign_keys(t),
+        "foreign_keys": fks,
+        "primary_key": list(t.primary_key),
         "meta_info": prof["meta_info"],
         "read_options": json.dumps(t.read_options, sort_keys=True, ensure_ascii=False),
         "staged_uri": file_row["staged_uri"],

@@ -7,6 +7,7 @@ from typing import Any
 
 from datamind.categories import CATEGORY_IDS
 from datamind.ids import stable_id
+from datamind.roles import parse_overrides
 from datamind.stage_params import check_ranges, param
 
 BACKENDS = ("offline", "llm")
@@ -38,6 +39,13 @@ class SynthParams:
     reference_repairs: int = param(1, "Repairs of a failing reference program", minimum=0, maximum=5, section="LLM")
     # LLM backend: times a reply that is not in the required tag format is shown to the model again with why.
     parse_retries: int = param(2, "Re-asks of a malformed reply", minimum=0, maximum=5, section="LLM")
+    # A data engineer's corrections of the roles profiling gave columns (datamind.roles), by table or for
+    # every table; a correction changes the fingerprint, so the next run synthesizes anew.
+    column_roles: tuple[str, ...] = param(
+        (), "Column role corrections", section="Quality",
+        description="Entries 'Table.Column=role' or 'Column=role'; roles: identifier, additive_measure, "
+        "nonadditive_measure, category, date, text.",
+    )  # fmt: skip
     # Fields that change how work is grouped or scheduled, not what is produced, stay out of the fingerprint.
     _NOT_IN_FINGERPRINT = ("shard_size", "llm_concurrency", "solution_timeout_s")
 
@@ -45,6 +53,7 @@ class SynthParams:
         if not self.categories:
             raise ValueError("categories must not be empty")
         check_ranges(self)
+        parse_overrides(self.column_roles)
         if self.min_hops > self.max_hops:
             raise ValueError(f"need min_hops <= max_hops, got {self.min_hops}..{self.max_hops}")
 
@@ -55,6 +64,8 @@ class SynthParams:
         extra = set(raw) - known
         if extra:
             raise ValueError(f"unknown synthesis parameters: {sorted(extra)}")
+        if "column_roles" in raw:
+            raw["column_roles"] = tuple(raw["column_roles"] or ())
         if "categories" in raw:
             cats = raw["categories"]
             raw["categories"] = tuple(CATEGORY_IDS if cats in (None, "all") else cats)
@@ -63,6 +74,7 @@ class SynthParams:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["categories"] = list(self.categories)
+        d["column_roles"] = list(self.column_roles)
         return d
 
     @property
@@ -70,4 +82,6 @@ class SynthParams:
         d = self.to_dict()
         for name in self._NOT_IN_FINGERPRINT:
             d.pop(name, None)
+        if not d["column_roles"]:  # runs without corrections keep the partition they always had
+            d.pop("column_roles")
         return stable_id("synth-params", d, length=12)

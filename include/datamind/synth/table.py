@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from datamind.ingest.loaders import load_table
+from datamind.roles import parse_overrides, table_roles
 from datamind.storage import DataRoot
 from datamind.synth import rows as R
 from datamind.synth.dedup import near_duplicates
@@ -21,7 +22,7 @@ from datamind.synth.offline.compose import Hop, build_chains
 from datamind.synth.offline.engine import Skip, synthesize_offline
 from datamind.synth.offline.execute import ExecutionError, run_in_subprocess, run_solution
 from datamind.synth.offline.generators import OFFLINE_TEMPLATES_VERSION
-from datamind.synth.offline.phrasing import glossary, polish_question
+from datamind.synth.offline.phrasing import glossary, polish_question, scope_question
 from datamind.synth.offline.source import READERS, Source, UnsupportedSource, build_source, parse_read_options
 from datamind.synth.offline.variants import runnable_variants
 from datamind.synth.params import SynthParams
@@ -90,7 +91,7 @@ def _exec_preamble(source: Source) -> pd.DataFrame:
     return namespace["df"]
 
 
-def load_view(root: DataRoot, table: dict) -> tuple[Source, TableView]:
+def load_view(root: DataRoot, table: dict, column_roles: tuple[str, ...] = ()) -> tuple[Source, TableView]:
     """Pick how reference programs read the table: the plainest reader whose frame equals ingest's.
 
     Plain pandas when it reproduces the frame the profiler saw, then plain pandas plus ingest's cell
@@ -130,7 +131,8 @@ def load_view(root: DataRoot, table: dict) -> tuple[Source, TableView]:
             keys = {j.fk_column for j in source.joins} | {
                 fk.get("from_column") for fk in table.get("foreign_keys") or []
             }
-            return source, build_view(df, table.get("column_profiles"), keys)
+            roles = table_roles(table, parse_overrides(column_roles))
+            return source, build_view(df, table.get("column_profiles"), keys, roles)
         errors.append(f"{reader}: frame differs from the ingest loader's")
     raise TableUnusable("table_unreadable", "; ".join(errors)[:1000])
 
@@ -178,7 +180,7 @@ def _synthesize_table_offline(
     fp = params.fingerprint
     tid = table["table_id"]
     try:
-        source, view = load_view(root, table)
+        source, view = load_view(root, table, params.column_roles)
     except TableUnusable as exc:
         out.rejections.append(
             R.rejection_row(
@@ -214,6 +216,10 @@ def _offline_rows(
     fp = params.fingerprint
     terms = glossary(table.get("column_profiles"))  # units and scales from the column descriptions
     tid = table["table_id"]
+
+    def scoped(question: str) -> str:
+        return scope_question(question, source.scope, view.df.columns)
+
     if with_singles:
         result = synthesize_offline(view, source, params.categories, params.queries_per_category, params.seed, tid)
         out.skips.extend(result.skips)
@@ -228,7 +234,7 @@ def _offline_rows(
                         hop=1,
                         parents=[],
                         root_id=None,
-                        question=polish_question(cand.task.question, cand.answer, terms),
+                        question=polish_question(scoped(cand.task.question), cand.answer, terms),
                         description=cand.task.description,
                         lang=cand.lang,
                         solution=cand.solution,
@@ -270,7 +276,7 @@ def _offline_rows(
                         hop=k,
                         parents=parents,
                         root_id=chain_rows[0]["query_id"] if chain_rows else None,
-                        question=polish_question(hop.task.question, hop.answer, terms),
+                        question=polish_question(scoped(hop.task.question), hop.answer, terms),
                         description=hop.task.description,
                         lang=hop.lang,
                         solution=hop.solution,

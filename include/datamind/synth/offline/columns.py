@@ -1,19 +1,24 @@
 """Which columns can carry which kind of question.
 
 Kinds come from the catalog's column profiles when present and agree with the loaded frame; otherwise
-they are inferred here. The roles the generators need:
-measures (numeric, not identifiers, enough distinct values), groups (few distinct labels, each seen
-more than once), dates (parseable timestamps or a year-like integer column).
+they are inferred here. Each column's analyst role (``datamind.roles``) comes from the catalog too, so a
+key is never a measure and a rate is never summed. What the generators read:
+measures (numeric, not identifiers, enough distinct values; ``additive`` the ones a sum means something
+for), groups (few distinct labels, each seen more than once), dates (parseable timestamps or a year-like
+integer column).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-_ID_NAME = re.compile(r"(^id$|_id$|^id_|(?<![a-z])id(?![a-z])|code$|^zip|postal|phone|(^|_)nr$|nummer)", re.I)
+from datamind import roles as R
+from datamind.roles import names_an_identifier
+
 _YEAR_NAME = re.compile(r"(^|[_\s])(year|yr|jahr)($|[_\s])|^year|^jahr", re.I)
 MAX_GROUPS = 30
 MAX_INTEGER_GROUPS = 10
@@ -40,10 +45,22 @@ class TableView:
     groups: list[str] = field(default_factory=list)
     dates: list[str] = field(default_factory=list)
     year_columns: list[str] = field(default_factory=list)  # integer columns holding calendar years
+    roles: dict[str, str] = field(default_factory=dict)  # column -> datamind.roles role
+    units: dict[str, str] = field(default_factory=dict)  # measure -> the kind of unit it is counted in
 
     @property
     def n_rows(self) -> int:
         return len(self.df)
+
+    @property
+    def additive(self) -> list[str]:
+        """Measures whose sum means something (amounts, counts): the only ones a question totals."""
+        return [m for m in self.measures if self.roles.get(m, R.ADDITIVE) == R.ADDITIVE]
+
+    def same_unit(self, a: str, b: str) -> bool:
+        """Whether two measures are counted in the same kind of unit (a ratio of their totals then reads as
+        something: revenue to cost, units sold to units returned)."""
+        return a in self.units and self.units.get(a) == self.units.get(b)
 
     _counts: dict = field(default_factory=dict, repr=False)
 
@@ -79,7 +96,7 @@ def infer_kind(s: pd.Series, name: str) -> str:
         return "datetime"
     if pd.api.types.is_numeric_dtype(s):
         integral = pd.api.types.is_integer_dtype(s) or (len(non_null) and (non_null % 1 == 0).all())
-        if integral and _ID_NAME.search(name):
+        if integral and names_an_identifier(name):
             return "id"
         if integral and len(non_null) > 20 and n_unique == len(non_null) and non_null.is_monotonic_increasing:
             return "id"
@@ -88,7 +105,7 @@ def infer_kind(s: pd.Series, name: str) -> str:
         return "text"
     if _looks_like_dates(non_null):
         return "datetime"
-    if _ID_NAME.search(name) and n_unique > 0.9 * len(non_null):
+    if names_an_identifier(name) and n_unique > 0.9 * len(non_null):
         return "id"
     if n_unique <= max(MAX_GROUPS, 0.05 * len(non_null)) or n_unique <= 0.5 * len(non_null):
         return "categorical"
@@ -118,10 +135,16 @@ def _kind_agrees(kind: str, s: pd.Series) -> bool:
 
 
 def build_view(
-    df: pd.DataFrame, profiles: list[dict] | None = None, keys: set[str] | frozenset = frozenset()
+    df: pd.DataFrame,
+    profiles: list[dict] | None = None,
+    keys: set[str] | frozenset = frozenset(),
+    roles: Mapping[str, str] | None = None,
 ) -> TableView:
-    """Column roles of ``df``; ``keys`` are key columns (e.g. foreign keys), never measures or groups."""
+    """Column uses of ``df``; ``keys`` are key columns (e.g. foreign keys), never measures or groups;
+    ``roles``: the catalog's column roles (``datamind.roles.table_roles``), decided from the profile
+    where absent."""
     by_name = {str(p.get("name")): p for p in (profiles or []) if p.get("name") is not None}
+    roles = dict(roles or {})
     columns: dict[str, Column] = {}
     for name in df.columns:
         s = df[name]
@@ -130,15 +153,25 @@ def build_view(
         if not kind or not _kind_agrees(kind, s):
             kind = infer_kind(s, str(name))
         columns[str(name)] = Column(str(name), kind, int(s.nunique(dropna=True)), int(s.isna().sum()))
+        if str(name) not in roles:
+            profile = dict(prof or {}, name=str(name), kind=kind, n_unique=columns[str(name)].n_unique)
+            if kind in ("numeric", "integer") and s.notna().any() and pd.api.types.is_numeric_dtype(s):
+                profile.setdefault("min", s.min())
+                profile.setdefault("max", s.max())
+            roles[str(name)] = R.column_role(profile, keys)
 
-    view = TableView(df=df, columns=columns)
+    view = TableView(df=df, columns=columns, roles=roles)
+    view.units = {
+        str(p["name"]): unit for p in by_name.values() if (unit := R.unit_kind(str(p["name"]), p.get("description")))
+    }
     n = len(df)
     for name, col in columns.items():
-        if name in keys or _ID_NAME.search(name) and col.kind in ("integer", "id"):
+        if name in keys or names_an_identifier(name) and col.kind in ("integer", "id"):
             continue
         s = df[name]
         numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
-        if col.kind in ("numeric", "integer") and numeric and col.n_unique >= 5 and s.notna().sum() >= 5:
+        measurable = roles.get(name) in R.MEASURES
+        if measurable and col.kind in ("numeric", "integer") and numeric and col.n_unique >= 5 and s.notna().sum() >= 5:
             view.measures.append(name)
         # Integers group only when they are codes with a handful of levels (class, rating), not counts.
         max_groups = MAX_INTEGER_GROUPS if col.kind == "integer" else MAX_GROUPS

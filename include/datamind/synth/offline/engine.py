@@ -16,7 +16,7 @@ from datamind.ids import stable_id
 from datamind.synth.offline.columns import TableView
 from datamind.synth.offline.execute import ExecutionError, run_body_on_frame, run_solution
 from datamind.synth.offline import templates  # noqa: F401 - registers every template in REGISTRY
-from datamind.synth.offline.generators import REGISTRY, Task
+from datamind.synth.offline.generators import REGISTRY, Task, task_text
 from datamind.synth.offline.source import Source
 
 MAX_ANSWER_CHARS = 500
@@ -71,16 +71,23 @@ class OfflineResult:
 
 def build_solution(task: Task, source: Source) -> tuple[str, str]:
     """(lang, program text): SQL over the relation for SQLite when the task has one, else pandas."""
+    source = source.narrowed(task_text(task))
     if source.fmt == "sqlite" and task.sql:
         return "sql", source.with_relation(task.sql)
     program = source.python_preamble(task.imports) + "\n" + task.py + "\nprint(answer)\n"
     return "python", program
 
 
+def task_frame(task: Task, source: Source, view: TableView):
+    """The frame a task's program loads: the table plus only the parent columns the task names."""
+    unused = [j.alias for j in source.joins if j not in source.narrowed(task_text(task)).joins]
+    return view.df.drop(columns=unused) if unused else view.df
+
+
 def execute(lang: str, solution: str, source: Source, task: Task | None = None, view: TableView | None = None) -> str:
     """Run a candidate and validate its answer; Python bodies run on the view's loaded frame when given."""
     if lang == "python" and task is not None and view is not None:
-        answer = run_body_on_frame(source.python_imports(task.imports), task.py, view.df)
+        answer = run_body_on_frame(source.python_imports(task.imports), task.py, task_frame(task, source, view))
     else:
         answer = run_solution(lang, solution, source.data_path)
     if not answer:

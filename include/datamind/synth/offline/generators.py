@@ -43,6 +43,11 @@ class Task:
     alt: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
+def task_text(task: Task) -> str:
+    """Everything a task says and runs: which columns (and so which parent joins) it needs."""
+    return "\n".join([task.question, task.py, task.sql or "", task.duck or "", *(body for body, _ in task.alt)])
+
+
 Generator = Callable[[TableView, random.Random], Iterator[Task]]
 REGISTRY: dict[str, list[Generator]] = {}
 

@@ -101,9 +101,41 @@ _SENTENCE = re.compile(r"(?<=[.?!])\s+(?=[A-Z])")
 _STEP_LEAD = re.compile("^(?:" + "|".join(re.escape(t.split("{}")[0].strip()) for t in STEP_FIRST + STEP_NEXT) + r")\s")
 
 
+# "In the orders table, what is ...": how a question names its table in a file of several (see scope_question).
+_SCOPE = re.compile(r"^In the (?P<name>.+?) (?P<noun>table|sheet)(?:, |: )(?=\S)")
+_THE_TABLE = re.compile(r"\bthe (table|sheet|dataset)\b", re.IGNORECASE)
+
+
+def scope_question(question: str, scope: tuple[str, str] | None, columns=()) -> str:
+    """A question about one table of a database (one sheet of a workbook) names that table: "the table"
+    becomes "the orders table", else the question opens with "In the orders table, ...". ``columns``:
+    names the question may open with (kept as written, never lower-cased)."""
+    if scope is None:
+        return question
+    noun, name = scope
+    if re.search(rf"\b{re.escape(name)} {noun}\b", question):
+        return question
+    if _THE_TABLE.search(question):
+        return _THE_TABLE.sub(f"the {name} {noun}", question)
+    first = question.split(" ", 1)[0]
+    plain_word = first.isalpha() and first[:1].isupper() and first[1:].islower()
+    if plain_word and not any(str(c).startswith(first) for c in columns):
+        return f"In the {name} {noun}, {first.lower()}{question[len(first):]}"
+    return f"In the {name} {noun}: {question}"
+
+
+def unscoped(question: str) -> str:
+    """``question`` without the table scope :func:`scope_question` put in front."""
+    m = _SCOPE.match(question.strip())
+    if not m:
+        return question.strip()
+    rest = question.strip()[m.end() :]
+    return rest[:1].upper() + rest[1:] if m.group(0).endswith(", ") else rest
+
+
 def final_ask(question: str) -> str:
     """What a multi-step question finally asks: the question without the restated steps before it."""
-    parts = _SENTENCE.split(question.strip())
+    parts = _SENTENCE.split(unscoped(question))
     while len(parts) > 1 and _STEP_LEAD.match(parts[0]):
         parts.pop(0)
     return " ".join(parts)

@@ -2,19 +2,21 @@
 
 Every reference solution is a self-contained program text: Python programs read the staged file with
 plain pandas (no project imports, so an agent or a sandbox can run them as they are) and print the
-answer; SQL solutions run against the staged SQLite file. For SQLite, a table with foreign keys is
-presented as the table joined to a readable label column of each parent table, so questions can group
-by a parent's name instead of an opaque key.
+answer; SQL solutions run against the staged SQLite file. For SQLite, a table with foreign keys may
+reach a readable label column of each parent table, so questions can group by a parent's name instead of
+an opaque key. Such a column goes by its schema name, ``Parent.Column`` ("Genre.Name"), never an alias of
+our own, and a program joins only the parents its question names (``Source.narrowed``).
 """
 
 from __future__ import annotations
 
-import os
-
+import dataclasses
 import json
+import os
+import re
 import sqlite3
-from urllib.parse import quote
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 READERS = ("plain", "tidy", "repair")
 _TIDY = (
@@ -68,6 +70,21 @@ class Source:
     # plain | tidy (plain + ingest's cell tidying) | repair (a sheet read without a header, its header
     # row(s) picked and its title/footnote rows dropped by hand, as an analyst fixes a report-style sheet)
     reader: str = "plain"
+    siblings: tuple[str, ...] = ()  # the other tables (sheets) of the same file: a question must name its own
+    columns: tuple[str, ...] = ()  # the table's own columns (SQLite), for programs that select only what they use
+
+    @property
+    def scope(self) -> tuple[str, str] | None:
+        """(noun, name) a question names its table by ("table", "orders") when the file holds more than one."""
+        if not self.siblings:
+            return None
+        return ("table" if self.fmt == "sqlite" else "sheet", self.table_name)
+
+    def narrowed(self, text: str) -> "Source":
+        """This source with only the parent joins whose columns ``text`` (a task's question and programs)
+        names: a program joins what its question needs, nothing more."""
+        used = [j for j in self.joins if j.alias in text]
+        return self if used == self.joins else dataclasses.replace(self, joins=used)
 
     @property
     def file_name(self) -> str:
@@ -82,23 +99,32 @@ class Source:
         """SELECT giving the analysed relation: the table plus joined parent labels."""
         if not self.joins:
             return f"SELECT * FROM {qi(self.table_name)}"
-        cols = ["t.*"] + [f"p{i}.{qi(j.label_column)} AS {qi(j.alias)}" for i, j in enumerate(self.joins)]
-        parts = [f"SELECT {', '.join(cols)} FROM {qi(self.table_name)} AS t"]
-        for i, j in enumerate(self.joins):
-            parts.append(f"LEFT JOIN {qi(j.parent_table)} AS p{i} ON t.{qi(j.fk_column)} = p{i}.{qi(j.parent_key)}")
-        return " ".join(parts)
+        return self._joined(["t.*"] + [f"p{i}.{qi(j.label_column)} AS {qi(j.alias)}" for i, j in enumerate(self.joins)])
 
     def sql_from(self) -> str:
         """What follows FROM in a solution query (``r`` is the joined relation's CTE, see ``with_relation``)."""
         return qi(self.table_name) if not self.joins else "r"
 
     def with_relation(self, sql: str) -> str:
-        """A solution query over the analysed relation: the joins named once in a CTE, then a short
-        statement over it, the way an analyst writes it (not one nested subquery)."""
+        """A solution query over the analysed relation: the join named once in a CTE that selects the
+        columns the statement uses, then a short statement over it, the way an analyst writes it (not one
+        nested subquery)."""
         body = sql.replace("{src}", self.sql_from())
         if not self.joins:
             return body
-        return f"WITH r AS (\n  {self.relation_sql()}\n)\n{body}"
+        own = [c for c in self.columns if qi(c) in body]
+        if not self.columns or re.search(r"SELECT\s+\*|\br\.\*", body, re.IGNORECASE):
+            picked = ["t.*"]
+        else:
+            picked = [f"t.{qi(c)}" for c in own]
+        cols = picked + [f"p{i}.{qi(j.label_column)} AS {qi(j.alias)}" for i, j in enumerate(self.joins)]
+        return f"WITH r AS (\n  {self._joined(cols)}\n)\n{body}"
+
+    def _joined(self, cols: list[str]) -> str:
+        parts = [f"SELECT {', '.join(cols)} FROM {qi(self.table_name)} AS t"]
+        for i, j in enumerate(self.joins):
+            parts.append(f"LEFT JOIN {qi(j.parent_table)} AS p{i} ON t.{qi(j.fk_column)} = p{i}.{qi(j.parent_key)}")
+        return " ".join(parts)
 
     # -- Python ------------------------------------------------------------------------------
     def python_imports(self, extra_imports: tuple[str, ...] = ()) -> str:
@@ -299,16 +325,16 @@ def sqlite_joins(db_path: str, table: str, foreign_keys: list[dict] | None) -> l
         own = {r[1] for r in con.execute(f"PRAGMA table_info({qi(table)})").fetchall()}
         joins: list[Join] = []
         seen = set(own)
+        # a parent two keys point at ("origin" and "destination" airport) has no one meaning as Parent.Column
+        targets = [fk["to_table"] for fk in fks]
         for fk in fks:
             parent, key = fk["to_table"], fk.get("to_column")
-            if not parent or not key or parent == table:
+            if not parent or not key or parent == table or targets.count(parent) > 1:
                 continue
             label = _label_column(con, parent, key)
             if label is None:
                 continue
-            alias = label if label not in seen else f"{parent}_{label}"
-            if alias in seen:
-                alias = f"{fk['from_column']}_{label}"
+            alias = f"{parent}.{label}"  # the schema's own name for the column, whatever the table
             if alias in seen:
                 continue
             seen.add(alias)
@@ -329,8 +355,31 @@ def build_source(row: dict, data_path: str, reader: str = "plain") -> Source:
                 raise UnsupportedSource("a CSV whose rows needed repairs has no plain pandas reading")
         else:
             pandas_kwargs(fmt, options)  # raises when plain pandas cannot express the layout
-        return Source(fmt, data_path, row["table_name"], options, reader=reader)
+        siblings = tuple(n for n in _sheet_names(data_path) if n != row["table_name"]) if fmt != "csv" else ()
+        return Source(fmt, data_path, row["table_name"], options, reader=reader, siblings=siblings)
     if fmt == "sqlite":
         table = options.get("table") or options.get("table_name") or row["table_name"]
-        return Source(fmt, data_path, table, options, sqlite_joins(data_path, table, row.get("foreign_keys")))
+        tables, columns = _sqlite_layout(data_path, table)
+        joins = sqlite_joins(data_path, table, row.get("foreign_keys"))
+        return Source(fmt, data_path, table, options, joins, siblings=tables, columns=columns)
     raise UnsupportedSource(f"unsupported format {fmt!r}")
+
+
+def _sqlite_layout(db_path: str, table: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the database's other tables, the table's own columns)."""
+    con = sqlite3.connect(f"file:{quote(db_path)}?mode=ro", uri=True)
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+        columns = tuple(r[1] for r in con.execute(f"PRAGMA table_info({qi(table)})").fetchall())
+    finally:
+        con.close()
+    return tuple(n for n in names if n != table and not n.startswith("sqlite_")), columns
+
+
+def _sheet_names(path: str) -> list[str]:
+    try:
+        from python_calamine import CalamineWorkbook
+
+        return list(CalamineWorkbook.from_path(path).sheet_names)
+    except Exception:  # noqa: BLE001 - a workbook calamine cannot list is read by name like before
+        return []

@@ -17,7 +17,7 @@ import os
 
 from datamind.sandbox.sqltools import ReadOnlyDatabase
 from datamind.synth.offline.execute import ExecutionError, run_python
-from datamind.synth.offline.generators import Task
+from datamind.synth.offline.generators import Task, task_text
 from datamind.synth.offline.source import Source
 
 # Prints a query result the way reference answers are formatted: one cell as itself, else rows
@@ -65,6 +65,7 @@ def _polars_over_frame(preamble: str, sql: str) -> str:
 def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
     """Alternative programs for ``task`` besides the reference written in ``lang``."""
     out: list[str] = []
+    source = source.narrowed(task_text(task))
     duck_sql = task.sql or task.duck  # SQLite's dialect is a subset of what DuckDB runs here
     if source.fmt == "sqlite":
         if lang == "sql":

@@ -28,7 +28,7 @@ from datamind.synth.offline.source import qi, ql
 @template("domain_specific")
 def dom_share(view, rng):
     df = view.df
-    for m, g in sample(itertools.product(view.measures, view.groups), rng):
+    for m, g in sample(itertools.product(view.additive, view.groups), rng):
         s = df[m].dropna()
         if m == g or s.empty or (s < 0).any() or s.sum() <= 0:
             continue
@@ -117,7 +117,7 @@ def dom_cv(view, rng):
 @template("multi_hop_numerical_reasoning")
 def mh_top_group_mean(view, rng):
     df = view.df
-    for (m1, m2), g in sample(itertools.product(itertools.product(view.measures, repeat=2), view.groups), rng):
+    for (m1, m2), g in sample(itertools.product(itertools.product(view.additive, view.measures), view.groups), rng):
         if g in (m1, m2) or not unique_top(df.dropna(subset=[g, m1]).groupby(g)[m1].sum()):
             continue
         yield Task(
@@ -241,7 +241,7 @@ def time_growth(view, rng):
 @template("time_based_calculation")
 def time_best_month(view, rng):
     df = view.df
-    for d, m in sample(itertools.product(view.dates, view.measures), rng):
+    for d, m in sample(itertools.product(view.dates, view.additive), rng):
         t = df.assign(_m=pd.to_datetime(df[d], errors="coerce", format="mixed").dt.to_period("M")).dropna(
             subset=["_m", m]
         )

@@ -42,7 +42,7 @@ def agg_mean(view, rng):
 
 @template("aggregation")
 def agg_group_sum(view, rng):
-    for m, g in sample(itertools.product(view.measures, view.groups), rng):
+    for m, g in sample(itertools.product(view.additive, view.groups), rng):
         if m == g:
             continue
         for v in view.group_values(g)[:1]:
@@ -99,7 +99,7 @@ def rank_top_mean(view, rng):
 @template("ranking")
 def rank_top3_total(view, rng):
     df = view.df
-    for m, g in sample(itertools.product(view.measures, view.groups), rng):
+    for m, g in sample(itertools.product(view.additive, view.groups), rng):
         if m == g:
             continue
         totals = df.dropna(subset=[g, m]).groupby(g)[m].sum().sort_values(ascending=False)
@@ -248,7 +248,8 @@ def cmp_median_higher(view, rng):
 @template("arithmetic_calculation")
 def arith_ratio(view, rng):
     df = view.df
-    for a, b in sample(itertools.permutations(view.measures, 2), rng):
+    pairs = [(a, b) for a, b in itertools.permutations(view.additive, 2) if view.same_unit(a, b)]
+    for a, b in sample(pairs, rng):
         if np.isclose(df[b].sum(), 0):
             continue
         yield Task(
@@ -278,7 +279,7 @@ def arith_range(view, rng):
 
 @template("arithmetic_calculation")
 def arith_pair_total(view, rng):
-    for m, g in sample(itertools.product(view.measures, view.groups), rng):
+    for m, g in sample(itertools.product(view.additive, view.groups), rng):
         if m == g:
             continue
         for a, b in two_values(view, g, m)[:1]:
