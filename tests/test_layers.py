@@ -14,6 +14,7 @@ LAYERS = [
         "ids",
         "categories",
         "roles",
+        "grounding",
         "settings",
         "storage",
         "schemas",

@@ -43,7 +43,7 @@ def tables(root):
 
 def test_one_row_per_accepted_table(profiled):
     root, specs, summaries = profiled
-    assert sum(len(s["files"]) for s in specs) == 5  # 4 accepted sample files + 1 database
+    assert sum(len(s["files"]) for s in specs) == 6  # 4 accepted sample files + 2 databases
     assert set(tables(root)) == {
         "sales_orders",
         "wetter_muenchen",
@@ -53,8 +53,25 @@ def test_one_row_per_accepted_table(profiled):
         "customers",
         "products",
         "orders",
+        "country",
+        "city",
+        "countrylanguage",
     }
     assert sum(s["failed_files"] for s in summaries) == 0
+
+
+def test_each_column_gets_its_analyst_role_once_at_profiling(profiled):
+    root, _, _ = profiled
+    roles = {(n, p["name"]): p["role"] for n, row in tables(root).items() for p in row["column_profiles"]}
+    assert None not in roles.values()
+    # declared keys and codes are identifiers, whatever their type; a price per unit and a share are not summed
+    assert roles[("orders", "order_id")] == roles[("orders", "customer_id")] == "identifier"
+    assert roles[("country", "Code")] == roles[("city", "CountryCode")] == roles[("city", "ID")] == "identifier"
+    assert roles[("orders", "total")] == roles[("city", "Population")] == "additive_measure"
+    assert roles[("products", "list_price")] == roles[("countrylanguage", "Percentage")] == "nonadditive_measure"
+    assert roles[("country", "LifeExpectancy")] == "nonadditive_measure"
+    assert roles[("orders", "status")] == "category"
+    assert tables(root)["countrylanguage"]["primary_key"] == ["CountryCode", "Language"]
 
 
 def test_rerun_plans_nothing(profiled):

@@ -412,3 +412,68 @@ def test_the_dag_fails_a_run_with_nothing_to_publish_and_announces_nothing(airfl
     assert _dataset_entries(root) == []
     with create_session() as session:
         assert session.query(AssetEvent).count() == before
+
+
+SCHEMA_PRINT = (
+    "Database: atlas.sqlite\n\nTable City (9 rows)\n  - ID INTEGER PRIMARY KEY\n  - Name TEXT\n"
+    "  - CountryCode TEXT\n  - Population INTEGER\n  - Temperature REAL\n  foreign key CountryCode -> Country.Code\n\n"
+    "Table Country (3 rows)\n  - Code TEXT PRIMARY KEY\n  - Name TEXT\n  - Population INTEGER\n"
+)
+
+
+def test_the_audit_counts_questions_the_agent_cannot_answer_or_should_not_ask(root):
+    """The four ways today's database samples misled: a name no table has, "the table" of several, a key
+    measured, a temperature totalled; a grounded question of each kind passes."""
+    from datamind.publish.audit import audit_rows
+
+    def sample(i: int, question: str) -> dict:
+        row = judged_row(i)
+        row.update(question=question, data_format="sqlite", data_uri="files/atlas.sqlite")
+        row["messages"] = row["messages"][:2] + [
+            {"role": "assistant", "content": p.format_code_turn("Schema first.", "print(get_db_info())")},
+            {"role": "tool", "content": p.format_interpreter(SCHEMA_PRINT)},
+            {"role": "assistant", "content": p.format_answer_turn("So.", "1")},
+        ]
+        return row
+
+    rows = [
+        sample(0, "Which Country_Name value has the most records?"),
+        sample(1, "How many rows and columns does the table have?"),
+        sample(2, "In the City table, what is the median ID?"),
+        sample(3, "In the City table, what is the total Temperature of cities with CountryCode 'ABC'?"),
+        sample(4, "In the City table, which Country.Name has the highest average Population?"),
+        sample(5, "In the City table, what is the average Temperature of cities with CountryCode 'ABC'?"),
+        sample(6, "What is the median Population of the Country table?"),
+        sample(7, "What is the median Population?"),  # City's or Country's?
+    ]
+    figures = audit_rows(rows)
+    assert figures["unknown_name_share"] == 0.125
+    assert figures["unresolved_table_share"] == 0.375  # samples 0, 1 and 7 name no table
+    assert figures["identifier_measure_share"] == 0.125
+    assert figures["nonadditive_sum_share"] == 0.125
+    assert {m.split(" =")[0] for m in figures["misses"]} >= {
+        "unknown_name_share", "unresolved_table_share", "identifier_measure_share", "nonadditive_sum_share"
+    }  # fmt: skip
+
+
+def test_the_audit_counts_a_fix_that_changes_nothing(root):
+    """A thought that says it re-reads the file to deal with 'Unnamed: 5', then the same read printing the same
+    column: the model would learn to claim a fix. A re-read that drops the column is a real fix."""
+    from datamind.publish.audit import audit_rows
+
+    before = "shape: (3, 6)\nX  float64\nUnnamed: 5  float64"
+    think = "The last column 'Unnamed: 5' has no name; I read it again with separator ','."
+
+    def sample(i: int, after: str) -> dict:
+        row = judged_row(i)
+        row["messages"] = row["messages"][:2] + [
+            {"role": "assistant", "content": p.format_code_turn("A plain read.", "df = pd.read_csv('a.csv')")},
+            {"role": "tool", "content": p.format_interpreter(before)},
+            {"role": "assistant", "content": p.format_code_turn(think, "df = pd.read_csv('a.csv', sep=',')")},
+            {"role": "tool", "content": p.format_interpreter(after)},
+            {"role": "assistant", "content": p.format_answer_turn("So.", "1")},
+        ]
+        return row
+
+    figures = audit_rows([sample(0, before), sample(1, "shape: (3, 5)\nX  float64")])
+    assert figures["unchanged_fix_share"] == 0.5

@@ -16,6 +16,8 @@ from datamind.llm import EndpointUnavailable, LLMClient, LLMConfig, ResponseCach
 from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows
 from datamind.synth import prompts as P
+from datamind.synth.llm_backend import grounding_context, question_rules
+from datamind.synth.params import SynthParams
 from datamind.synth.stage import plan_synthesis, synthesize_shard
 from datamind.synth.table import load_view
 
@@ -116,7 +118,9 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     (table,) = catalog
     meta = P.meta_for_prompt(table["meta_info"])
     source, _ = load_view(root, table)
-    prompt = P.render_query_prompt(meta, "ranking", 0, avoid=[], data=P.program_context(source))
+    params = SynthParams.from_dict(PARAMS)
+    rules = grounding_context(table, *question_rules(table, source, params), params)
+    prompt = P.render_query_prompt(meta, "ranking", 0, avoid=[], data=P.program_context(source), rules=rules)
     assert "pd.read_csv(DATA_PATH" in prompt.text and "sales.csv" in prompt.text
     bad_reply = reply_for(prompt.text, _read_code(prompt.text) + "\nprint(df['unit'].sum())")
     expected_reply = reply_for(prompt.text)
@@ -132,7 +136,9 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     assert row["completion_tokens"] == len(bad_reply.split()) + len(expected_reply.split())
     assert row["template_version"] == prompt.version
     # the second ranking prompt shows the first question, so the model is steered away from repeating it
-    second = P.render_query_prompt(meta, "ranking", 1, avoid=[question], data=P.program_context(source))
+    second = P.render_query_prompt(
+        meta, "ranking", 1, avoid=[question], data=P.program_context(source), rules=rules
+    )
     assert any(b["messages"][0]["content"] == second.text for b in llm_server.bodies)
 
     # chains: an executed offline root, then LLM hops; hop 2 was told the root's computed result
@@ -277,3 +283,38 @@ def test_llm_chains_hold_only_requested_categories_from_their_root_on(root, cata
     names = {categories.get(c).name for c in TWO}
     asked = {re.search(r"# The new step's question type\n([^:]+):", p).group(1) for p in _compose_prompts(llm_server)}
     assert asked and asked <= names
+
+
+def test_llm_questions_a_database_cannot_answer_are_rejected_with_their_reason(
+    root, small_sqlite, llm_server, client_factory
+):
+    """A name no table has, a column the question's table lacks, a key measured: each is rejected with its own
+    reason and never reaches the queries; a grounded question is kept, scoped to its table."""
+    asked = {
+        "Ranking": "Which shop_name_total value is highest?",
+        "Counting": "How many records have shop_label equal to 'Alpha'?",
+        "Statistical Analysis": "What is the median sale_id in the sales table?",
+        "Aggregation": "What is the average amount?",
+    }
+
+    def reply(body: dict) -> str:
+        prompt = body["messages"][0]["content"]
+        name = re.search(r"# Target question type\n(.+)\n", prompt).group(1).strip()
+        assert "- identifier: " in prompt and "never average, sum, bin" in prompt  # the roles reach the model
+        code = 'SELECT ROUND(AVG("amount"), 2) FROM "sales"'
+        return (
+            f"<question>{asked[name]}</question>\n<description>d</description>\n<type>{name}</type>\n"
+            f"<code>\n```sql\n{code}\n```\n</code>"
+        )
+
+    llm_server.responder = reply
+    write_catalog(root, catalog_rows(small_sqlite))
+    params = dict(PARAMS, categories=["ranking", "counting", "statistical_analysis", "aggregation"], n_chains=0)
+    params["queries_per_category"] = 1
+    for spec in plan_synthesis(root, 10, params):
+        synthesize_shard(root, spec, params, "run-1", llm_client=client_factory())
+    kept = [r for r in read_rows(root, QUERIES, "queries") if r["backend"] == "llm"]
+    assert sorted({r["question"] for r in kept}) == ["In the sales table, what is the average amount?"]
+    reasons = Counter(r["reason_code"] for r in read_rows(root, REJECTIONS, "rejections"))
+    # asked of both tables: shops has no amount, so its "average amount" is ungrounded too
+    assert reasons["identifier_as_measure"] == 2 and reasons["ungrounded_question"] == 5

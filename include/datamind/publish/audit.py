@@ -18,6 +18,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 
+from datamind import grounding
 from datamind.categories import CATEGORY_IDS
 from datamind.rollout.policies.narration import placeholder_headers, read_view
 from datamind.rollout.protocol import strict_turn
@@ -47,6 +48,11 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
     "error_recovery_share": (">=", 0.05, "samples with a failed cell followed by a successful one"),
     "repeated_read_share": ("<=", 0.05, "samples in which two cells make the same data-loading call"),
     "literal_check_share": ("<=", 0.0, "samples with a cell that only compares two numbers to answer yes/no"),
+    "unchanged_fix_share": ("<=", 0.0, "samples whose thought announces a fix that leaves the output unchanged"),
+    "unknown_name_share": ("<=", 0.0, "questions naming a table or column the data does not have"),
+    "unresolved_table_share": ("<=", 0.02, "database questions that do not say which table they are about"),
+    "identifier_measure_share": ("<=", 0.0, "questions computing a statistic of a key or code"),
+    "nonadditive_sum_share": ("<=", 0.0, "questions adding up a rate, level or price"),
     "yield": (">=", 0.85, "queries with a published sample / queries synthesised"),
 }
 
@@ -59,6 +65,11 @@ class SampleFigures:
     error_recovery: bool
     repeated_read: bool  # two cells make the same data-loading call
     literal_check: bool  # a cell compares two number literals to answer yes/no (a judgement needing no code)
+    unchanged_fix: bool  # a thought announces a fix and the next output shows the same thing as before
+    unknown_name: bool
+    unresolved_table: bool | None  # None: not a database question
+    identifier_measure: bool
+    nonadditive_sum: bool
     first_think: str
     sentences: frozenset[str]
     repeated_word: bool
@@ -89,7 +100,15 @@ def sample_figures(row: dict) -> SampleFigures:
         _ERROR.search(obs) and i + 1 < len(tools) and not _ERROR.search(tools[i + 1]) for i, obs in enumerate(tools)
     )
     sentences = frozenset(mask(s) for t in thinks for s in _SENTENCE.split(t) if s.strip())
+    question = row.get("question") or ""
+    schema = seen_schema(row, tools)
+    sqlite = row.get("data_format") == "sqlite"
     return SampleFigures(
+        unchanged_fix=_unchanged_fix([t.think or "" for t in turns], tools),
+        unknown_name=bool(schema and grounding.unknown_names(question, schema)),
+        unresolved_table=(bool(schema and grounding.table_unresolved(question, schema)) if sqlite else None),
+        identifier_measure=bool(schema and grounding.measured_identifiers(question, schema)),
+        nonadditive_sum=bool(schema and grounding.summed_nonadditive(question, schema)),
         internal_import=any(_INTERNAL.search(c) for c in codes),
         warning=any(_WARNING.search(obs) for obs in tools),
         unfixed_placeholder=unfixed,
@@ -103,6 +122,39 @@ def sample_figures(row: dict) -> SampleFigures:
         answer_words=len((row.get("final_answer") or "").split()),
         turns=len(assistant),
     )
+
+
+_FIX_WORDS = re.compile(r"\b(?:read (?:it )?again|second read|re-?read|drop|remove|fix|correct)", re.IGNORECASE)
+_QUOTED_UNNAMED = re.compile(r"'(Unnamed: \d+)'")
+
+
+def _unchanged_fix(thinks: list[str], tools: list[str]) -> bool:
+    """A turn whose thought announces a correction of what the previous output showed, while its own output
+    shows the same (the same print, or the 'Unnamed: n' column the thought said it would deal with)."""
+    for i in range(1, min(len(thinks), len(tools))):
+        if not _FIX_WORDS.search(thinks[i]):
+            continue
+        before, after = " ".join(tools[i - 1].split()), " ".join(tools[i].split())
+        if before == after and "Traceback" not in before:
+            return True
+        if any(name in tools[i] for name in _QUOTED_UNNAMED.findall(thinks[i])):
+            return True
+    return False
+
+
+def seen_schema(row: dict, tools: list[str]) -> grounding.Schema | None:
+    """The tables and columns the trajectory printed: a database's schema print, else the columns each read
+    of the file listed (the table named after the file)."""
+    uri = str(row.get("data_uri") or "")
+    file_name = uri.rsplit("/", 1)[-1]
+    for obs in tools:
+        schema = grounding.schema_from_db_print(obs, file_name)
+        if schema is not None:
+            return schema
+    columns: list[str] = []
+    for obs in tools:
+        columns += [n for n in read_view(obs).names if n not in columns]
+    return grounding.Schema({file_name or "data": columns}, file_name=file_name) if columns else None
 
 
 def _repeats_a_read(codes: list[str]) -> bool:
@@ -144,12 +196,18 @@ class AuditTally:
         "error_recovery",
         "repeated_read",
         "literal_check",
+        "unchanged_fix",
+        "unknown_name",
+        "identifier_measure",
+        "nonadditive_sum",
     )
 
     def __init__(self) -> None:
         self.n = 0
         self.flags: Counter[str] = Counter()
         self.verified = 0
+        self.database = 0  # database samples, and those whose question names no table
+        self.unresolved = 0
         self.first_thinks: set[int] = set()
         self.sentences: dict[int, int] = {}
         self.texts: dict[int, str] = {}
@@ -162,6 +220,9 @@ class AuditTally:
         self.n += 1
         self.flags.update(name for name in self._FLAGS if getattr(f, name))
         self.verified += row.get("answer_check") == "verified"
+        if f.unresolved_table is not None:
+            self.database += 1
+            self.unresolved += f.unresolved_table
         self.first_thinks.add(hash(f.first_think))
         for sentence in sorted(f.sentences):  # sorted: ties for the top sentence go to the same one every run
             key = hash(sentence)
@@ -193,6 +254,11 @@ class AuditTally:
             "error_recovery_share": share["error_recovery"],
             "repeated_read_share": share["repeated_read"],
             "literal_check_share": share["literal_check"],
+            "unchanged_fix_share": share["unchanged_fix"],
+            "unknown_name_share": share["unknown_name"],
+            "unresolved_table_share": round(self.unresolved / self.database, 4) if self.database else 0.0,
+            "identifier_measure_share": share["identifier_measure"],
+            "nonadditive_sum_share": share["nonadditive_sum"],
             "verified_share": round(self.verified / n, 4) if n else 0.0,
             "samples_per_category": {c: self.per_category.get(c, 0) for c in CATEGORY_IDS},
             "answer_words": _quantiles(self.answer_words),

@@ -29,6 +29,9 @@ from datamind.llm import LLMCallError, LLMClient, ParseFailure, extract_all, ext
 from datamind.llm.grammars import grammar
 from datamind.synth import rows as R
 from datamind.synth.offline.execute import ExecutionError
+from datamind import grounding
+from datamind.roles import ROLES, parse_overrides, table_roles
+from datamind.synth.offline.phrasing import scope_question
 from datamind.synth.prompts import (
     PromptError,
     meta_for_prompt,
@@ -108,6 +111,8 @@ async def _ask(
     runner: tuple[ReferenceRunner, object] | None = None,
     repairs: int = 1,
     parse_retries: int = 2,
+    schema: grounding.Schema | None = None,
+    scope: tuple[str, str] | None = None,
 ) -> Answered | None:
     """One parsed question (and its executed reference answer when ``runner`` is given), or None with a
     rejection recorded."""
@@ -143,6 +148,16 @@ async def _ask(
             return None
         tokens[0] += res.prompt_tokens
         tokens[1] += res.completion_tokens
+        res.value["question"] = scope_question(res.value["question"], scope)
+        problem = grounding.check_question(res.value["question"], schema) if schema is not None else None
+        if problem is not None:  # a question the agent could not answer from what it sees, or should not ask
+            out.rejections.append(
+                R.rejection_row(
+                    key=key, reason_code=problem[0], reason=problem[1], file_id=table["file_id"], raw=res.text,
+                    run_id=run_id,
+                )
+            )  # fmt: skip
+            return None
         if runner is None:
             return Answered(res.value, res, None, *tokens)
         reference, source = runner
@@ -169,6 +184,33 @@ async def _ask(
         )
     )
     return None
+
+
+def question_rules(table: dict, source, params) -> tuple[grounding.Schema | None, tuple[str, str] | None]:
+    """(what the agent will see of the data, the table scope a question needs): the grounding rules an
+    LLM-written question is held to, with the catalog's column roles and the run's corrections."""
+    roles = table_roles(table, parse_overrides(getattr(params, "column_roles", ())))
+    name = str(table.get("table_name"))
+    if source is not None and source.fmt == "sqlite":
+        schema = grounding.schema_of_database(source.data_path, source.file_name)
+    else:
+        columns = list(table.get("columns") or roles)
+        schema = grounding.Schema({name: columns}, file_name=source.file_name if source is not None else "")
+    schema.roles = {f"{name}.{col}": role for col, role in roles.items()}
+    return schema, (source.scope if source is not None else None)
+
+
+def grounding_context(table: dict, schema, scope, params) -> dict:
+    """What the synthesis prompts say about names and roles (``rules`` of query.j2 / compose.j2)."""
+    roles = table_roles(table, parse_overrides(getattr(params, "column_roles", ())))
+    by_role: dict[str, list[str]] = {}
+    for col, role in roles.items():
+        by_role.setdefault(role, []).append(col)
+    return {
+        "scope": f"the {scope[1]} {scope[0]}" if scope else None,
+        "others": sorted(t for t in (schema.tables if schema else {}) if t != table.get("table_name")),
+        "roles": {role: by_role[role] for role in ROLES if role in by_role},
+    }
 
 
 async def synthesize_table_llm(
@@ -202,6 +244,7 @@ async def synthesize_table_llm(
         )
         return out
     runner = (reference, source) if reference is not None and source is not None else None
+    schema, scope = question_rules(table, source, params)
     asker = _TableAsker(
         client=client,
         out=out,
@@ -214,6 +257,9 @@ async def synthesize_table_llm(
         runner=runner,
         meta=meta,
         data=program_context(source) if runner else None,
+        schema=schema,
+        scope=scope,
+        rules=grounding_context(table, schema, scope, params),
     )
     batches = await asyncio.gather(*(asker.singles(c) for c in params.categories), *(asker.chain(s) for s in seeds))
     for batch in batches:
@@ -236,6 +282,9 @@ class _TableAsker:
     runner: tuple[ReferenceRunner, Any] | None
     meta: dict
     data: dict | None
+    schema: grounding.Schema | None = None
+    scope: tuple[str, str] | None = None
+    rules: dict | None = None
 
     async def _ask(self, prompt, category: str, key: tuple) -> Answered | None:
         async with self.gate:
@@ -250,6 +299,8 @@ class _TableAsker:
                 self.runner,
                 self.params.reference_repairs,
                 self.params.parse_retries,
+                self.schema,
+                self.scope,
             )
 
     def row(self, category: str, hop: int, parents: list[str], root_id: str | None, got: Answered, version) -> dict:
@@ -280,7 +331,7 @@ class _TableAsker:
         tid = self.table["table_id"]
         for i in range(self.params.queries_per_category):
             avoid = [r["question"] for r in made]
-            prompt = render_query_prompt(self.meta, category, i, avoid=avoid, data=self.data)
+            prompt = render_query_prompt(self.meta, category, i, avoid=avoid, data=self.data, rules=self.rules)
             got = await self._ask(prompt, category, (self.fingerprint, tid, category, i))
             if got is not None:
                 made.append(self.row(category, 1, [], None, got, prompt.version))
@@ -302,7 +353,7 @@ class _TableAsker:
         for hop in range(2, len(seed) + 1):
             category = self.hop_category(seed[hop - 1]["category"], root["query_id"], hop)
             prompt = render_compose_prompt(
-                self.meta, category, prev_q, prev_result, hop, self.params.max_hops, data=self.data
+                self.meta, category, prev_q, prev_result, hop, self.params.max_hops, data=self.data, rules=self.rules
             )
             got = await self._ask(prompt, category, (self.fingerprint, tid, "chain", root["query_id"], hop))
             if got is None:

@@ -128,6 +128,7 @@ def render_query_prompt(
     avoid: list[str] | tuple = (),
     root: str | None = None,
     data: dict[str, str] | None = None,
+    rules: dict | None = None,
 ) -> RenderedPrompt:
     spec = category_spec(category_id, root)
     text = (
@@ -141,6 +142,7 @@ def render_query_prompt(
             exemplars=spec.exemplars,
             avoid=list(avoid),
             data=data,
+            rules=rules,
         )
     )
     return RenderedPrompt(text, f"query@{template_version(QUERY_TEMPLATE, root)}+{spec.id}@{spec.version}")
@@ -155,6 +157,7 @@ def render_compose_prompt(
     max_hops: int,
     root: str | None = None,
     data: dict[str, str] | None = None,
+    rules: dict | None = None,
 ) -> RenderedPrompt:
     spec = category_spec(category_id, root)
     text = (
@@ -168,6 +171,7 @@ def render_compose_prompt(
             hop=hop,
             max_hops=max_hops,
             data=data,
+            rules=rules,
         )
     )
     return RenderedPrompt(text, f"compose@{template_version(COMPOSE_TEMPLATE, root)}+{spec.id}@{spec.version}")

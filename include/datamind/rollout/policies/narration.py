@@ -132,7 +132,7 @@ def describe_fix(code: str) -> str:
     """How a corrected read differs from a default one, in words (from the code's own arguments)."""
     parts = []
     m = re.search(r"\bsep=(['\"])(.+?)\1", code)
-    if m:
+    if m and m.group(2) != ",":  # the default needs no mention: it is not what changed
         parts.append(f"separator {m.group(2)!r}")
     m = re.search(r"\bdecimal=(['\"])(.)\1", code)
     if m and m.group(2) != ".":
@@ -153,6 +153,8 @@ def describe_fix(code: str) -> str:
         parts.append("the note rows under the table dropped")
     if "isna().all()" in code and "read_" not in code:
         return "the empty unnamed columns dropped"
+    if "startswith('Unnamed: ')" in code:
+        parts.append("the empty unnamed columns dropped")
     if "str.strip()" in code:
         parts.append("text cells stripped")
     return ", ".join(parts) or "explicit reading options"
@@ -236,3 +238,40 @@ FORMULATION = {
         "check the comparison with a one-line SELECT",
     ),
 }
+
+
+# -- why a step joins -----------------------------------------------------------------------------
+_Q = r'"((?:[^"]|"")+)"'
+_FROM_T = re.compile(r"\bFROM\s+" + _Q + r"\s+AS\s+t\b", re.IGNORECASE)
+_LEFT_JOIN = re.compile(
+    r"\bJOIN\s+" + _Q + r"\s+AS\s+(p\d+)\s+ON\s+t\." + _Q + r"\s*=\s*p\d+\." + _Q, re.IGNORECASE
+)
+
+
+def join_reasons(program: str, seed: str, salt: str) -> list[str]:
+    """For each parent table a step joins, the sentence that says why: which of the question's columns lives
+    there and which foreign key leads to it (all read from the schema the first step printed)."""
+    table = _FROM_T.search(program)
+    if not table:
+        return []
+    child = table.group(1).replace('""', '"')
+    out = []
+    for parent, alias, fk, pk in _LEFT_JOIN.findall(program):
+        parent, fk, pk = (x.replace('""', '"') for x in (parent, fk, pk))
+        label = re.search(rf'\b{alias}\.{_Q}\s+AS\s+{_Q}', program)
+        column = label.group(2).replace('""', '"') if label else f"{parent}'s columns"
+        out.append(
+            pick(
+                (
+                    f"{column} is not in {child}; {child}.{fk} is a foreign key to {parent}.{pk}, so I join "
+                    f"{parent} on it",
+                    f"the schema shows {child}.{fk} -> {parent}.{pk}, which is how each {child} row reaches "
+                    f"{column}, so the query joins {parent} on that key",
+                    f"{column} lives in {parent}, and {child} points to it through the foreign key {fk} "
+                    f"(-> {parent}.{pk}): a LEFT JOIN on it brings the column in",
+                ),
+                seed,
+                f"{salt}-join-{parent}",
+            )
+        )
+    return out

@@ -293,7 +293,8 @@ class OfflineExpertPolicy:
             self._plan.append(_Step("fix", DROP_EMPTY_UNNAMED))
             budget -= 1
             self._known = [n for n in view.names if not n.startswith("Unnamed: ")]
-        elif self._fixed_read and (problem or not ok) and budget >= 1:
+        elif self._fixed_read and (problem or not ok) and not self._reuse_first_read and budget >= 1:
+            # (a reading the first look already made is no fix: announcing one would teach a fix that changes nothing)
             self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME))
             budget -= 1
             reads_done = True  # the corrected read
@@ -458,6 +459,9 @@ class OfflineExpertPolicy:
             self._seed,
             f"p-{step.index}",
         )
+        joins = narration.join_reasons(h.program, self._seed, f"j-{step.index}")
+        if joins:
+            return f"{lead} - {'; '.join(joins)}. Then {plan}."
         return f"{lead} - {plan}."
 
     def _think_after_blunder(self, step: _Step, obs: Any) -> str:
