@@ -220,3 +220,26 @@ def test_a_yes_no_check_of_the_last_number_is_answered_in_words(release):
             above = float(printed) > float(m.group(3))
             assert (m.group(2) is None) == above and r["final_answer"] == ("Yes" if above else "No")
     assert settled  # the samples hold such chains (checks on a percentage, a ratio, a count of days)
+
+
+def test_database_questions_name_their_table_and_a_join_says_which_key_it_follows(release):
+    """In a database of several tables every question names its table (Population is in city and country
+    alike); a parent's column goes by Parent.Column; a step that joins says in its thought which foreign key
+    leads to that column, and its query selects the columns it uses, never t.* of a prepared view."""
+    _, _, rows = release
+    atlas = [r for r in rows if str(r["data_uri"]).endswith("world_atlas.sqlite")]
+    assert atlas, "the atlas database published nothing"
+    for r in atlas:
+        assert re.search(r"\b(country|city|countrylanguage) table\b", r["question"]), r["question"]
+        assert "Name_" not in r["question"] and "_Name" not in r["question"]
+    joined = [r for r in atlas if "country.Name" in r["question"]]
+    assert joined, "no question reaches a parent's column"
+    for r in joined:
+        turns = [m["content"] for m in r["messages"] if m["role"] == "assistant"]
+        joins = [t for t in turns if "LEFT JOIN" in t]
+        assert joins, r["question"]
+        for turn in joins:
+            think = turn.split("</think>")[0]
+            assert re.search(r"\bCountryCode\b.*\bcountry\.Code\b|country\.Code.*CountryCode", think), think
+            code = turn.split("</think>")[1]
+            assert "t.*" not in code or "execute_sql(" in code  # a SQL step selects only what it uses

@@ -45,3 +45,22 @@ def test_the_format_is_stated_once_and_matches_the_answer():
     already = "What are the minimum, maximum and mean of x? Give them in that order, separated by commas."
     assert polish_question(already, "1, 2, 3") == already
     assert polish_question(q, "1234.5") == q  # idempotent: never a second format sentence
+
+
+def test_a_question_of_a_database_names_its_table():
+    from datamind.synth.offline.phrasing import final_ask, scope_question, unscoped
+
+    scope = ("table", "orders")
+    assert scope_question("What is the median quantity?", scope) == "In the orders table, what is the median quantity?"
+    assert (
+        scope_question("How many rows and columns does the table have?", scope)
+        == "How many rows and columns does the orders table have?"
+    )
+    # a question opening with a column name keeps its spelling
+    assert scope_question("Quantity above 3: how many?", scope, ["Quantity"]) == (
+        "In the orders table: Quantity above 3: how many?"
+    )
+    assert scope_question("What is the median quantity?", None) == "What is the median quantity?"
+    chain = scope_question("First, compute the median total. Then count the orders above it.", scope)
+    assert chain.startswith("In the orders table, first, compute")
+    assert unscoped(chain).startswith("First, compute") and final_ask(chain) == "Then count the orders above it."

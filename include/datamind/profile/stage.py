@@ -220,6 +220,9 @@ def profile_file(
     return next(profile_files(root, [file_row], run_id, now))
 
 
+_ROLES_SHOWN = 20  # tables whose column roles a shard's summary lists (the catalog holds them all)
+
+
 def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None) -> dict[str, Any]:
     """Profile one shard of accepted files into a catalog/tables shard; failures go to rejections."""
     ids = set(shard_spec["files"])
@@ -250,5 +253,9 @@ def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None
         "tables": len(rows),
         "failed_files": len(failures),
         "column_kinds": dict(sorted(kinds.items())),
+        # what synthesis will treat as keys, totals and rates (corrected in its form's column_roles)
+        "column_roles": {
+            r["table_name"]: {p["name"]: p["role"] for p in r["column_profiles"]} for r in rows[:_ROLES_SHOWN]
+        },
         "path": path,
     }

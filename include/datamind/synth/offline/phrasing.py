@@ -118,8 +118,9 @@ def scope_question(question: str, scope: tuple[str, str] | None, columns=()) -> 
     if _THE_TABLE.search(question):
         return _THE_TABLE.sub(f"the {name} {noun}", question)
     first = question.split(" ", 1)[0]
-    plain_word = first.isalpha() and first[:1].isupper() and first[1:].islower()
-    if plain_word and not any(str(c).startswith(first) for c in columns):
+    word = first.rstrip(",:;")
+    plain_word = word.isalpha() and word[:1].isupper() and word[1:].islower()
+    if plain_word and not any(str(c).startswith(word) for c in columns):
         return f"In the {name} {noun}, {first.lower()}{question[len(first):]}"
     return f"In the {name} {noun}: {question}"
 
