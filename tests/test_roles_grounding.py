@@ -32,6 +32,9 @@ def _profile(name, kind="integer", **kw):
         (_profile("Quantity"), (), R.ADDITIVE),
         (_profile("Niederschlag (mm)", "numeric", min="0", max="40"), (), R.ADDITIVE),  # rain adds up
         (_profile("year", min="1990", max="2020"), (), R.DATE),
+        (_profile("IndepYear", min="-1523", max="1994"), (), R.DATE),  # a year, even before 1800
+        (_profile("unabhängiges_jahr", min="-1523", max="1994"), (), R.DATE),
+        (_profile("YearsAtCompany", min="0", max="40"), (), R.ADDITIVE),  # a count of years, not a year
         (_profile("region", "categorical", n_unique=4), (), R.CATEGORY),
         (_profile("comment", "text"), (), R.TEXT),
     ],

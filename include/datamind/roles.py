@@ -50,7 +50,6 @@ _NONADDITIVE_WORDS = {
 }  # fmt: skip
 # Units that make a value a level or a rate: "°C", "%", "km/h", "per hour", "€/kg".
 _NONADDITIVE_UNIT = re.compile(r"°|%|\bper\b|\w\s*/\s*[a-zA-Z]|\bpercent|\baverage\b|\bmean\b|\brate\b", re.I)
-_YEAR = re.compile(r"(^|[_\s])(year|yr|jahr)($|[_\s])|^year|^jahr|year$", re.I)
 
 
 def words(name: str) -> list[str]:
@@ -95,8 +94,8 @@ def column_role(profile: Mapping, keys: Iterable[str] = ()) -> str:
         if names_an_identifier(name):
             return IDENTIFIER
         lo, hi = _num(profile.get("min")), _num(profile.get("max"))
-        if kind == "integer" and _YEAR.search(name) and lo is not None and hi is not None and 1800 <= lo <= hi <= 2100:
-            return DATE
+        if kind == "integer" and set(words(name)) & {"year", "jahr", "yr", "anno"}:
+            return DATE  # a calendar year, whatever its range ("IndepYear" reaches back to -1523): never averaged
         if _nonadditive_by_name(name, profile.get("description")):
             return NONADDITIVE
         if kind == "numeric" and lo is not None and hi is not None and 0 <= lo and hi <= 1:

@@ -176,3 +176,28 @@ def test_apply_filters_splits_kept_and_dropped_with_the_first_failing_rule():
         ("garbled", "linguistic", "mojibake"),
         ("broken", "format", "bad_structure"),
     ]
+
+
+def test_a_thought_claiming_a_fix_its_output_does_not_show_is_dropped():
+    from datamind.rollout import protocol as p
+
+    before = "shape: (3, 6)\nX  float64\nUnnamed: 5  float64"
+    think = "The last column 'Unnamed: 5' has no name; I read it again with separator ','."
+
+    def trajectory(after: str) -> dict:
+        return row(
+            [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": p.format_code_turn("A plain read.", "df = pd.read_csv('a.csv')")},
+                {"role": "tool", "content": p.format_interpreter(before)},
+                {"role": "assistant", "content": p.format_code_turn(think, "df = pd.read_csv('a.csv', sep=',')")},
+                {"role": "tool", "content": p.format_interpreter(after)},
+                {"role": "assistant", "content": p.format_answer_turn("So.", "1")},
+            ]
+        )
+
+    assert rules.check_coherence(trajectory(before)).code == "fix_without_change"
+    assert rules.check_coherence(trajectory("shape: (3, 5)\nX  float64")) is None
+    kept, dropped = rules.apply_filters([trajectory(before)])
+    assert kept == [] and dropped[0][1].rule == "coherence"

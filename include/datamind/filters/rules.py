@@ -1,10 +1,12 @@
-"""The three rule filters and the function that applies them in order (format -> length -> linguistic)."""
+"""The rule filters and the function that applies them in order (format -> length -> linguistic -> coherence):
+the paper's three, then a thought that claims a fix its cell did not make (``filters.coherence``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from datamind.filters import coherence
 from datamind.filters import format as format_rule
 from datamind.filters import linguistic
 from datamind.filters.tokenizer import count_tokens, count_tokens_batch
@@ -14,7 +16,7 @@ MAX_ANSWER_TOKENS = 1024  # paper: drop trajectories whose final answer exceeds 
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str  # format | length | linguistic
+    rule: str  # format | length | linguistic | coherence
     code: str  # stable reason code stored in rejections
     reason: str
 
@@ -47,7 +49,26 @@ def check_linguistic(row: dict, config: FilterConfig = FilterConfig()) -> Findin
     return Finding("linguistic", *problem) if problem else None
 
 
-RULES: tuple[Callable[[dict, FilterConfig], Finding | None], ...] = (check_format, check_length, check_linguistic)
+def check_coherence(row: dict, config: FilterConfig = FilterConfig()) -> Finding | None:
+    messages = row.get("messages") or []
+    thinks = [_think(m.get("content") or "") for m in messages if m.get("role") == "assistant"]
+    outputs = [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+    if coherence.unchanged_fix(thinks, outputs):
+        return Finding("coherence", "fix_without_change", "a thought announces a fix its cell's output does not show")
+    return None
+
+
+def _think(turn: str) -> str:
+    start, end = turn.find("<think>"), turn.find("</think>")
+    return turn[start + 7 : end] if 0 <= start < end else ""
+
+
+RULES: tuple[Callable[[dict, FilterConfig], Finding | None], ...] = (
+    check_format,
+    check_length,
+    check_linguistic,
+    check_coherence,
+)
 
 
 def first_failure(row: dict, config: FilterConfig = FilterConfig()) -> Finding | None:
@@ -67,7 +88,12 @@ def apply_filters(
     kept: list[dict] = []
     dropped: list[tuple[dict, Finding]] = []
     for row, n in zip(rows, counts):
-        finding = check_format(row, config) or check_length(row, config, n) or check_linguistic(row, config)
+        finding = (
+            check_format(row, config)
+            or check_length(row, config, n)
+            or check_linguistic(row, config)
+            or check_coherence(row, config)
+        )
         if finding is None:
             kept.append(row)
         else:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from datamind import grounding
 from datamind.categories import CATEGORY_IDS
+from datamind.filters.coherence import unchanged_fix
 from datamind.rollout.policies.narration import placeholder_headers, read_view
 from datamind.rollout.protocol import strict_turn
 from datamind.synth.offline.compose import LITERAL_CHECK
@@ -104,7 +105,7 @@ def sample_figures(row: dict) -> SampleFigures:
     schema = seen_schema(row, tools)
     sqlite = row.get("data_format") == "sqlite"
     return SampleFigures(
-        unchanged_fix=_unchanged_fix([t.think or "" for t in turns], tools),
+        unchanged_fix=unchanged_fix([t.think or "" for t in turns], tools),
         unknown_name=bool(schema and grounding.unknown_names(question, schema)),
         unresolved_table=(bool(schema and grounding.table_unresolved(question, schema)) if sqlite else None),
         identifier_measure=bool(schema and grounding.measured_identifiers(question, schema)),
@@ -122,24 +123,6 @@ def sample_figures(row: dict) -> SampleFigures:
         answer_words=len((row.get("final_answer") or "").split()),
         turns=len(assistant),
     )
-
-
-_FIX_WORDS = re.compile(r"\b(?:read (?:it )?again|second read|re-?read|drop|remove|fix|correct)", re.IGNORECASE)
-_QUOTED_UNNAMED = re.compile(r"'(Unnamed: \d+)'")
-
-
-def _unchanged_fix(thinks: list[str], tools: list[str]) -> bool:
-    """A turn whose thought announces a correction of what the previous output showed, while its own output
-    shows the same (the same print, or the 'Unnamed: n' column the thought said it would deal with)."""
-    for i in range(1, min(len(thinks), len(tools))):
-        if not _FIX_WORDS.search(thinks[i]):
-            continue
-        before, after = " ".join(tools[i - 1].split()), " ".join(tools[i].split())
-        if before == after and "Traceback" not in before:
-            return True
-        if any(name in tools[i] for name in _QUOTED_UNNAMED.findall(thinks[i])):
-            return True
-    return False
 
 
 def seen_schema(row: dict, tools: list[str]) -> grounding.Schema | None:
