@@ -104,15 +104,3 @@ def test_the_schema_print_of_a_session_is_read_back_with_its_keys():
     assert G.check_question("In the orders table, what is the mean customer_id?", schema)[0] == G.IDENTIFIER_AS_MEASURE
     assert G.schema_from_db_print("shape: (3, 2)\nqty  int64") is None
 
-
-def test_a_tidy_program_is_replayed_with_its_own_tidy_read_not_the_plain_one_it_starts_with():
-    """The plain read is the first line of the tidy one: taking it as the program's reading made the expert
-    announce a fix (dropping an empty 'Unnamed: 5' column) and then re-run the same read."""
-    from datamind.rollout.policies.narration import describe_fix
-    from datamind.synth.offline.source import Source, reading_block
-
-    options = {"sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": "."}
-    program = Source("csv", "d.csv", "d", options, reader="tidy").python_preamble() + "\nprint(len(df))\n"
-    block = reading_block(program, "csv", options, "d.csv")
-    assert "startswith('Unnamed: ')" in block and block.rstrip().endswith("stripped.mask(stripped == '')")
-    assert describe_fix(block) == "the empty unnamed columns dropped, text cells stripped"  # no "separator ','"

@@ -183,3 +183,34 @@ def test_a_threshold_check_runs_as_a_cell_when_the_last_output_is_not_a_plain_nu
     codes = [protocol.strict_turn(m["content"]).code for m in result.messages if m["role"] == "assistant"]
     assert codes[-1] is None and "'Yes' if 42.86 > 50.0" in codes[-2]
     assert result.final_answer == "No" and "<interpreter>\nNo\n</interpreter>" in result.messages[-2]["content"]
+
+
+def test_a_trailing_delimiter_is_dropped_from_the_frame_not_read_again(sandbox, tmp_path):
+    """Lines ending with a delimiter leave an empty 'Unnamed: 3' column. The steps' reading is the default
+    one, so re-reading would print the same column while the thought claimed a fix: the expert drops the
+    column from the frame it holds and the next output shows it gone (the audit and the rule filter both
+    catch a claimed fix that changes nothing)."""
+    from datamind.filters.coherence import unchanged_fix
+
+    (tmp_path / "d.csv").write_text("a,b,c,\n" + "".join(f"{i},{i * 2},x{i % 3},\n" for i in range(30)))
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    program = Source("csv", "d.csv", "", options, reader="tidy").python_preamble() + "\nprint(int(df['b'].sum()))\n"
+    fixed = reading_block(program, "csv", options, "d.csv")
+    policy = OfflineExpertPolicy(
+        hops=[HopProgram("What is the total of b?", program, 1)],
+        inspect=inspect_code("csv", "d.csv", None),
+        data_format="csv",
+        file_name="d.csv",
+        variant_label="test",
+        fixed_read=fixed,
+        reuse_first_read=default_read_suffices(fixed, "csv", options, "d.csv"),
+        blunder_rate=0.0,
+    )
+    with sandbox.session([str(tmp_path / "d.csv")]) as session:
+        result = asyncio.run(run_agent(policy, session.run, system="You analyse data.", user="the question"))
+    turns = [m["content"] for m in result.messages if m["role"] == "assistant"]
+    outputs = [m["content"] for m in result.messages if m["role"] == "tool"]
+    assert "Unnamed: 3" in outputs[0] and "Unnamed: 3" not in outputs[1]  # the fix shows its change
+    assert "read_csv" not in turns[1] and "read_csv" not in turns[2]  # no second read of the same file
+    thinks = [t.split("</think>")[0] for t in turns]
+    assert not unchanged_fix(thinks, outputs) and "870" in outputs[2]

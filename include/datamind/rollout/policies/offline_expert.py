@@ -289,10 +289,14 @@ class OfflineExpertPolicy:
         problem = narration.read_problem(view) if self._data_format != "sqlite" else None
         budget = self._budget()
         reads_done = False  # whether `df` in the session is already the frame each step's own read would give
-        if ok and problem and not self._fixed_read and "delimiter" in problem and budget >= 1:
+        # An empty column left by a trailing delimiter is dropped from the frame the session holds; a re-read
+        # with the options the first look already used would print it again (a fix that changes nothing).
+        default_read = not self._fixed_read or self._reuse_first_read
+        if ok and problem and default_read and "delimiter" in problem and budget >= 1:
             self._plan.append(_Step("fix", DROP_EMPTY_UNNAMED))
             budget -= 1
             self._known = [n for n in view.names if not n.startswith("Unnamed: ")]
+            reads_done = self._reuse_first_read  # steps drop their read and run on the session's `df`
         elif self._fixed_read and (problem or not ok) and not self._reuse_first_read and budget >= 1:
             # (a reading the first look already made is no fix: announcing one would teach a fix that changes nothing)
             self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME))

@@ -241,17 +241,15 @@ def reading_block(program: str, fmt: str, options: dict, file_name: str) -> str 
     or None when the program does not start with one of this table's readings."""
     if fmt not in ("csv", "xlsx"):
         return None
-    found = None
     for reader in READERS:
         try:
             preamble = Source(fmt, file_name, "", options, reader=reader).python_preamble()
         except UnsupportedSource:
             continue
         block = preamble[preamble.index("DATA_PATH = ") :]
-        # the plain read is the start of the tidy one: the longest block the program holds is its reading
-        if block in program and (found is None or len(block) > len(found)):
-            found = block
-    return None if found is None else "import pandas as pd\n\n" + found
+        if block in program:
+            return "import pandas as pd\n\n" + block
+    return None
 
 
 def pandas_kwargs(fmt: str, options: dict) -> dict:
