@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from datamind.llm.serving import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 BUCKET = "datamind"
@@ -134,12 +136,6 @@ def airflow_env(c: Cluster, home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait(what: str, check, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -225,7 +221,7 @@ def start(directory: str, ui_port: int = 8080) -> Cluster:
     directory = str(Path(directory).resolve())
     for sub in ("logs", "pids"):
         Path(directory, sub).mkdir(exist_ok=True)
-    c = Cluster(directory, ui_port, _free_port(), _free_port(), _free_port(), secrets.token_urlsafe(64))
+    c = Cluster(directory, ui_port, free_port(), free_port(), free_port(), secrets.token_urlsafe(64))
     c.save()
     _postgres(c)
     _spawn(c, "redis", ["redis-server", "--port", str(c.redis_port), "--bind", "127.0.0.1", "--save", ""],

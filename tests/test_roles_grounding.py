@@ -103,4 +103,3 @@ def test_the_schema_print_of_a_session_is_read_back_with_its_keys():
     assert schema.keys == {"orders.order_id", "orders.customer_id", "customers.id"}
     assert G.check_question("In the orders table, what is the mean customer_id?", schema)[0] == G.IDENTIFIER_AS_MEASURE
     assert G.schema_from_db_print("shape: (3, 2)\nqty  int64") is None
-

@@ -155,16 +155,14 @@ def _columns_in(question: str, schema: Schema) -> list[tuple[str, str]]:
 
 def measured_identifiers(question: str, schema: Schema) -> list[str]:
     text = _QUOTED.sub(" ", question)
-    return sorted(
-        {c for t, c in _columns_in(text, schema) if schema.role(t, c) == R.IDENTIFIER and _measured(text, c, _MEASURING)}
-    )
+    found = {c for t, c in _columns_in(text, schema) if schema.role(t, c) == R.IDENTIFIER}
+    return sorted(c for c in found if _measured(text, c, _MEASURING))
 
 
 def summed_nonadditive(question: str, schema: Schema) -> list[str]:
     text = _QUOTED.sub(" ", question)
-    return sorted(
-        {c for t, c in _columns_in(text, schema) if schema.role(t, c) == R.NONADDITIVE and _measured(text, c, _SUMMING)}
-    )
+    found = {c for t, c in _columns_in(text, schema) if schema.role(t, c) == R.NONADDITIVE}
+    return sorted(c for c in found if _measured(text, c, _SUMMING))
 
 
 def check_question(question: str, schema: Schema) -> tuple[str, str] | None:

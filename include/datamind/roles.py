@@ -44,7 +44,8 @@ _NONADDITIVE_WORDS = {
     "rate", "rates", "ratio", "pct", "percent", "percentage", "share", "avg", "average", "mean", "median",
     "temperature", "temp", "temperatur", "score", "scores", "rating", "ratings", "index", "price", "prices",
     "age", "speed", "density", "humidity", "pressure", "latitude", "lat", "longitude", "lon", "lng", "margin",
-    "probability", "prob", "prozent", "prozentsatz", "fraction", "proportion", "grade", "gpa", "bmi", "level", "elevation", "altitude",
+    "probability", "prob", "prozent", "prozentsatz", "fraction", "proportion", "grade", "gpa", "bmi", "level",
+    "elevation", "altitude",
     "height", "expectancy", "yield", "efficiency", "accuracy", "per", "wind", "windspeed", "luftfeuchtigkeit",
     "druck", "preis", "quote", "anteil", "durchschnitt", "ph", "salinity", "intensity", "ppm",
 }  # fmt: skip
@@ -146,8 +147,14 @@ def table_roles(table: Mapping, overrides: Mapping[str, str] | None = None) -> d
 # The kind of unit a measure is counted in, from its name and description: two totals are only compared
 # as a ratio when they share one (revenue to cost, units sold to units returned).
 _UNIT_KINDS = (
-    ("money", re.compile(r"[€$£]|\b(eur|euros?|usd|dollars?|gbp|price|revenue|sales|cost|costs|amount|income|"
-                         r"profit|salary|salaries|spend|budget|turnover|umsatz|gehalt|betrag|total)\b", re.I)),
+    (
+        "money",
+        re.compile(
+            r"[€$£]|\b(eur|euros?|usd|dollars?|gbp|price|revenue|sales|cost|costs|amount|income|"
+            r"profit|salary|salaries|spend|budget|turnover|umsatz|gehalt|betrag|total)\b",
+            re.I,
+        ),
+    ),
     ("count", re.compile(r"\b(count|counts|quantity|qty|units|number of|pieces|items|orders|visits|votes)\b", re.I)),
     ("duration", re.compile(r"\b(seconds?|minutes?|hours?|days?|weeks?|ms|milliseconds?|duration|time)\b", re.I)),
     ("length", re.compile(r"\b(km|kilomet(er|re)s?|meters?|metres?|miles?|distance|cm|mm|length)\b", re.I)),

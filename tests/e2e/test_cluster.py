@@ -47,7 +47,7 @@ def cluster(tmp_path_factory):
     directory = tmp_path_factory.mktemp("cluster")
     t0 = time.monotonic()
     try:
-        c = mod.start(str(directory), mod._free_port())
+        c = mod.start(str(directory), mod.free_port())
         print(f"\ncluster up in {time.monotonic() - t0:.0f} s")
         yield mod, c
     finally:

@@ -136,9 +136,7 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     assert row["completion_tokens"] == len(bad_reply.split()) + len(expected_reply.split())
     assert row["template_version"] == prompt.version
     # the second ranking prompt shows the first question, so the model is steered away from repeating it
-    second = P.render_query_prompt(
-        meta, "ranking", 1, avoid=[question], data=P.program_context(source), rules=rules
-    )
+    second = P.render_query_prompt(meta, "ranking", 1, avoid=[question], data=P.program_context(source), rules=rules)
     assert any(b["messages"][0]["content"] == second.text for b in llm_server.bodies)
 
     # chains: an executed offline root, then LLM hops; hop 2 was told the root's computed result

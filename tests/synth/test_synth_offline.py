@@ -94,7 +94,7 @@ def test_sqlite_questions_use_sql_joined_along_the_foreign_key(root, small_sqlit
     assert 'LEFT JOIN "shops"' in top.solution and top.solution.lstrip().upper().startswith("WITH R AS")
     assert top.solution.upper().count("SELECT") == 2  # the relation once, then one short statement
     # ...and the relation selects what the statement uses, not every column of the table
-    assert 't.*' not in top.solution and 't."amount"' in top.solution and 't."qty"' not in top.solution
+    assert "t.*" not in top.solution and 't."amount"' in top.solution and 't."qty"' not in top.solution
     assert by_q["How many records have shops.shop_name equal to 'Beta'?"].answer == "3"  # 5, 7, 9
     # a question that names no parent column joins nothing
     assert "JOIN" not in by_q["What is the median amount?"].solution

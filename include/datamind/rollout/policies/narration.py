@@ -243,9 +243,7 @@ FORMULATION = {
 # -- why a step joins -----------------------------------------------------------------------------
 _Q = r'"((?:[^"]|"")+)"'
 _FROM_T = re.compile(r"\bFROM\s+" + _Q + r"\s+AS\s+t\b", re.IGNORECASE)
-_LEFT_JOIN = re.compile(
-    r"\bJOIN\s+" + _Q + r"\s+AS\s+(p\d+)\s+ON\s+t\." + _Q + r"\s*=\s*p\d+\." + _Q, re.IGNORECASE
-)
+_LEFT_JOIN = re.compile(r"\bJOIN\s+" + _Q + r"\s+AS\s+(p\d+)\s+ON\s+t\." + _Q + r"\s*=\s*p\d+\." + _Q, re.IGNORECASE)
 
 
 def join_reasons(program: str, seed: str, salt: str) -> list[str]:
@@ -258,7 +256,7 @@ def join_reasons(program: str, seed: str, salt: str) -> list[str]:
     out = []
     for parent, alias, fk, pk in _LEFT_JOIN.findall(program):
         parent, fk, pk = (x.replace('""', '"') for x in (parent, fk, pk))
-        label = re.search(rf'\b{alias}\.{_Q}\s+AS\s+{_Q}', program)
+        label = re.search(rf"\b{alias}\.{_Q}\s+AS\s+{_Q}", program)
         column = label.group(2).replace('""', '"') if label else f"{parent}'s columns"
         out.append(
             pick(

@@ -121,7 +121,7 @@ def scope_question(question: str, scope: tuple[str, str] | None, columns=()) -> 
     word = first.rstrip(",:;")
     plain_word = word.isalpha() and word[:1].isupper() and word[1:].islower()
     if plain_word and not any(str(c).startswith(word) for c in columns):
-        return f"In the {name} {noun}, {first.lower()}{question[len(first):]}"
+        return f"In the {name} {noun}, {first.lower()}{question[len(first) :]}"
     return f"In the {name} {noun}: {question}"
 
 
