@@ -103,3 +103,9 @@ def test_the_schema_print_of_a_session_is_read_back_with_its_keys():
     assert schema.keys == {"orders.order_id", "orders.customer_id", "customers.id"}
     assert G.check_question("In the orders table, what is the mean customer_id?", schema)[0] == G.IDENTIFIER_AS_MEASURE
     assert G.schema_from_db_print("shape: (3, 2)\nqty  int64") is None
+
+
+def test_a_column_name_with_spaces_and_underscores_is_known_as_a_whole():
+    schema = G.Schema({"data": ["No. of cases_max", "Year", "WHO Region"]}, file_name="cases.csv")
+    assert G.unknown_names("What is the median No. of cases_max in cases.csv?", schema) == []
+    assert G.unknown_names("What is the median No. of cases_mean?", schema) == ["cases_mean"]

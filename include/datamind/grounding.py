@@ -112,6 +112,10 @@ def _mentions(question: str, name: str) -> bool:
 def unknown_names(question: str, schema: Schema) -> list[str]:
     """Name-like words of the question (snake_case, Table.Column, CamelCase) that the schema does not have."""
     text = _QUOTED.sub(" ", question)
+    # a known name may itself hold name-like parts ("No. of cases_max"): take the known names out first
+    for name in sorted({n for cols in schema.tables.values() for n in cols} | set(schema.tables), key=len)[::-1]:
+        if len(name) > 2:
+            text = re.sub(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", " ", text)
     known = schema.names()
     out = []
     for token in _NAMEISH.findall(text):

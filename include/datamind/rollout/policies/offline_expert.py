@@ -211,6 +211,29 @@ def printed_value(output: str) -> str:
     return "\n".join(kept).strip()
 
 
+# How a database step's pandas program loads its relation (``Source.python_preamble``).
+_RELATION_LOAD = re.compile(
+    r"^execute_sql\(sql=.*, output_path='relation\.csv'\)\ndf = pd\.read_csv\('relation\.csv'\)\n", re.M
+)
+
+
+def _reuse_relation(hops: list[HopProgram], check: str | None) -> tuple[list[HopProgram], str | None]:
+    """A later step that loads the relation an earlier step of the session already loaded into ``df`` works
+    on that ``df`` (no step reassigns it) instead of fetching the same rows again."""
+    loaded: str | None = None
+    out: list[HopProgram] = []
+    for h in hops:
+        m = _RELATION_LOAD.search(h.program)
+        if m and m.group(0) == loaded:
+            h = HopProgram(h.question, h.program.replace(loaded, "", 1), h.hop)
+        elif m:
+            loaded = m.group(0)
+        out.append(h)
+    if check and loaded and loaded in check:
+        check = check.replace(loaded, "", 1)
+    return out, check
+
+
 @dataclass
 class _Step:
     kind: str  # explore | fix | hop | blunder | check
@@ -312,6 +335,8 @@ class OfflineExpertPolicy:
         if reads_done:  # later steps build on the session's `df` instead of repeating the read
             hops = [HopProgram(h.question, without_reading(h.program, self._fixed_read), h.hop) for h in hops]
             check = without_reading(check, self._fixed_read) if check else None
+        if self._data_format == "sqlite":
+            hops, check = _reuse_relation(hops, check)
         if self._settle_threshold is not None:
             self._settle_step = _Step("hop", hops[-1].program, hops[-1], len(hops))
             hops, check = hops[:-1], None
