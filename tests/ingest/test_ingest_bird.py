@@ -14,8 +14,10 @@ BIRD = REPO_ROOT / "samples" / "bird"
 
 
 def test_sample_bird_layout_carries_descriptions_and_questions():
-    (f,) = discover_bird(str(BIRD))
-    assert f.rel_path == "retail_shop/retail_shop.sqlite"
+    found = {f.rel_path: f for f in discover_bird(str(BIRD))}
+    assert set(found) == {"retail_shop/retail_shop.sqlite", "world_atlas/world_atlas.sqlite"}
+    assert found["world_atlas/world_atlas.sqlite"].provenance.get("n_questions", 0) == 0  # no questions name it
+    f = found["retail_shop/retail_shop.sqlite"]
     prov = f.provenance
     assert prov["db_id"] == "retail_shop" and prov["n_questions"] == 3
     assert set(prov["column_descriptions"]) == {"customers", "orders", "products"}
@@ -63,7 +65,7 @@ def test_bird_layout_inside_a_zip(tmp_path):
     shutil.copytree(BIRD, src)
     members = {str(p.relative_to(src)): p.read_bytes() for p in src.rglob("*") if p.is_file()}
     z = zip_with(tmp_path / "bird.zip", members)
-    (f,) = discover_bird(str(z))
+    f = next(f for f in discover_bird(str(z)) if f.rel_path == "retail_shop/retail_shop.sqlite")
     assert f.source_uri == f"zip://retail_shop/retail_shop.sqlite::{z}"
     assert f.read_bytes() == (BIRD / "retail_shop" / "retail_shop.sqlite").read_bytes()
     assert f.provenance["column_descriptions"]["orders"]["status"].startswith("fulfilment status")

@@ -451,7 +451,9 @@ class OfflineExpertPolicy:
             lead = narration.pick(
                 (
                     f"Now the question itself: {q}",
-                    f"With the data read correctly: {q}",
+                    f"With the schema in view: {q}"
+                    if self._data_format == "sqlite"
+                    else f"With the data read correctly: {q}",
                     f"Question: {q}",
                     f"What is asked: {q}",
                 ),
