@@ -1,9 +1,10 @@
 """The sandbox started by a non-root worker, as the compose file runs Airflow (`user: 50000:0`).
 
 The test process (root) starts a real worker process under uid 50000 that builds its own Sandbox (user
-namespace mode, the only one open to it) and throws the attacks at it. On this dev box the interpreter
-lives under /root (mode 0700), so the worker is given a private mount namespace in which only that
-interpreter's folder is reachable; nothing else of its view changes.
+namespace mode, the only one open to it) and throws the attacks at it. The interpreter, the virtual
+environment or the checkout may live under a folder other users cannot enter (/root, a Debian home: mode
+0700), so the worker is given a private mount namespace in which only those folders are reachable through
+it; nothing else of its view changes. Where that cannot be arranged the test skips and says why.
 """
 
 from __future__ import annotations
@@ -71,19 +72,52 @@ def _traversal_blocker(path: str) -> str | None:
     return None
 
 
-def _become_worker(blocker: str | None, reachable: str | None) -> None:
-    """preexec: a private mount namespace where only the interpreter's folder shows through `blocker`."""
+def _become_worker(view: dict[str, list[str]]) -> None:
+    """preexec: a private mount namespace where, through each folder uid 50000 cannot enter, only the
+    folders the worker needs show (``view``: closed folder -> those folders)."""
     isolation.unshare(isolation.CLONE_NEWNS)
     isolation.mount(None, "/", None, isolation.MS_REC | isolation.MS_PRIVATE)
-    if blocker and reachable:
+    staged = []
+    for folder in (f for folders in view.values() for f in folders):
         staging = tempfile.mkdtemp(prefix="nonroot-py-")
-        isolation.mount(reachable, staging, None, isolation.MS_BIND | isolation.MS_REC)
+        isolation.mount(folder, staging, None, isolation.MS_BIND | isolation.MS_REC)
+        staged.append((staging, folder))
+    for blocker in view:
         isolation.mount("tmpfs", blocker, "tmpfs", 0, "mode=0755,size=1m")
-        os.makedirs(reachable, exist_ok=True)
-        isolation.mount(staging, reachable, None, 8192)  # MS_MOVE
+    for staging, folder in staged:
+        os.makedirs(folder, exist_ok=True)
+        isolation.mount(staging, folder, None, 8192)  # MS_MOVE
     os.setgroups([])
     os.setresgid(WORKER_GID, WORKER_GID, WORKER_GID)
     os.setresuid(WORKER_UID, WORKER_UID, WORKER_UID)
+
+
+def _worker_view() -> dict[str, list[str]]:
+    """Each folder uid 50000 cannot enter on the way to what the worker needs (the interpreter, the virtual
+    environment, the checkout's package), with the folders below it that lead there. Skips when a second
+    closed folder lies below the first (a bind mount keeps it closed) or closed folders nest."""
+    import datamind
+
+    needed = [
+        os.path.dirname(os.path.realpath(sys.executable)),
+        os.path.realpath(sys.prefix),
+        sys.prefix,
+        os.path.dirname(os.path.realpath(datamind.__file__)),
+    ]
+    view: dict[str, set[str]] = {}
+    for p in needed:
+        blocker = _traversal_blocker(p)
+        if blocker is None:
+            continue
+        current = Path(blocker)
+        for part in Path(p).relative_to(blocker).parts:  # a closed folder further down stays closed
+            current = current / part
+            if current.is_dir() and not current.stat().st_mode & 0o001:
+                pytest.skip(f"{p} sits behind two folders uid {WORKER_UID} cannot enter: {blocker}, {current}")
+        view.setdefault(blocker, set()).add(str(Path(blocker) / Path(p).relative_to(blocker).parts[0]))
+    if any(a != b and a.startswith(b + "/") for a in view for b in view):
+        pytest.skip(f"closed folders nest: {sorted(view)}")
+    return {blocker: sorted(folders) for blocker, folders in view.items()}
 
 
 @pytest.fixture()
@@ -98,12 +132,7 @@ def test_a_non_root_worker_sandbox_contains_the_attacks(worker_home):
     if os.geteuid() != 0:
         pytest.skip("the test starts the non-root worker from a root process")
     home = worker_home
-    interpreter = os.path.realpath(sys.executable)
-    blocker = _traversal_blocker(os.path.dirname(interpreter))
-    reachable = None
-    if blocker:
-        rest = Path(interpreter).relative_to(blocker).parts
-        reachable = str(Path(blocker) / rest[0])
+    view = _worker_view()
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
     proc = subprocess.run(
         [sys.executable, "-c", WORKER_SCRIPT],
@@ -112,7 +141,7 @@ def test_a_non_root_worker_sandbox_contains_the_attacks(worker_home):
         capture_output=True,
         text=True,
         timeout=300,
-        preexec_fn=lambda: _become_worker(blocker, reachable),
+        preexec_fn=lambda: _become_worker(view),
     )
     if proc.returncode != 0 and "user namespace" in proc.stderr.lower():
         pytest.skip(f"this host refuses unprivileged user namespaces: {proc.stderr[-300:]}")

@@ -10,6 +10,7 @@ import ast
 import builtins
 import io
 import linecache
+import math
 import os
 import re
 import resource
@@ -82,9 +83,12 @@ def serve(ctl_fd: int, kind: str, language: str, db_path: str | None, sql_timeou
 
 
 def _arm_cpu(cpu_s: int) -> None:
+    # RLIMIT_CPU counts whole seconds of the process's total: rounding what earlier cells used up (not down)
+    # gives this cell at least cpu_s of its own (at most one more), however long the session has run.
     used = resource.getrusage(resource.RUSAGE_SELF)
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    resource.setrlimit(resource.RLIMIT_CPU, (min(int(used.ru_utime + used.ru_stime) + cpu_s, hard), hard))
+    soft = math.ceil(used.ru_utime + used.ru_stime) + cpu_s
+    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
 def _background_work() -> bool:
