@@ -71,3 +71,36 @@ def test_a_file_that_spins_is_stopped_by_the_cpu_cap(tmp_path: Path):
     with IsolatedParser(Limits(parse_cpu_s=1, max_file_bytes=1 << 30)) as parser:
         result = parser.load(str(path))
     assert result.error_code == "parse_limit" and "1 s CPU cap" in result.error, result.error
+
+
+def test_entries_that_cannot_be_read_each_get_their_own_row_and_cost_nothing_else(root, tmp_path: Path):
+    """A symlink cycle, a dangling link, a name that is not UTF-8, a FIFO named like a CSV and a name too long
+    to stage used to fail (or hang) the whole listing or run; each is now one rejected row with its reason,
+    never opened, and the good files beside them are ingested."""
+    import os
+
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    write_csv(folder / "good_orders.csv", 40)
+    os.symlink("loop_b.csv", folder / "loop_a.csv")
+    os.symlink("loop_a.csv", folder / "loop_b.csv")
+    os.symlink("gone.csv", folder / "dangling.csv")
+    (Path(os.fsdecode(bytes(folder) + b"/caf\xe9_latin1.csv"))).write_text("a,b\n1,2\n")
+    os.mkfifo(folder / "pipe.csv")
+    write_csv(folder / ("n" * 230 + ".csv"), 40)
+    specs, _ = run_ingest(root, folder, "drop", shard_size=100)
+    rows = {r["rel_path"]: r for r in catalog(root)}
+    assert rows["good_orders.csv"]["status"] == "accepted"
+    want = {
+        "loop_a.csv": "unreadable_entry",
+        "loop_b.csv": "unreadable_entry",
+        "dangling.csv": "unreadable_entry",
+        "caf\\xe9_latin1.csv": "undecodable_name",
+        "pipe.csv": "not_a_regular_file",
+        "n" * 230 + ".csv": "name_too_long",
+    }
+    for name, code in want.items():
+        assert rows[name]["status"] == "rejected" and rows[name]["reason_code"] == code, (name, rows[name])
+    assert len(rows) == len(want) + 1
+    again, _ = run_ingest(root, folder, "drop", shard_size=100)
+    assert again == []  # each bad entry is cataloged once, like any file

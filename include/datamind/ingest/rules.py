@@ -32,6 +32,10 @@ File rules (``check_file``), applied before/after the table rules:
 ``file_too_large``     the file is above ``limits.max_file_bytes`` and is never read
 ``unsafe_path``        a symlink in a source folder that points outside it (never followed), or a zip
                        member whose name is absolute or climbs out with ``..`` (never extracted)
+``unreadable_entry``   a folder entry the listing cannot stat: a dangling or looping symlink (never read)
+``not_a_regular_file`` a FIFO, socket or device named like a data file (never opened: reading one blocks)
+``undecodable_name``   a file name that is not valid UTF-8 (recorded with its bytes escaped, never read)
+``name_too_long``      a file name longer than ``sources.MAX_NAME_BYTES`` (its staged copy would not fit)
 ``archive_bomb``       an archive member (zip, xlsx part, gzip) decompresses past
                        ``limits.max_uncompressed_bytes``, whatever its header declares
 ``unsupported_format`` the content is not delimited text, xlsx or SQLite (the extension is ignored): JSON
@@ -89,6 +93,10 @@ RULES: dict[str, str] = {
     "file_too_large": "the file exceeds the size limit",
     "archive_bomb": "decompressed size exceeds the cap",
     "unsafe_path": "a symlink leaving the source folder, or an archive member named outside the archive",
+    "unreadable_entry": "a dangling or looping symlink, or an entry the listing cannot stat",
+    "not_a_regular_file": "a FIFO, socket or device (never opened)",
+    "undecodable_name": "a file name that is not valid UTF-8",
+    "name_too_long": "a file name too long to stage",
     "unsupported_format": "not delimited text, xlsx or SQLite",
     "not_tabular": "text without a consistent delimiter",
     "parse_limit": "parsing hit the per-file memory or CPU cap, or crashed the reader",

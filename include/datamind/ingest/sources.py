@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
 import posixpath
 import re
 import zipfile
@@ -213,11 +214,44 @@ def _list_local(path: str, limits: Limits) -> list[SourceFile]:
                 continue
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, path).replace(os.sep, "/")
-            if os.path.islink(full) and not os.path.realpath(full).startswith(inside):
-                out.append(_unsafe(rel, full, "symlink pointing outside the source folder; not followed"))
-            elif name not in links:
-                out.append(_file_entry(rel, full, os.path.getsize(full), limits))
+            entry = _local_entry(full, rel, limits, inside)
+            if name not in links or entry.precheck == "unsafe_path":  # a link to a folder inside is walked
+                out.append(entry)
     return out
+
+
+# A staged copy is named "<hash>-<name>": a longer name than this would not fit a file system's 255 bytes.
+MAX_NAME_BYTES = 200
+
+
+def _local_entry(full: str, rel: str, limits: Limits, inside: str | None) -> SourceFile:
+    """One folder entry, judged from lstat/stat alone (never opened): a regular file to read, or a recorded
+    rejection for what cannot be read (a dangling or looping link, a FIFO or device, a name that is not UTF-8
+    or too long to stage, a link out of the source folder)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(rel).decode("utf-8", "backslashreplace")
+        return SourceFile(
+            shown, os.fsencode(full).decode("utf-8", "backslashreplace"), 0, 0, "undecodable_name",
+            {"read_error": f"the file name {shown!r} is not valid UTF-8; not read"},
+        )  # fmt: skip
+    if len(os.path.basename(full).encode("utf-8")) > MAX_NAME_BYTES:
+        why = f"the file name is {len(os.path.basename(full).encode())} bytes, above {MAX_NAME_BYTES}; not staged"
+        return SourceFile(rel, full, 0, 0, "name_too_long", {"read_error": why})
+    try:
+        link = os.path.islink(full)
+        if link and inside is not None and not os.path.realpath(full).startswith(inside):
+            return _unsafe(rel, full, "symlink pointing outside the source folder; not followed")
+        st = os.stat(full)  # follows a link inside the folder; ELOOP / ENOENT for a looping or dangling one
+    except OSError as exc:
+        why = f"entry cannot be read: {exc.strerror or exc} ({'a symlink' if os.path.islink(full) else 'a file'})"
+        return SourceFile(rel, full, 0, 0, "unreadable_entry", {"read_error": why})
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+        why = f"{kind}, not a regular file; never opened"
+        return SourceFile(rel, full, 0, 0, "not_a_regular_file", {"read_error": why})
+    return _file_entry(rel, full, st.st_size, limits)
 
 
 def _glob_base(pattern: str) -> str:
@@ -240,13 +274,11 @@ def list_source_files(source_uri: str, limits: Limits | None = None) -> list[Sou
             import glob
 
             base = os.path.abspath(_glob_base(path))
-            hits = sorted(h for h in glob.glob(path, recursive=True) if os.path.isfile(h))
+            inside = os.path.realpath(base) + os.sep
+            hits = sorted(h for h in glob.glob(path, recursive=True) if not os.path.isdir(h))
             files = [
-                _file_entry(
-                    os.path.relpath(os.path.abspath(h), base).replace(os.sep, "/"),
-                    os.path.abspath(h),
-                    os.path.getsize(h),
-                    limits,
+                _local_entry(
+                    os.path.abspath(h), os.path.relpath(os.path.abspath(h), base).replace(os.sep, "/"), limits, inside
                 )
                 for h in hits
             ]
