@@ -104,3 +104,19 @@ def test_entries_that_cannot_be_read_each_get_their_own_row_and_cost_nothing_els
     assert len(rows) == len(want) + 1
     again, _ = run_ingest(root, folder, "drop", shard_size=100)
     assert again == []  # each bad entry is cataloged once, like any file
+
+
+def test_a_zip_with_two_members_of_one_name_loses_neither(root, tmp_path: Path):
+    import warnings
+    import zipfile
+
+    archive = tmp_path / "two.zip"
+    with warnings.catch_warnings(), zipfile.ZipFile(archive, "w") as zf:
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate name it is asked to write
+        zf.writestr("orders.csv", (SAMPLES / "sales_orders.csv").read_text())
+        zf.writestr("orders.csv", "a,b\n1,2\n")
+    run_ingest(root, archive, "two", shard_size=100)
+    rows = {r["rel_path"]: r for r in catalog(root)}
+    assert rows["orders.csv"]["reason_code"] != "duplicate_member"
+    (dup,) = [r for r in rows.values() if r["reason_code"] == "duplicate_member"]
+    assert dup["rel_path"].startswith("orders.csv#") and "second archive member" in dup["reason"]

@@ -36,6 +36,7 @@ File rules (``check_file``), applied before/after the table rules:
 ``not_a_regular_file`` a FIFO, socket or device named like a data file (never opened: reading one blocks)
 ``undecodable_name``   a file name that is not valid UTF-8 (recorded with its bytes escaped, never read)
 ``name_too_long``      a file name longer than ``sources.MAX_NAME_BYTES`` (its staged copy would not fit)
+``duplicate_member``   a zip member with the name of an earlier one (the archive can give only one by name)
 ``archive_bomb``       an archive member (zip, xlsx part, gzip) decompresses past
                        ``limits.max_uncompressed_bytes``, whatever its header declares
 ``unsupported_format`` the content is not delimited text, xlsx or SQLite (the extension is ignored): JSON
@@ -97,6 +98,7 @@ RULES: dict[str, str] = {
     "not_a_regular_file": "a FIFO, socket or device (never opened)",
     "undecodable_name": "a file name that is not valid UTF-8",
     "name_too_long": "a file name too long to stage",
+    "duplicate_member": "a second zip member with the same name",
     "unsupported_format": "not delimited text, xlsx or SQLite",
     "not_tabular": "text without a consistent delimiter",
     "parse_limit": "parsing hit the per-file memory or CPU cap, or crashed the reader",

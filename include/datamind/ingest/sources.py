@@ -176,10 +176,21 @@ def _escapes(member: str) -> bool:
 def list_zip(archive_uri: str, limits: Limits, prefix: str = "") -> list[SourceFile]:
     """Members of a zip archive; sizes come from the central directory, checked again while reading."""
     out: list[SourceFile] = []
+    seen: set[str] = set()
     with _open_archive(archive_uri) as raw, zipfile.ZipFile(raw) as zf:
         for info in zf.infolist():
             if info.is_dir():
                 continue
+            if info.filename in seen:  # zipfile reads only the last of same-named members: say so, lose none
+                why = f"a second archive member named {info.filename!r}; only one of them can be read by name"
+                rel = posixpath.join(prefix, info.filename) if prefix else info.filename
+                out.append(
+                    SourceFile(f"{rel}#{len([f for f in out if f.rel_path.startswith(rel)])}",
+                               f"zip://{info.filename}::{archive_uri}", info.file_size, 0, "duplicate_member",
+                               {"read_error": why})
+                )  # fmt: skip
+                continue
+            seen.add(info.filename)
             if _escapes(info.filename):  # before the hidden-name check: "../x" must not vanish silently
                 why = f"archive member {info.filename!r} is named outside the archive (absolute or '..'); not extracted"
                 out.append(_unsafe(info.filename.lstrip("/"), f"zip://{info.filename}::{archive_uri}", why))
