@@ -21,6 +21,7 @@ samples/bird/ (for ingest_bird, BIRD layout):
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import io
@@ -264,14 +265,25 @@ def rejects(rng: random.Random, report: bytes) -> dict[str, bytes]:
 N_ORDERS = 2400
 
 
-def bird_db(rng: random.Random, path: Path) -> None:
+@contextlib.contextmanager
+def _fresh_database(path: Path, ddl: str):
+    """A new SQLite file at ``path`` with ``ddl`` run (rollback journal, so no -wal file is left beside it);
+    committed and compacted on leaving, so a rerun writes the same bytes."""
     if path.exists():
         path.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(path)
-    con.executescript(
+    con.executescript("PRAGMA journal_mode = DELETE;\n" + ddl)
+    yield con
+    con.commit()
+    con.execute("VACUUM")
+    con.close()
+
+
+def bird_db(rng: random.Random, path: Path) -> None:
+    with _fresh_database(
+        path,
         """
-        PRAGMA journal_mode = DELETE;
         CREATE TABLE customers (
             customer_id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT, segment TEXT, signup_date TEXT);
         CREATE TABLE products (
@@ -281,8 +293,12 @@ def bird_db(rng: random.Random, path: Path) -> None:
             customer_id INTEGER NOT NULL REFERENCES customers (customer_id),
             product_id INTEGER NOT NULL REFERENCES products (product_id),
             order_date TEXT, quantity INTEGER, total REAL, status TEXT);
-        """
-    )
+        """,
+    ) as con:
+        _fill_shop(rng, con)
+
+
+def _fill_shop(rng: random.Random, con: sqlite3.Connection) -> None:
     cities = ["Lyon", "Porto", "Graz", "Turin", "Ghent", "Bergen"]
     for i in range(1, 61):
         signup = dt.date(2021, 1, 1) + dt.timedelta(days=rng.randint(0, 900))
@@ -318,9 +334,6 @@ def bird_db(rng: random.Random, path: Path) -> None:
                 rng.choice(["shipped", "shipped", "delivered", "returned", "cancelled"]),
             ),
         )
-    con.commit()
-    con.execute("VACUUM")
-    con.close()
 
 
 # Invented places: syllables put together, so no real atlas is copied and every name is pronounceable.
@@ -341,13 +354,9 @@ CITIES_PER_COUNTRY = 30
 
 def world_db(rng: random.Random, path: Path) -> None:
     """A small atlas: two tables both have Name and Population, so a question must say which it means."""
-    if path.exists():
-        path.unlink()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path)
-    con.executescript(
+    with _fresh_database(
+        path,
         """
-        PRAGMA journal_mode = DELETE;
         CREATE TABLE country (
             Code TEXT PRIMARY KEY, Name TEXT NOT NULL, Continent TEXT, Region TEXT, SurfaceArea REAL,
             Population INTEGER, LifeExpectancy REAL, GNP REAL);
@@ -357,8 +366,12 @@ def world_db(rng: random.Random, path: Path) -> None:
         CREATE TABLE countrylanguage (
             CountryCode TEXT NOT NULL REFERENCES country (Code), Language TEXT NOT NULL, IsOfficial TEXT,
             Percentage REAL, PRIMARY KEY (CountryCode, Language));
-        """
-    )
+        """,
+    ) as con:
+        _fill_atlas(rng, con)
+
+
+def _fill_atlas(rng: random.Random, con: sqlite3.Connection) -> None:
     codes, names = [], set()
     while len(codes) < N_COUNTRIES:
         name = _place(rng, rng.choice([2, 3]))
@@ -390,9 +403,6 @@ def world_db(rng: random.Random, path: Path) -> None:
                 "INSERT INTO countrylanguage VALUES (?,?,?,?)",
                 (code, lang, "T" if i == 0 else "F", round(100 * share / sum(shares), 1)),
             )
-    con.commit()
-    con.execute("VACUUM")
-    con.close()
 
 
 DESCRIPTIONS = {

@@ -137,7 +137,7 @@ def table_unresolved(question: str, schema: Schema) -> bool:
     for table in schema.tables:
         if re.search(r"(?<![\w])" + re.escape(table) + r"(?:s|es)?(?![\w])", text, re.IGNORECASE):
             return False
-    mentioned = {c for cols in schema.tables.values() for c in cols if _mentions(text, c)}
+    mentioned = {c for _, c in _columns_in(text, schema)}
     if not mentioned:
         return True
     return any(sum(c in cols for cols in schema.tables.values()) > 1 for c in mentioned)
@@ -179,7 +179,7 @@ def check_question(question: str, schema: Schema) -> tuple[str, str] | None:
     if schema.multi:
         text = _QUOTED.sub(" ", question)
         named = [t for t in schema.tables if re.search(r"(?<![\w])" + re.escape(t) + r"(?![\w.])", text)]
-        mentioned = {c for cols in schema.tables.values() for c in cols if _mentions(text, c)}
+        mentioned = {c for _, c in _columns_in(text, schema)}
         if len(named) == 1 and mentioned and not mentioned & set(schema.tables[named[0]]):
             return UNGROUNDED, f"asks about {sorted(mentioned)[0]!r}, which the {named[0]} table does not have"
     keys = measured_identifiers(question, schema)

@@ -16,6 +16,7 @@ from datamind.llm import EndpointUnavailable, LLMClient, LLMConfig, ResponseCach
 from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows
 from datamind.synth import prompts as P
+from datamind.roles import parse_overrides, table_roles
 from datamind.synth.llm_backend import grounding_context, question_rules
 from datamind.synth.params import SynthParams
 from datamind.synth.stage import plan_synthesis, synthesize_shard
@@ -119,7 +120,8 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     meta = P.meta_for_prompt(table["meta_info"])
     source, _ = load_view(root, table)
     params = SynthParams.from_dict(PARAMS)
-    rules = grounding_context(table, *question_rules(table, source, params), params)
+    roles = table_roles(table, parse_overrides(params.column_roles))
+    rules = grounding_context(table, *question_rules(table, source, roles), roles)
     prompt = P.render_query_prompt(meta, "ranking", 0, avoid=[], data=P.program_context(source), rules=rules)
     assert "pd.read_csv(DATA_PATH" in prompt.text and "sales.csv" in prompt.text
     bad_reply = reply_for(prompt.text, _read_code(prompt.text) + "\nprint(df['unit'].sum())")

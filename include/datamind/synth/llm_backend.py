@@ -186,10 +186,11 @@ async def _ask(
     return None
 
 
-def question_rules(table: dict, source, params) -> tuple[grounding.Schema | None, tuple[str, str] | None]:
+def question_rules(
+    table: dict, source, roles: dict[str, str]
+) -> tuple[grounding.Schema | None, tuple[str, str] | None]:
     """(what the agent will see of the data, the table scope a question needs): the grounding rules an
-    LLM-written question is held to, with the catalog's column roles and the run's corrections."""
-    roles = table_roles(table, parse_overrides(getattr(params, "column_roles", ())))
+    LLM-written question is held to, with the table's column roles (``table_roles``, corrections applied)."""
     name = str(table.get("table_name"))
     if source is not None and source.fmt == "sqlite":
         schema = grounding.schema_of_database(source.data_path, source.file_name)
@@ -200,9 +201,8 @@ def question_rules(table: dict, source, params) -> tuple[grounding.Schema | None
     return schema, (source.scope if source is not None else None)
 
 
-def grounding_context(table: dict, schema, scope, params) -> dict:
+def grounding_context(table: dict, schema, scope, roles: dict[str, str]) -> dict:
     """What the synthesis prompts say about names and roles (``rules`` of query.j2 / compose.j2)."""
-    roles = table_roles(table, parse_overrides(getattr(params, "column_roles", ())))
     by_role: dict[str, list[str]] = {}
     for col, role in roles.items():
         by_role.setdefault(role, []).append(col)
@@ -244,7 +244,8 @@ async def synthesize_table_llm(
         )
         return out
     runner = (reference, source) if reference is not None and source is not None else None
-    schema, scope = question_rules(table, source, params)
+    roles = table_roles(table, parse_overrides(params.column_roles))
+    schema, scope = question_rules(table, source, roles)
     asker = _TableAsker(
         client=client,
         out=out,
@@ -259,7 +260,7 @@ async def synthesize_table_llm(
         data=program_context(source) if runner else None,
         schema=schema,
         scope=scope,
-        rules=grounding_context(table, schema, scope, params),
+        rules=grounding_context(table, schema, scope, roles),
     )
     batches = await asyncio.gather(*(asker.singles(c) for c in params.categories), *(asker.chain(s) for s in seeds))
     for batch in batches:

@@ -11,12 +11,15 @@ our own, and a program joins only the parents its question names (``Source.narro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
 from urllib.parse import quote
+
+from datamind.grounding import schema_of_database
 
 READERS = ("plain", "tidy", "repair")
 _TIDY = (
@@ -359,27 +362,18 @@ def build_source(row: dict, data_path: str, reader: str = "plain") -> Source:
         return Source(fmt, data_path, row["table_name"], options, reader=reader, siblings=siblings)
     if fmt == "sqlite":
         table = options.get("table") or options.get("table_name") or row["table_name"]
-        tables, columns = _sqlite_layout(data_path, table)
+        layout = schema_of_database(data_path).tables
         joins = sqlite_joins(data_path, table, row.get("foreign_keys"))
-        return Source(fmt, data_path, table, options, joins, siblings=tables, columns=columns)
+        siblings = tuple(t for t in layout if t != table)
+        return Source(fmt, data_path, table, options, joins, siblings=siblings, columns=tuple(layout.get(table, ())))
     raise UnsupportedSource(f"unsupported format {fmt!r}")
 
 
-def _sqlite_layout(db_path: str, table: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the database's other tables, the table's own columns)."""
-    con = sqlite3.connect(f"file:{quote(db_path)}?mode=ro", uri=True)
-    try:
-        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
-        columns = tuple(r[1] for r in con.execute(f"PRAGMA table_info({qi(table)})").fetchall())
-    finally:
-        con.close()
-    return tuple(n for n in names if n != table and not n.startswith("sqlite_")), columns
-
-
-def _sheet_names(path: str) -> list[str]:
+@functools.lru_cache(maxsize=64)  # staged files never change (named by content), and each reader asks again
+def _sheet_names(path: str) -> tuple[str, ...]:
     try:
         from python_calamine import CalamineWorkbook
 
-        return list(CalamineWorkbook.from_path(path).sheet_names)
+        return tuple(CalamineWorkbook.from_path(path).sheet_names)
     except Exception:  # noqa: BLE001 - a workbook calamine cannot list is read by name like before
-        return []
+        return ()
