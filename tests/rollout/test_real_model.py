@@ -54,6 +54,7 @@ def _client(server, root, **params) -> LLMClient:
 def test_one_synthesis_request_is_recorded_as_what_the_model_wrote(served, tmp_path):
     from synth.synth_fixtures import SMALL_CSV, catalog_rows, write_catalog
 
+    from datamind import grounding as G
     from datamind.storage import DataRoot
     from datamind.synth.stage import plan_synthesis, synthesize_shard
 
@@ -72,12 +73,15 @@ def test_one_synthesis_request_is_recorded_as_what_the_model_wrote(served, tmp_p
     assert client.usage.calls >= 1 and client.usage.prompt_tokens > 500  # the prompt reached the model
     # the one question asked ends as a query or as a rejection with the model's reply and its reason
     assert len(queries) + len(rejected) == 1, (queries, rejected)
+    print(f"\nreal model synthesis: {[(r['question'], r['reference_answer']) for r in queries] or rejected}")
     if queries:
         (q,) = queries
         assert q["model"].startswith(MODEL) and q["prompt_tokens"] > 500 and q["completion_tokens"] > 0
     else:
         (r,) = rejected
-        assert r["reason_code"] in ("llm_parse_failed", "reference_failed"), r
+        # a parsed question the grounding rules refuse is recorded the same way (datamind.grounding)
+        grounding_codes = (G.UNGROUNDED, G.IDENTIFIER_AS_MEASURE, G.NONADDITIVE_SUMMED)
+        assert r["reason_code"] in ("llm_parse_failed", "reference_failed", *grounding_codes), r
         assert r["raw"] and r["reason"], r  # the model's own text and why it was refused
 
 
