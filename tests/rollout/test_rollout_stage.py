@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from rollout.corpus import expected
+from rollout.corpus import build_corpus, expected, queries
 
 from datamind.assets import DIRS
 from datamind.rollout import protocol
 from datamind.rollout.params import RolloutParams
-from datamind.rollout.stage import plan_sampling, sample_shard
+from datamind.rollout.stage import plan_sampling, sample_shard, sampling_state
 from datamind.schemas import REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
 
@@ -25,8 +25,6 @@ def _by_query(root):
 @pytest.fixture(scope="module")
 def sampled(sandbox, tmp_path_factory):
     """Sampled once for the module: the tests below only read it (the rerun test rewrites identical bytes)."""
-    from rollout.corpus import build_corpus
-
     from datamind.storage import DataRoot
 
     tmp = tmp_path_factory.mktemp("sampled")
@@ -142,3 +140,31 @@ def test_params_validate_and_round_trip():
         RolloutParams(backend="llm", temperature=0.1).fingerprint()
         != RolloutParams(backend="llm", temperature=0.9).fingerprint()
     )
+
+
+@pytest.fixture()
+def starved_sandbox():
+    """A real sandbox whose cells cannot be set up: one process per session cannot hold the pid-namespace
+    chain (outside, init, cell), so every cell dies before it is ready, as on a host out of processes."""
+    from datamind.sandbox import Sandbox, SandboxLimits
+
+    with Sandbox(SandboxLimits(isolation_mode="userns", max_procs=1)) as sb:
+        if not {"pid_namespace", "pids_cgroup"} <= set(sb.layers):
+            pytest.skip(f"needs a pid namespace and a pids cgroup to starve set-up; active: {sb.layers}")
+        yield sb
+
+
+def test_a_sandbox_failure_is_recorded_and_sampled_again_never_kept(root, tmp_path, sandbox, starved_sandbox):
+    build_corpus(root, str(tmp_path), queries()[:1])
+    params = {"max_attempts": 3}
+    for spec in plan_sampling(root, 10, params):
+        sample_shard(root, spec, params, "run-broken", sandbox=starved_sandbox)
+    rows = read_rows(root, TRAJECTORIES, DIRS["trajectories"])
+    assert rows and all(r["status"] == "error" and r["error"].startswith("sandbox_failure:") for r in rows)
+    assert all("set-up failed" not in m["content"] for r in rows for m in r["messages"])  # never an observation
+    state = sampling_state(root)
+    assert not state.done and set(state.resample) == {queries()[0]["query_id"]}
+    for spec in plan_sampling(root, 10, params):  # a later run on a healthy host finishes them
+        sample_shard(root, spec, params, "run-healthy", sandbox=sandbox)
+    final = sampling_state(root)
+    assert final.resample == {} and final.done == {queries()[0]["query_id"]}

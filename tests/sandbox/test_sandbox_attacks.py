@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from datamind.sandbox import Sandbox, SandboxLimits
+from datamind.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from datamind.settings import REPO_ROOT
 
+import attacks_round3
 from sandbox_helpers import TEST_LIMITS
 
 MODES = ("root", "userns")
@@ -185,3 +186,27 @@ def test_chunked_replay_does_not_count_against_the_new_chunks_cpu(csv_file):
         with Sandbox(limits, mode=mode) as sb, sb.session([str(csv_file)]) as s:
             results[mode] = [s.run(burn).ok for _ in range(3)]
     contained("per-chunk cpu", results == {"chunked": [True] * 3, "live": [True] * 3})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_third_round_attacks_are_contained_per_session(mode, csv_file):
+    """Memory (memfd, forked children), a grandchild outliving its turn, an abstract socket or a lock between
+    sessions, keyrings, user namespaces, and one session's processes starving another's."""
+    if mode == "root" and os.geteuid() != 0:
+        pytest.skip("root isolation mode needs a root worker")
+    result = attacks_round3.probe(Sandbox, SandboxLimits, str(csv_file), mode)
+    print(f"\nround 3 [{mode}]: memfd {result['memfd']}, forks {result['forks']}")
+    for name, ok in attacks_round3.verdicts(result).items():
+        contained(f"{mode}: {name}: {result}", ok)
+
+
+def test_a_cell_that_cannot_be_set_up_is_the_platforms_failure_not_an_observation(csv_file):
+    # One process per session cannot hold the pid-namespace chain (outside, init, cell): set-up fails
+    # before any agent code runs, and that must be raised, never handed back as the agent's output.
+    limits = SandboxLimits(**{**TEST_LIMITS, "guard": False, "isolation_mode": "userns", "max_procs": 1})
+    with Sandbox(limits) as sb:
+        if "pid_namespace" not in sb.layers or "pids_cgroup" not in sb.layers:
+            pytest.skip(f"needs a pid namespace and a pids cgroup to starve set-up; active: {sb.layers}")
+        with sb.session([str(csv_file)]) as s:
+            with pytest.raises(SandboxUnavailable, match="set-up failed"):
+                s.run("print('agent code')")

@@ -233,7 +233,9 @@ def test_a_forged_or_corrupt_status_frame_cannot_crash_the_host(raw_sandbox, csv
 def test_without_a_cgroup_the_dedicated_uid_still_contains_forks_and_detached_processes(csv_file):
     if os.geteuid() != 0:
         pytest.skip("the dedicated-uid layer needs a root worker")
-    limits = SandboxLimits(**{**TEST_LIMITS, "guard": False, "pids_cgroup": False, "wall_s": 2.0})
+    limits = SandboxLimits(
+        **{**TEST_LIMITS, "guard": False, "cgroup": False, "wall_s": 2.0, "isolation": "best_effort"}
+    )
     with Sandbox(limits) as sb:
         assert "pids_cgroup" not in sb.layers and "rlimit_nproc" in sb.layers
         with sb.session([str(csv_file)]) as s:

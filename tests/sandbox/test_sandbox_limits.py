@@ -34,21 +34,25 @@ def test_secret_locations_are_hidden_by_default(monkeypatch, tmp_path):
 
 
 def test_strict_policy_names_what_is_missing():
-    private = {"allowlisted_root", "private_cell_mounts", "ipc_namespace"}
-    assert missing_layers({"network_namespace", "mount_namespace", "dedicated_uid", "pids_cgroup", *private}) == []
-    assert (
-        missing_layers({"network_namespace", "mount_namespace", "user_namespace_no_caps", "rlimit_nproc", *private})
-        == []
-    )
-    assert missing_layers({"network_namespace", "mount_namespace", "dedicated_uid", "pids_cgroup"}) == sorted(
-        private, key=["allowlisted_root", "private_cell_mounts", "ipc_namespace"].index
-    )
+    private = {"allowlisted_root", "private_cell_mounts", "ipc_namespace", "cell_network_namespace"}
+    bounded = {"memory_cgroup", "seccomp_filter"}
+    root = {"network_namespace", "mount_namespace", "dedicated_uid", *private, *bounded}
+    assert missing_layers({*root, "pids_cgroup"}) == []
+    assert missing_layers({*root, "rlimit_nproc"}) == []  # per session where each session has its own uid
+    worker = {"network_namespace", "mount_namespace", "user_namespace_no_caps", *private, *bounded}
+    assert missing_layers({*worker, "pids_cgroup"}) == []
+    assert missing_layers(worker) == ["pids_cgroup or rlimit_nproc"]
+    # Without a memory cgroup a session's memory is bounded only per process: strict refuses.
+    assert missing_layers({*root, "pids_cgroup"} - {"memory_cgroup"}) == ["memory_cgroup"]
     assert missing_layers({"rlimits", "ast_guard"}) == [
         "network_namespace",
         "mount_namespace",
         "allowlisted_root",
         "private_cell_mounts",
         "ipc_namespace",
+        "cell_network_namespace",
         "dedicated_uid or user_namespace_no_caps",
         "pids_cgroup or rlimit_nproc",
+        "memory_cgroup",
+        "seccomp_filter",
     ]

@@ -15,11 +15,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
+import attacks_round3
 import pytest
 
 from datamind.sandbox import isolation
+from datamind.sandbox.cgroups import own_cgroups
 
 WORKER_UID, WORKER_GID = 50000, 0
 
@@ -59,6 +62,7 @@ with Sandbox(limits, mode="live") as sb:
         out["a_name"] = a.workdir.name
 out["victim"] = victim.read_text()
 out["victim_mode"] = oct(victim.stat().st_mode & 0o777)
+out["round3"] = probe(Sandbox, SandboxLimits, str(data))
 print(json.dumps(out))
 """
 
@@ -72,9 +76,12 @@ def _traversal_blocker(path: str) -> str | None:
     return None
 
 
-def _become_worker(view: dict[str, list[str]]) -> None:
-    """preexec: a private mount namespace where, through each folder uid 50000 cannot enter, only the
-    folders the worker needs show (``view``: closed folder -> those folders)."""
+def _become_worker(view: dict[str, list[str]], cgroups: list[Path]) -> None:
+    """preexec: join the cgroups delegated to the worker, then a private mount namespace where, through
+    each folder uid 50000 cannot enter, only the folders the worker needs show (``view``: closed folder ->
+    those folders)."""
+    for folder in cgroups:
+        (folder / "cgroup.procs").write_text(str(os.getpid()))
     isolation.unshare(isolation.CLONE_NEWNS)
     isolation.mount(None, "/", None, isolation.MS_REC | isolation.MS_PRIVATE)
     staged = []
@@ -121,6 +128,29 @@ def _worker_view() -> dict[str, list[str]]:
 
 
 @pytest.fixture()
+def delegated_cgroups():
+    """A cgroup of its own in each hierarchy, owned by the worker's uid: what systemd's Delegate=yes or a
+    container runtime gives a service, and what the sandbox needs to bound each session."""
+    made = []
+    for version, _controllers, parent in own_cgroups():
+        folder = parent / f"datamind-worker-{uuid.uuid4().hex[:8]}"
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        made.append(folder)
+        for name in ("", "cgroup.procs", "tasks", "cgroup.subtree_control", "cgroup.threads"):
+            if (folder / name).exists():
+                os.chown(folder / name, WORKER_UID, WORKER_GID)
+    yield made
+    for folder in made:  # the sandbox removed its own session cgroups; sweep what a failed run left
+        for sub in sorted(folder.rglob("*"), key=lambda p: -len(p.parts)):
+            if sub.is_dir():
+                sub.rmdir()
+        folder.rmdir()
+
+
+@pytest.fixture()
 def worker_home():
     home = Path(tempfile.mkdtemp(prefix="datamind-worker-home-"))  # pytest's tmp_path is root-only (0700)
     os.chown(home, WORKER_UID, WORKER_GID)
@@ -128,20 +158,22 @@ def worker_home():
     shutil.rmtree(home, ignore_errors=True)
 
 
-def test_a_non_root_worker_sandbox_contains_the_attacks(worker_home):
+def test_a_non_root_worker_sandbox_contains_the_attacks(worker_home, delegated_cgroups):
     if os.geteuid() != 0:
         pytest.skip("the test starts the non-root worker from a root process")
+    if not delegated_cgroups:
+        pytest.skip("this host gives no memory or pids cgroup that could be delegated to the worker")
     home = worker_home
     view = _worker_view()
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
     proc = subprocess.run(
-        [sys.executable, "-c", WORKER_SCRIPT],
+        [sys.executable, "-c", Path(attacks_round3.__file__).read_text() + WORKER_SCRIPT],
         env=env,
         cwd=str(home),
         capture_output=True,
         text=True,
         timeout=300,
-        preexec_fn=lambda: _become_worker(view),
+        preexec_fn=lambda: _become_worker(view, delegated_cgroups),
     )
     if proc.returncode != 0 and "user namespace" in proc.stderr.lower():
         pytest.skip(f"this host refuses unprivileged user namespaces: {proc.stderr[-300:]}")
@@ -152,8 +184,12 @@ def test_a_non_root_worker_sandbox_contains_the_attacks(worker_home):
         "allowlisted_root",
         "private_cell_mounts",
         "ipc_namespace",
+        "cell_network_namespace",
         "pid_namespace",
         "user_namespace_no_caps",
+        "memory_cgroup",
+        "pids_cgroup",
+        "seccomp_filter",
     } <= set(out["layers"])
     assert out["a_data"] == "2\n"
     listing, *exists = out["b_probe"].splitlines()
@@ -163,3 +199,6 @@ def test_a_non_root_worker_sandbox_contains_the_attacks(worker_home):
     assert out["unmount"].strip() != "0"
     # The planted links were never followed: the worker's own writable file kept its content and mode.
     assert out["victim"] == "[core]\nprecious = yes\n" and out["victim_mode"] == "0o644"
+    print(f"\nround 3 [uid {WORKER_UID}]: memfd {out['round3']['memfd']}, forks {out['round3']['forks']}")
+    for name, ok in attacks_round3.verdicts(out["round3"]).items():
+        assert ok, f"uid {WORKER_UID}: {name}: {out['round3']}"

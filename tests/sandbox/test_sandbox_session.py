@@ -21,7 +21,7 @@ def test_strict_policy_layers_are_all_active_and_reported(sandbox):
     for alternatives in STRICT_REQUIREMENTS:
         assert active & set(alternatives), alternatives
     if os.geteuid() == 0 and os.access("/sys/fs/cgroup/pids", os.W_OK):
-        assert "pids_cgroup" in active  # this host allows one, so it must be used
+        assert {"pids_cgroup", "memory_cgroup"} <= active  # this host allows them, so they must be used
 
 
 def test_chunks_share_state_and_earlier_output_is_not_repeated(sandbox, csv_file):

@@ -23,6 +23,9 @@ from datamind.rollout import protocol
 STATUS_ANSWERED = "answered"
 STATUS_MAX_TURNS = "max_turns"
 STATUS_ERROR = "error"
+# The sandbox failed (a cell could not be set up, the zygote died), not the agent's code: the trajectory is
+# the platform's failure, sampled again by a later run and never published or shown to a model.
+SANDBOX_FAILURE = "sandbox_failure"
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ async def run_agent(
         try:
             obs = await loop.run_in_executor(executor, execute, turn.code)
         except Exception as exc:  # the sandbox itself failed (not the agent's code): the trajectory is unusable
-            res.status, res.error, res.error_detail = STATUS_ERROR, "sandbox_failure", f"{type(exc).__name__}: {exc}"
+            res.status, res.error, res.error_detail = STATUS_ERROR, SANDBOX_FAILURE, f"{type(exc).__name__}: {exc}"
             break
         res.exec_seconds += time.perf_counter() - t0
         if not getattr(obs, "ok", False):

@@ -23,6 +23,7 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.llm.errors import TRANSIENT_REASONS, EndpointUnavailable
 from datamind.progress import counted, progress_log
+from datamind.rollout.agent import SANDBOX_FAILURE
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import TaskError, TaskSources, load_tasks
@@ -57,7 +58,7 @@ class SamplingState:
 
 
 def _is_transient(status: str | None, error: str | None) -> bool:
-    return status == "error" and (error or "").split(":", 1)[0].strip() in TRANSIENT_REASONS
+    return status == "error" and (error or "").split(":", 1)[0].strip() in (*TRANSIENT_REASONS, SANDBOX_FAILURE)
 
 
 def sampling_state(root: DataRoot, max_attempts: int | None = None) -> SamplingState:

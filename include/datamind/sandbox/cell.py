@@ -62,6 +62,8 @@ def serve(ctl_fd: int, kind: str, language: str, db_path: str | None, sql_timeou
     namespace = _new_namespace(language, db_path, sql_timeout_s)
     _seed_random_generators()
     hide_host_packages()
+    # Set-up is over: from here on whatever goes wrong is the cell's own doing.
+    send_frame(ctl, {"ready": True})
     while True:
         request = recv_frame(ctl)
         if request is None:

@@ -3,16 +3,25 @@
 It is started as a fresh interpreter (``python -I -c "...zygote_main(fd)"``), never forked from the
 Airflow worker, whose threads make forking unsafe, and talks to its owner over a SOCK_SEQPACKET socket:
 
-    host -> zygote  {"op": "spawn", "id", "workdir", "uid", "gid", "kind", "language", "db_path", "limits"}
-                    + two fds (the cell's output socket and control socket), {"op": "kill", "pid"}
+    host -> zygote  {"op": "spawn", "id", "session", "workdir", "uid", "gid", "kind", "language", "db_path",
+                    "limits"} + two fds (the cell's output socket and control socket),
+                    {"op": "kill", "id", "pid"}, {"op": "pin", "id", "pid"}, {"op": "end_turn", "id", "pid"},
+                    {"op": "close_session", "id", "session"}
     zygote -> host  {"event": "ready", "layers", "notes"}, {"event": "spawned", "id", "pid"},
-                    {"event": "spawn_failed", "id", "error"}, {"event": "exit", "pid", "status", "maxrss_kb"}
+                    {"event": "failed", "id", "error"}, {"event": "done", "id", ...},
+                    {"event": "exit", "pid", "status", "maxrss_kb", "cpu_s", "oom_kills"}
+
+A session (one trajectory) has one cgroup: memory and processes of all its cells, in both modes, bounded
+together. ``pin`` records the processes a live interpreter consists of once it is set up; ``end_turn``
+kills every other process of its session, so nothing a turn started outlives it.
 
 Namespaces are entered before anything is imported (unshare(CLONE_NEWUSER) demands a single thread).
 
-Each cell is confined in this order: own session/process group, pids cgroup (root), stdio onto the
-host's sockets and every other fd closed, cwd = its workspace, rlimits, per-cell pid namespace
-(user-namespace mode), then the dedicated uid (root) or dropped capabilities, then no_new_privs.
+Each cell is confined in this order: own session/process group, its session's cgroup, stdio onto the
+host's sockets and every other fd closed, its own mount, IPC and network namespaces, cwd = its
+workspace, rlimits, per-cell pid namespace (user-namespace mode), then the dedicated uid (root) or dropped
+capabilities, a fresh session keyring, no_new_privs and the seccomp filter. Only then does it tell the
+host it is ready: a failure before that point is the platform's, never the agent's.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from datamind.sandbox import isolation  # stdlib + ctypes only: safe to import before unshare()
+from datamind.sandbox import isolation, seccomp  # stdlib + ctypes only: safe to import before unshare()
+from datamind.sandbox.cgroups import SessionCgroups
 from datamind.sandbox.limits import SandboxUnavailable
 
 _MAX_MSG = 1 << 16
@@ -60,7 +70,7 @@ def zygote_main(fd: int) -> None:
     mode = config["mode"]
     cell_inner_id = None
     # Both need the host's /proc and /sys, which the new root does not have.
-    cgroup = isolation.PidsCgroup.probe() if mode == "root" and config["pids_cgroup"] else None
+    cgroups = SessionCgroups.probe() if config["cgroup"] else None
     proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY) if mode == "root" else None
     # What cells run must be imported before the pivot: the project's folder is not in the new root.
     import datamind.sandbox.cell  # noqa: F401
@@ -88,11 +98,16 @@ def zygote_main(fd: int) -> None:
         layers.append("dedicated_uid")
     elif "network_namespace" in layers:  # only true once the user namespace was actually entered
         layers.append("user_namespace_no_caps")
-    if cgroup is not None:
-        layers.append("pids_cgroup")
-    layers += ["rlimit_nproc", "rlimits", "process_group_kill", "no_new_privs"]
+    if cgroups is not None:
+        layers += [f"{c}_cgroup" for c in sorted(cgroups.controllers)]
+    if mode == "root":  # RLIMIT_NPROC counts per uid: per session only where each session has its own
+        layers.append("rlimit_nproc")
+    layers += ["rlimits", "process_group_kill", "no_new_privs", "session_keyring"]
     if private_root:
-        layers += ["private_cell_mounts", "ipc_namespace", "disk_quota"]
+        layers += ["private_cell_mounts", "ipc_namespace", "cell_network_namespace", "disk_quota"]
+    use_seccomp = seccomp.supported() and _seccomp_works()
+    if use_seccomp:
+        layers.append("seccomp_filter")
     # A per-cell pid namespace: a cell sees and signals only its own processes, and when its init exits the
     # kernel kills everything left inside (detached descendants included). Root mode has that from the
     # dedicated uid (nothing else runs as it) and the cgroup or uid sweep, and skips the namespace's
@@ -107,14 +122,14 @@ def zygote_main(fd: int) -> None:
             notes.append(f"preload {name} failed: {exc}")
     cell_gid = isolation.NOBODY if cell_inner_id is not None else None
     _send(ctl, {"event": "ready", "layers": layers, "notes": notes, "pid": os.getpid(), "cell_gid": cell_gid})
-    zygote = _Zygote(ctl, mode, cgroup, cell_inner_id, proc_fd, use_pidns, private_root)
+    zygote = _Zygote(ctl, mode, cgroups, cell_inner_id, proc_fd, use_pidns, private_root, use_seccomp)
     signal.signal(signal.SIGTERM, _raise_exit)
     try:
         zygote.loop()
     finally:
         zygote.shutdown()
-        if cgroup is not None:
-            cgroup.close()
+        if cgroups is not None:
+            cgroups.close()
     os._exit(0)
 
 
@@ -127,17 +142,20 @@ class _Zygote:
         self,
         ctl: socket.socket,
         mode: str,
-        cgroup,
+        cgroups: SessionCgroups | None,
         cell_inner_id: int | None,
         proc_fd: int | None,
         use_pidns: bool,
         private_view: bool,
+        use_seccomp: bool,
     ) -> None:
-        self.ctl, self.mode, self.cgroup, self.cell_inner_id = ctl, mode, cgroup, cell_inner_id
-        self.use_pidns, self.private_view = use_pidns, private_view
+        self.ctl, self.mode, self.cgroups, self.cell_inner_id = ctl, mode, cgroups, cell_inner_id
+        self.use_pidns, self.private_view, self.use_seccomp = use_pidns, private_view, use_seccomp
         self.proc_fd = proc_fd
-        self.children: dict[int, object] = {}  # pid -> cgroup path (or None)
+        self.children: dict[int, str] = {}  # pid -> its session
         self.uids: dict[int, int] = {}  # pid -> dedicated uid (root mode)
+        self.keep: dict[int, frozenset[int]] = {}  # live interpreter -> the processes it consists of
+        self.sessions: set[str] = set()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
@@ -157,28 +175,49 @@ class _Zygote:
                 if not msg:
                     return
                 request = json.loads(msg)
-                if request["op"] == "spawn":
-                    self._spawn(request, fds)
-                elif request["op"] == "kill":
-                    self._kill(request["pid"])
-                for fd in fds:
-                    os.close(fd)
+                try:
+                    reply = self._handle(request, fds)
+                except OSError as exc:
+                    reply = {"event": "failed", "error": str(exc)}
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+                _send(self.ctl, {**reply, "id": request["id"]})
 
-    def _spawn(self, req: dict, fds: list[int]) -> None:
-        cg_path = None
-        try:
-            if self.cgroup is not None:
-                cg_path = self.cgroup.create(req["limits"]["max_procs"])
-            pid = os.fork()
-        except OSError as exc:
-            _send(self.ctl, {"event": "spawn_failed", "id": req["id"], "error": str(exc)})
-            return
+    def _handle(self, req: dict, fds: list[int]) -> dict:
+        op = req["op"]
+        if op == "spawn":
+            return self._spawn(req, fds)
+        if op == "kill":
+            self._kill(req["pid"])
+        elif op == "pin":
+            self.keep[req["pid"]] = self._processes(req["pid"])
+        elif op == "end_turn":
+            return {"event": "done", "killed": self._sweep(req["pid"], keep=self.keep.get(req["pid"], frozenset()))}
+        elif op == "close_session":
+            self.sessions.discard(req["session"])
+            if self.cgroups is not None:
+                peak = self.cgroups.peak_bytes(req["session"])
+                self.cgroups.remove(req["session"])
+                return {"event": "done", "memory_peak_bytes": peak}
+        return {"event": "done"}
+
+    def _spawn(self, req: dict, fds: list[int]) -> dict:
+        sid = req["session"]
+        if self.cgroups is not None:
+            if sid not in self.sessions:
+                limits = req["limits"]
+                self.cgroups.create(sid, memory_bytes=limits["memory_mb"] << 20, max_procs=limits["max_procs"])
+                self.sessions.add(sid)
+            self.cgroups.kill(sid)  # nothing of an earlier cell may still run when the next one starts
+            self.cgroups.oom_kills(sid)
+        pid = os.fork()
         if pid == 0:
-            _child(req, fds, self.mode, self.cgroup, cg_path, self.cell_inner_id, self.use_pidns, self.private_view)
-        self.children[pid] = cg_path
+            _child(req, fds, self)
+        self.children[pid] = sid
         if self.mode == "root":
             self.uids[pid] = req["uid"]
-        _send(self.ctl, {"event": "spawned", "id": req["id"], "pid": pid})
+        return {"event": "spawned", "pid": pid}
 
     def _kill(self, pid: int) -> None:
         if pid not in self.children:
@@ -190,12 +229,24 @@ class _Zygote:
                 pass
         self._sweep(pid)
 
-    def _sweep(self, pid: int) -> None:
-        """Kill what a cell left behind, even processes that left its process group (setsid)."""
-        if self.children.get(pid) is not None:
-            self.cgroup.kill_all(self.children[pid])
-        elif pid in self.uids and self.proc_fd is not None:
-            isolation.kill_uid(self.proc_fd, self.uids[pid])
+    def _processes(self, pid: int) -> frozenset[int]:
+        if pid not in self.children:
+            return frozenset()
+        if self.cgroups is not None:
+            return frozenset(self.cgroups.members(self.children[pid]))
+        if pid in self.uids and self.proc_fd is not None:
+            return frozenset(isolation.uid_processes(self.proc_fd, self.uids[pid]))
+        return frozenset({pid})
+
+    def _sweep(self, pid: int, keep: frozenset[int] = frozenset()) -> int:
+        """Kill what a cell started, however deep (setsid and double forks included), except ``keep``."""
+        if pid not in self.children:
+            return 0
+        if self.cgroups is not None:
+            return self.cgroups.kill(self.children[pid], keep)
+        if pid in self.uids and self.proc_fd is not None:
+            return isolation.kill_uid(self.proc_fd, self.uids[pid], keep=keep)
+        return 0
 
     def _reap(self) -> None:
         while True:
@@ -212,10 +263,10 @@ class _Zygote:
             except (ProcessLookupError, PermissionError):
                 pass
             self._sweep(pid)
-            cg_path = self.children.pop(pid)
+            sid = self.children.pop(pid)
             self.uids.pop(pid, None)
-            if cg_path is not None:
-                self.cgroup.remove(cg_path)
+            self.keep.pop(pid, None)
+            oom = self.cgroups.oom_kills(sid) if self.cgroups is not None else 0
             _send(
                 self.ctl,
                 {
@@ -224,6 +275,7 @@ class _Zygote:
                     "status": status,
                     "maxrss_kb": usage.ru_maxrss,
                     "cpu_s": usage.ru_utime + usage.ru_stime,
+                    "oom_kills": oom,
                 },
             )
 
@@ -239,23 +291,13 @@ class _Zygote:
                 break
             if pid in self.children:
                 self._sweep(pid)
-                cg_path = self.children.pop(pid)
-                if cg_path is not None:
-                    self.cgroup.remove(cg_path)
+                self.children.pop(pid)
 
 
-def _child(
-    req: dict,
-    fds: list[int],
-    mode: str,
-    cgroup,
-    cg_name: str | None,
-    cell_inner_id: int | None,
-    use_pidns: bool,
-    private_view: bool,
-) -> None:
+def _child(req: dict, fds: list[int], zygote: _Zygote) -> None:
     """Confine this freshly forked process, then serve cells. Never returns."""
     code = 70
+    mode, inner_id = zygote.mode, zygote.cell_inner_id
     try:
         from datamind.sandbox import cell
         from datamind.sandbox.limits import SandboxLimits, apply_rlimits
@@ -267,8 +309,8 @@ def _child(
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-large writes raise OSError instead of killing
         zygote_pid = os.getppid()
         os.setsid()
-        if cg_name is not None:
-            cgroup.join(cg_name)
+        if zygote.cgroups is not None:
+            zygote.cgroups.join(req["session"])
         out_fd, ctl_fd = fds
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -276,31 +318,34 @@ def _child(
         os.dup2(out_fd, 2)
         os.dup2(ctl_fd, 3)
         os.closerange(4, 1 << 16)  # the zygote's control socket (and cgroup, /proc fds) must not leak into the cell
-        if private_view:
-            owner = req["gid"] if mode == "root" else cell_inner_id
+        if zygote.private_view:
+            owner = req["gid"] if mode == "root" else inner_id
             isolation.private_cell_view(req["workdir"], tmp_mb=limits.tmp_mb, disk_mb=limits.disk_mb, owner_gid=owner)
         os.chdir(req["workdir"])
         nproc = limits.max_procs if mode == "root" else limits.max_procs * 4
         # The hard CPU cap bounds a whole live session, or one chunk plus the replay of those before it.
         apply_rlimits(limits, nproc=nproc, cpu_hard_s=limits.cpu_s * 100)
-        if use_pidns:
+        if zygote.use_pidns:
             _enter_pid_namespace()
         if mode == "root":
             os.setgroups([])
             os.setresgid(req["gid"], req["gid"], req["gid"])
             os.setresuid(req["uid"], req["uid"], req["uid"])
-        elif cell_inner_id is not None:  # root worker in user-namespace mode: become inner uid 1 (nobody)
+        elif inner_id is not None:  # root worker in user-namespace mode: become inner uid 1 (nobody)
             os.setgroups([])
-            os.setresgid(cell_inner_id, cell_inner_id, cell_inner_id)
-            os.setresuid(cell_inner_id, cell_inner_id, cell_inner_id)
+            os.setresgid(inner_id, inner_id, inner_id)
+            os.setresuid(inner_id, inner_id, inner_id)
             isolation.drop_all_capabilities()
         else:
             isolation.drop_all_capabilities()
+        isolation.join_fresh_session_keyring()
         isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+        if zygote.use_seccomp:
+            seccomp.install()
         # Only now: changing credentials clears the parent-death signal. Then close the race with a
         # zygote that died before this line.
         isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
-        if not use_pidns and os.getppid() != zygote_pid:
+        if not zygote.use_pidns and os.getppid() != zygote_pid:
             os._exit(70)
         os.environ.clear()
         os.environ.update(
@@ -316,7 +361,7 @@ def _child(
         sys.argv = ["<cell>"]
         cell.serve(3, req["kind"], req["language"], req.get("db_path"), limits.sql_timeout_s, limits.cpu_s)
         code = 0
-    except BaseException:  # noqa: BLE001 - setup failure: report on the output socket and die
+    except BaseException:  # noqa: BLE001 - setup failure: the host reads it as the platform's, not the agent's
         try:
             import traceback
 
@@ -344,6 +389,19 @@ def _python_runtime() -> tuple[list[str], list[str]]:
         paths.add(entry)
         hide += project
     return sorted(paths), hide
+
+
+def _seccomp_works() -> bool:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+            seccomp.install()
+            os._exit(0)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def _pid_namespace_works() -> bool:
@@ -405,7 +463,8 @@ def _close_cell_fds() -> None:
 def _mirror_status(status: int) -> None:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # these two cannot be caught: no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 70)
 
@@ -416,6 +475,7 @@ class _Exit:
     status: int
     maxrss_kb: int
     cpu_s: float = 0.0
+    oom_kills: int = 0  # processes of the session the kernel killed for its memory limit
     event: threading.Event = field(default_factory=threading.Event)
 
 
@@ -460,47 +520,56 @@ class ZygoteClient:
         self.ready = json.loads(raw)
         self._lock = threading.Lock()
         self._next_id = 0
-        self._spawn_replies: dict[int, dict] = {}
-        self._spawn_cv = threading.Condition()
+        self._replies: dict[int, dict] = {}
+        self._unwanted: set[int] = set()  # requests sent without waiting: their answers are dropped
+        self._cv = threading.Condition()
         self._exits: dict[int, _Exit] = {}
         self._closed = False
         self._reader = threading.Thread(target=self._read_loop, name="sandbox-zygote-reader", daemon=True)
         self._reader.start()
 
-    def spawn(self, request: dict, fds: list[int], timeout_s: float = 30.0) -> int:
+    def call(self, request: dict, fds: list[int] | None = None, timeout_s: float = 30.0, *, wait: bool = True) -> dict:
+        """Send one request; with ``wait``, block until the zygote answers it."""
         with self._lock:
             if self._closed:
+                if not wait:
+                    return {}
                 raise SandboxUnavailable("sandbox zygote has exited")
             self._next_id += 1
             rid = self._next_id
+            if not wait:
+                with self._cv:
+                    self._unwanted.add(rid)
             try:
-                socket.send_fds(self._sock, [json.dumps({**request, "op": "spawn", "id": rid}).encode()], fds)
+                socket.send_fds(self._sock, [json.dumps({**request, "id": rid}).encode()], fds or [])
             except OSError as exc:
+                if not wait:
+                    return {}  # the zygote is gone, and its cells died with it (PDEATHSIG)
                 raise SandboxUnavailable(f"sandbox zygote is gone: {exc}") from exc
-        with self._spawn_cv:
-            if not self._spawn_cv.wait_for(lambda: rid in self._spawn_replies or self._closed, timeout_s):
-                raise SandboxUnavailable("sandbox zygote did not answer a spawn request")
-            if self._closed and rid not in self._spawn_replies:
+        if not wait:
+            return {}
+        with self._cv:
+            if not self._cv.wait_for(lambda: rid in self._replies or self._closed, timeout_s):
+                raise SandboxUnavailable(f"sandbox zygote did not answer a {request['op']} request")
+            if self._closed and rid not in self._replies:
                 raise SandboxUnavailable("sandbox zygote has exited")
-            reply = self._spawn_replies.pop(rid)
-        if reply["event"] != "spawned":
-            raise SandboxUnavailable(f"sandbox could not fork a cell: {reply.get('error')}")
-        return reply["pid"]
+            reply = self._replies.pop(rid)
+        if reply["event"] == "failed":
+            raise SandboxUnavailable(f"sandbox {request['op']} failed: {reply.get('error')}")
+        return reply
+
+    def spawn(self, request: dict, fds: list[int]) -> int:
+        return self.call({**request, "op": "spawn"}, fds)["pid"]
 
     def kill(self, pid: int) -> None:
-        with self._lock:
-            if not self._closed:
-                try:
-                    self._sock.send(json.dumps({"op": "kill", "pid": pid}).encode())
-                except OSError:
-                    pass  # the zygote is gone, and its cells died with it (PDEATHSIG)
+        self.call({"op": "kill", "pid": pid}, wait=False)
 
     def exit_info(self, pid: int) -> _Exit:
-        with self._spawn_cv:
+        with self._cv:
             return self._exits.setdefault(pid, _Exit(-1, 0))
 
     def forget(self, pid: int) -> None:
-        with self._spawn_cv:
+        with self._cv:
             self._exits.pop(pid, None)
 
     @property
@@ -514,21 +583,24 @@ class ZygoteClient:
             except OSError:
                 raw = b""
             if not raw:
-                with self._spawn_cv:
+                with self._cv:
                     self._closed = True
                     for info in self._exits.values():
                         info.event.set()
-                    self._spawn_cv.notify_all()
+                    self._cv.notify_all()
                 return
             msg = json.loads(raw)
-            with self._spawn_cv:
-                if msg["event"] in ("spawned", "spawn_failed"):
-                    self._spawn_replies[msg["id"]] = msg
-                    self._spawn_cv.notify_all()
-                elif msg["event"] == "exit":
+            with self._cv:
+                if msg["event"] == "exit":
                     info = self._exits.setdefault(msg["pid"], _Exit(-1, 0))
                     info.status, info.maxrss_kb, info.cpu_s = msg["status"], msg["maxrss_kb"], msg["cpu_s"]
+                    info.oom_kills = msg.get("oom_kills", 0)
                     info.event.set()
+                elif msg["id"] in self._unwanted:
+                    self._unwanted.discard(msg["id"])
+                else:
+                    self._replies[msg["id"]] = msg
+                    self._cv.notify_all()
 
     def close(self) -> None:
         with self._lock:

@@ -8,8 +8,8 @@ Two modes, chosen once per zygote:
 In both modes the zygote then pivots into a fresh root holding only an allow-list: the OS's programs and
 libraries and a few /etc files (read-only), the Python runtime (read-only, without the project's packages)
 and the sandbox working directories; credentials, the project, the data root, /proc and /sys do not exist
-inside. Each cell then gets its own mount and IPC namespaces (``private_cell_view``): private scratch,
-a size-capped workspace whose inputs are read-only bind mounts, nothing of other trajectories.
+inside. Each cell then gets its own mount, IPC and network namespaces (``private_cell_view``): private
+scratch, a size-capped workspace whose inputs are read-only bind mounts, nothing of other trajectories.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41}
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "arm64": 219}
 # open_tree / move_mount (Linux 5.2+) have the same numbers on every architecture (the unified table).
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429
 _OPEN_TREE_CLONE, _AT_RECURSIVE, _MOVE_MOUNT_F_EMPTY_PATH, _AT_FDCWD = 1, 0x8000, 0x4, -100
@@ -70,6 +71,19 @@ def mount(src: str | None, target: str, fstype: str | None, flags: int, data: st
 
 def prctl(option: int, arg: int = 0) -> None:
     _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl {option}")
+
+
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
+def join_fresh_session_keyring() -> None:
+    """An anonymous session keyring of the cell's own: the worker's (a container runtime often gives
+    one) is no longer reachable, and the new one dies with the cell's last process."""
+    number = _SYS_KEYCTL.get(platform.machine(), -1)
+    ret = _libc.syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_void_p(None))
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"keyctl join session keyring: {os.strerror(err)}")
 
 
 def drop_all_capabilities() -> None:
@@ -281,15 +295,16 @@ def _populate_dev(new_root: str, tmp_mb: int) -> None:
 
 
 def private_cell_view(workdir: str, *, tmp_mb: int, disk_mb: int, owner_gid: int | None) -> None:
-    """Give this freshly forked cell its own mount and IPC namespaces (called before it drops privileges).
+    """Give this freshly forked cell its own mount, IPC and network namespaces (called before it drops
+    privileges).
 
     Inside: fresh scratch tmpfs (/tmp, /var/tmp, /dev/shm...), and the workspace's parent covered by a
     tmpfs of ``disk_mb`` (the session's disk quota) holding only this cell's workspace, whose inputs are
     read-only bind mounts of the host's copies. Other trajectories' workspaces, files left in scratch by
-    earlier cells and SysV/POSIX IPC objects of anyone else are out of reach; everything the cell writes
-    dies with its namespaces when it ends.
+    earlier cells, SysV/POSIX IPC objects and abstract unix sockets of anyone else are out of reach;
+    everything the cell writes dies with its namespaces when it ends.
     """
-    unshare(CLONE_NEWNS | CLONE_NEWIPC)
+    unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount(workdir, CELL_STAGING, None, MS_BIND)  # the host's copies, before the parent is covered
     for scratch in SCRATCH_DIRS:
@@ -321,175 +336,43 @@ def pivot_root(new_root: str, put_old: str) -> None:
     _check(_libc.syscall(number, new_root.encode(), put_old.encode()), "pivot_root")
 
 
-class PidsCgroup:
-    """One pids cgroup per cell under a per-zygote parent: caps fork bombs and finds every descendant.
+def uid_processes(proc_fd: int, uid: int) -> set[int]:
+    """Live processes running as ``uid`` (zombies are already dead; we reap them as subreaper).
 
-    Every operation is relative to a descriptor of the parent opened at probe time: the zygote later
-    pivots into a root that has no /sys at all."""
-
-    def __init__(self, base: Path):
-        self.base = base
-        self.fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
-        self._n = 0
-
-    @classmethod
-    def probe(cls) -> "PidsCgroup | None":
+    ``proc_fd`` is the host /proc opened before the mount namespace hid it."""
+    found = set()
+    for entry in os.listdir(proc_fd):
+        if not entry.isdigit():
+            continue
         try:
-            lines = Path("/proc/self/cgroup").read_text().splitlines()
-        except OSError:
-            return None
-        for line in lines:
-            _, controllers, rel = line.split(":", 2)
-            if "pids" in controllers.split(","):
-                mnt = Path("/sys/fs/cgroup/pids")
-            elif controllers == "" and "pids" in _read("/sys/fs/cgroup/cgroup.controllers"):
-                mnt = Path("/sys/fs/cgroup")
-            else:
+            if os.stat(entry, dir_fd=proc_fd).st_uid != uid:
                 continue
-            parent = mnt / rel.lstrip("/")
-            _sweep_dead_zygote_cgroups(parent)
-            base = parent / f"datamind-sandbox-{os.getpid()}"
+            stat_fd = os.open(f"{entry}/stat", os.O_RDONLY, dir_fd=proc_fd)
             try:
-                base.mkdir()
-                if controllers == "":
-                    (base / "cgroup.subtree_control").write_text("+pids")
-                return cls(base)
-            except OSError:
-                _rmdir(base)
-        return None
-
-    def create(self, max_procs: int) -> str:
-        """A new cell cgroup; returns its name (relative to ``self.fd``)."""
-        self._n += 1
-        name = f"cell-{self._n}"
-        os.mkdir(name, dir_fd=self.fd)
-        _write_at(self.fd, f"{name}/pids.max", str(max_procs))
-        return name
-
-    def join(self, name: str) -> None:
-        _write_at(self.fd, f"{name}/cgroup.procs", str(os.getpid()))
-
-    def kill_all(self, name: str) -> None:
-        _kill_cgroup_members(lambda: _read_at(self.fd, f"{name}/cgroup.procs"))
-
-    def remove(self, name: str) -> bool:
-        self.kill_all(name)
-        return _rmdir_at(self.fd, name)
-
-    def close(self) -> None:
-        for child in os.listdir(self.fd):
-            if child.startswith("cell-"):
-                self.remove(child)
-        os.close(self.fd)
-        _rmdir(self.base)
+                state = os.read(stat_fd, 512).rsplit(b")", 1)[1].split()[0]
+            finally:
+                os.close(stat_fd)
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            found.add(int(entry))
+    return found
 
 
-def _kill_cgroup_members(read_procs) -> None:
-    for _ in range(200):
-        pids = [int(p) for p in read_procs().split()]
-        if not pids:
-            return
-        for pid in pids:
+def kill_uid(proc_fd: int, uid: int, rounds: int = 100, keep: frozenset[int] = frozenset()) -> int:
+    """SIGKILL every process running as ``uid`` (a dedicated per-trajectory uid, never a real account)
+    except ``keep``; returns how many were killed. Used when no cgroup is available: a process that
+    called setsid() has left the cell's process group but not its uid."""
+    killed: set[int] = set()
+    for _ in range(rounds):
+        targets = uid_processes(proc_fd, uid) - keep
+        if not targets:
+            break
+        for pid in targets:
             try:
                 os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
             except ProcessLookupError:
                 pass
         time.sleep(0.002)
-
-
-def _write_at(dir_fd: int, rel: str, text: str) -> None:
-    fd = os.open(rel, os.O_WRONLY, dir_fd=dir_fd)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _read_at(dir_fd: int, rel: str) -> str:
-    try:
-        fd = os.open(rel, os.O_RDONLY, dir_fd=dir_fd)
-    except OSError:
-        return ""
-    try:
-        return os.read(fd, 1 << 16).decode()
-    finally:
-        os.close(fd)
-
-
-def _rmdir_at(dir_fd: int, name: str) -> bool:
-    for _ in range(50):
-        try:
-            os.rmdir(name, dir_fd=dir_fd)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                return False
-            time.sleep(0.002)
-    return False
-
-
-def _sweep_dead_zygote_cgroups(parent: Path) -> None:
-    """A zygote killed outright (SIGKILL, OOM killer) cannot remove its cgroups; the next one does."""
-    for stale in parent.glob("datamind-sandbox-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
-            continue
-        for cell in stale.glob("cell-*"):
-            _kill_cgroup_members(lambda: _read(str(cell / "cgroup.procs")))
-            _rmdir(cell)
-        _rmdir(stale)
-
-
-def kill_uid(proc_fd: int, uid: int, rounds: int = 100) -> None:
-    """SIGKILL every process running as `uid` (a dedicated per-trajectory uid, never a real account).
-
-    `proc_fd` is the host /proc opened before the mount namespace hid it. Used when no pids cgroup is
-    available: a process that called setsid() has left the cell's process group but not its uid.
-    """
-    for _ in range(rounds):
-        found = False
-        for entry in os.listdir(proc_fd):
-            if not entry.isdigit():
-                continue
-            try:
-                if os.stat(entry, dir_fd=proc_fd).st_uid != uid:
-                    continue
-                stat_fd = os.open(f"{entry}/stat", os.O_RDONLY, dir_fd=proc_fd)
-                try:
-                    state = os.read(stat_fd, 512).rsplit(b")", 1)[1].split()[0]
-                finally:
-                    os.close(stat_fd)
-            except (OSError, IndexError):
-                continue
-            if state not in (b"Z", b"X"):  # zombies are already dead; we reap them as subreaper
-                found = True
-                try:
-                    os.kill(int(entry), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if not found:
-            return
-        time.sleep(0.002)
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def _rmdir(path: Path) -> bool:
-    for _ in range(50):
-        try:
-            path.rmdir()
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                return False
-            time.sleep(0.002)
-    return False
+    return len(killed)

@@ -22,26 +22,34 @@ LAYER_NETNS = "network_namespace"
 LAYER_MOUNTNS = "mount_namespace"
 LAYER_UID = "dedicated_uid"
 LAYER_USERNS = "user_namespace_no_caps"
-LAYER_PIDS_CGROUP = "pids_cgroup"
+LAYER_PIDS_CGROUP = "pids_cgroup"  # processes per session
+LAYER_MEMORY_CGROUP = "memory_cgroup"  # all memory of a session (page cache, tmpfs, memfd included)
+LAYER_SECCOMP = "seccomp_filter"  # no user namespaces, keyrings, mounts, ptrace, io_uring, bpf for cells
+LAYER_KEYRING = "session_keyring"
 LAYER_NPROC = "rlimit_nproc"
 LAYER_PGROUP_KILL = "process_group_kill"
 LAYER_NO_NEW_PRIVS = "no_new_privs"
 LAYER_ROOT = "allowlisted_root"  # the cell's filesystem is an allow-list (pivot_root into a fresh tmpfs)
 LAYER_CELL_MOUNTS = "private_cell_mounts"  # per-cell mount namespace: own scratch, own workspace only
 LAYER_IPC = "ipc_namespace"
+LAYER_CELL_NETNS = "cell_network_namespace"  # no socket (abstract unix ones included) reaches another cell
 LAYER_PIDNS = "pid_namespace"
 LAYER_DISK_QUOTA = "disk_quota"
 
-# What "strict" demands: no network, hidden host paths, no privilege inside, and a fork bomb
-# cannot outgrow its cell. Each tuple is a set of alternatives, one of which must be active.
+# What "strict" demands: no network, hidden host paths, no privilege inside, sessions that cannot reach
+# each other, and a session whose memory and processes are bounded as a whole. Each tuple is a set of
+# alternatives, one of which must be active (RLIMIT_NPROC is per session only where each has its own uid).
 STRICT_REQUIREMENTS: tuple[tuple[str, ...], ...] = (
     (LAYER_NETNS,),
     (LAYER_MOUNTNS,),
     (LAYER_ROOT,),
     (LAYER_CELL_MOUNTS,),
     (LAYER_IPC,),
+    (LAYER_CELL_NETNS,),
     (LAYER_UID, LAYER_USERNS),
     (LAYER_PIDS_CGROUP, LAYER_NPROC),
+    (LAYER_MEMORY_CGROUP,),
+    (LAYER_SECCOMP,),
 )
 
 
@@ -53,8 +61,10 @@ class SandboxUnavailable(RuntimeError):
 class SandboxLimits:
     cpu_s: int = 30
     wall_s: float = 60.0
-    memory_mb: int = 2048  # RLIMIT_AS, absolute (includes the ~330 MB inherited from the zygote)
-    max_procs: int = 32  # processes/threads per cell (pids cgroup or RLIMIT_NPROC)
+    # RLIMIT_AS of each process (absolute: includes the ~330 MB inherited from the zygote), and the memory
+    # cgroup's limit for a whole session: all its processes, their page cache, tmpfs and memfd pages
+    memory_mb: int = 2048
+    max_procs: int = 32  # processes/threads per session (pids cgroup or RLIMIT_NPROC)
     max_file_mb: int = 256  # RLIMIT_FSIZE: largest file a cell may write
     max_open_files: int = 256
     max_output_bytes: int = 1_000_000  # the cell is killed once it has printed more than this
@@ -67,7 +77,7 @@ class SandboxLimits:
     isolation: IsolationPolicy = "strict"
     isolation_mode: IsolationMode = "auto"
     guard: bool = True  # only tests of the runtime layers switch the AST guard off
-    pids_cgroup: bool = True  # use a pids cgroup per cell when the host lets us create one
+    cgroup: bool = True  # a memory + pids cgroup per session wherever the host lets us create one
     hide_paths: tuple[str, ...] = ()  # extra host paths to hide (data root, AIRFLOW_HOME... are default)
     preload: tuple[str, ...] = field(
         default=(

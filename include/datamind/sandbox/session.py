@@ -49,6 +49,7 @@ DB_SUFFIXES = (".sqlite", ".sqlite3", ".db", ".db3")
 # sandboxes (several Airflow workers on one host) apart.
 _UID_BASE, _UID_SPAN = 1_900_000_000, 1 << 24
 _EXIT_GRACE_S = 5.0
+_SETUP_TIMEOUT_S = 30.0
 _STATUS_FRAME_MAX = 4096  # a status frame is tiny; the cell controls this channel, so bound it
 _STATUSES = ("ok", "exception", "memory")
 _ROOT_PREFIX = "datamind-sandbox-"
@@ -88,6 +89,7 @@ class Sandbox:
         os.chmod(self.workdir_root, 0o711 if os.geteuid() == 0 else 0o700)
         self.hidden_paths = _default_hidden_paths(self.limits)
         self._sessions: set[Session] = set()
+        self._n_sessions = 0
         self._closed = False
         config = {
             "mode": self.isolation_mode,
@@ -96,7 +98,7 @@ class Sandbox:
             "workdir_root": str(self.workdir_root),
             "tmp_mb": self.limits.tmp_mb,
             "preload": list(self.limits.preload),
-            "pids_cgroup": self.limits.pids_cgroup,
+            "cgroup": self.limits.cgroup,
         }
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **SINGLE_THREAD_ENV}
         try:
@@ -153,7 +155,8 @@ class Sandbox:
         ident = _UID_BASE + random.SystemRandom().randrange(_UID_SPAN) if self.isolation_mode == "root" else None
         gid = ident if ident is not None else self._client.ready.get("cell_gid")
         workspace = Workspace.create(parent, list(data_files), gid=gid)
-        sess = Session(self, workspace, language, ident, db_path)
+        self._n_sessions += 1
+        sess = Session(self, workspace, language, ident, db_path, f"s-{self._n_sessions}")
         self._sessions.add(sess)
         return sess
 
@@ -183,6 +186,7 @@ class Sandbox:
         out_host, out_cell = socket.socketpair()
         ctl_host, ctl_cell = socket.socketpair()
         request = {
+            "session": sess.sid,
             "workdir": str(sess.workspace.path),
             "uid": sess.uid,
             "gid": sess.uid,
@@ -200,7 +204,11 @@ class Sandbox:
         finally:
             out_cell.close()
             ctl_cell.close()
-        return _Cell(self._client, pid, out_host, ctl_host)
+        cell = _Cell(self._client, pid, out_host, ctl_host)
+        cell.wait_ready(max(_SETUP_TIMEOUT_S, self.limits.wall_s))
+        if kind == "kernel":
+            self._client.call({"op": "pin", "pid": pid})
+        return cell
 
 
 class _Cell:
@@ -212,6 +220,45 @@ class _Cell:
         self.frames = FrameBuffer(max_frame=_STATUS_FRAME_MAX)
         self.dead = False
         self.retire = False  # the interpreter left work running in the background: do not reuse it
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Wait for the cell to finish its set-up. A cell that dies or stalls before then failed for the
+        platform's reasons (no agent code has run yet): that is raised, never returned as an observation."""
+        deadline = time.monotonic() + timeout_s
+        said = bytearray()
+        sel = selectors.DefaultSelector()
+        sel.register(self.out, selectors.EVENT_READ, "out")
+        sel.register(self.ctl, selectors.EVENT_READ, "ctl")
+        why = "it stopped before it was ready"
+        try:
+            while time.monotonic() < deadline:
+                if self.exit.event.is_set() and not sel.select(timeout=0):
+                    break
+                for key, _ in sel.select(timeout=min(deadline - time.monotonic(), 0.05)):
+                    try:
+                        data = key.fileobj.recv(1 << 16)
+                    except OSError:
+                        data = b""
+                    if key.data == "out":
+                        said += data[: max(0, 65536 - len(said))]
+                        if not data:
+                            sel.unregister(key.fileobj)
+                        continue
+                    frames = self.frames.feed(data) if data else []
+                    if frames and isinstance(frames[0], dict) and frames[0].get("ready") is True:
+                        return
+                    why = "it broke its status channel" if data else "it stopped before it was ready"
+                    raise _SetupFailed()
+            else:
+                why = f"it was not ready within {timeout_s:g} s"
+        except (_SetupFailed, ValueError):
+            pass
+        finally:
+            sel.close()
+        self.kill()
+        self.finish()
+        detail = said.decode("utf-8", errors="replace").strip()[-2000:]
+        raise SandboxUnavailable(f"sandbox cell set-up failed ({why}): {detail or 'no output'}")
 
     def request(self, prelude: str, code: str, limits: SandboxLimits) -> tuple[str | None, bytes, int, bool]:
         """Send one chunk; returns (status or kill reason, raw output, peak rss kB, process still alive)."""
@@ -298,17 +345,22 @@ def _drain(sock: socket.socket, output: bytearray, max_bytes: int, *, block: boo
         pass
 
 
+class _SetupFailed(Exception):
+    pass
+
+
 class Session:
     """One trajectory: a working directory, its history of successful chunks, and (live mode) an interpreter."""
 
     def __init__(
-        self, sandbox: Sandbox, workspace: Workspace, language: str, uid: int | None, db_path: str | None
+        self, sandbox: Sandbox, workspace: Workspace, language: str, uid: int | None, db_path: str | None, sid: str
     ) -> None:
         self.sandbox, self.workspace, self.language = sandbox, workspace, language
-        self.uid, self.db_path = uid, db_path
+        self.uid, self.db_path, self.sid = uid, db_path, sid
         self.history: list[str] = []  # successful chunks, prints stripped
         self._kernel: _Cell | None = None
         self._closed = False
+        self.memory_peak_bytes: int | None = None  # all the session's memory at its peak (cgroup), once closed
 
     @property
     def workdir(self) -> Path:
@@ -357,6 +409,11 @@ class Session:
                 self._kernel.finish()
                 maxrss = maxrss or exit_info.maxrss_kb
                 self._kernel = None
+            else:
+                # The turn is over: whatever it started (a double-forked grandchild too) goes now, and
+                # what such a process wrote after the cell reported is dropped, never shown next turn.
+                self.sandbox._client.call({"op": "end_turn", "pid": self._kernel.pid})
+                _drain(self._kernel.out, bytearray(), limits.max_output_bytes, block=False)
         if outcome is None and not self.sandbox._client.alive:
             raise SandboxUnavailable("the sandbox zygote exited while a cell was running")
         kind, note = _classify(outcome, exit_info, limits)
@@ -389,6 +446,11 @@ class Session:
             self._kernel.kill()
             self._kernel.finish()
             self._kernel = None
+        try:
+            reply = self.sandbox._client.call({"op": "close_session", "session": self.sid})
+            self.memory_peak_bytes = reply.get("memory_peak_bytes")
+        except SandboxUnavailable:
+            pass  # the zygote is gone, and its cgroups with it
         self.workspace.cleanup()
         self.sandbox._sessions.discard(self)
 
@@ -413,6 +475,8 @@ def _classify(outcome: str | None, exit_info, limits: SandboxLimits) -> tuple[Er
     if outcome == "output_limit":
         return "output_limit", f"[sandbox] execution stopped: output exceeded {limits.max_output_bytes} bytes."
     status = exit_info.status
+    if exit_info.oom_kills:
+        return "memory", f"[sandbox] memory limit reached ({limits.memory_mb} MB for the session)."
     if status >= 0 and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and exit_info.cpu_s >= limits.cpu_s):
