@@ -79,18 +79,30 @@ def test_entries_that_cannot_be_read_each_get_their_own_row_and_cost_nothing_els
     never opened, and the good files beside them are ingested."""
     import os
 
+    import time
+
     folder = tmp_path / "drop"
     folder.mkdir()
     write_csv(folder / "good_orders.csv", 40)
+    (folder / "good_book.xlsx").write_bytes(xlsx_bytes({"Sheet1": [["id", "city", "amount"], *table_rows(40)]}))
+    shutil.copy(SAMPLES / "sales_orders.csv", folder / "good_sales.csv")
     os.symlink("loop_b.csv", folder / "loop_a.csv")
     os.symlink("loop_a.csv", folder / "loop_b.csv")
     os.symlink("gone.csv", folder / "dangling.csv")
     (Path(os.fsdecode(bytes(folder) + b"/caf\xe9_latin1.csv"))).write_text("a,b\n1,2\n")
     os.mkfifo(folder / "pipe.csv")
     write_csv(folder / ("n" * 230 + ".csv"), 40)
+    os.symlink(tmp_path / "elsewhere.csv", folder / "outside.csv")
+    write_csv(tmp_path / "elsewhere.csv", 40)
+    before = sorted(os.listdir(os.fsencode(folder)))
+    started, rss_before = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     specs, _ = run_ingest(root, folder, "drop", shard_size=100)
+    wall_s = time.monotonic() - started
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
     rows = {r["rel_path"]: r for r in catalog(root)}
-    assert rows["good_orders.csv"]["status"] == "accepted"
+    for good in ("good_orders.csv", "good_book.xlsx", "good_sales.csv"):
+        assert rows[good]["status"] == "accepted", rows[good]
+    assert sorted(os.listdir(os.fsencode(folder))) == before  # nothing written into the source folder
     want = {
         "loop_a.csv": "unreadable_entry",
         "loop_b.csv": "unreadable_entry",
@@ -98,10 +110,12 @@ def test_entries_that_cannot_be_read_each_get_their_own_row_and_cost_nothing_els
         "caf\\xe9_latin1.csv": "undecodable_name",
         "pipe.csv": "not_a_regular_file",
         "n" * 230 + ".csv": "name_too_long",
+        "outside.csv": "unsafe_path",
     }
     for name, code in want.items():
         assert rows[name]["status"] == "rejected" and rows[name]["reason_code"] == code, (name, rows[name])
-    assert len(rows) == len(want) + 1
+    assert len(rows) == len(want) + 3
+    print(f"\nhostile folder: {len(want)} bad entries, 3 good files: {wall_s:.1f} s, parent RSS grew {grown_mb:.0f} MB")
     again, _ = run_ingest(root, folder, "drop", shard_size=100)
     assert again == []  # each bad entry is cataloged once, like any file
 
@@ -120,3 +134,147 @@ def test_a_zip_with_two_members_of_one_name_loses_neither(root, tmp_path: Path):
     assert rows["orders.csv"]["reason_code"] != "duplicate_member"
     (dup,) = [r for r in rows.values() if r["reason_code"] == "duplicate_member"]
     assert dup["rel_path"].startswith("orders.csv#") and "second archive member" in dup["reason"]
+
+
+def _plan(root, source_uri, name):
+    from datamind.ingest.sources import list_source_files
+    from datamind.ingest.stage import plan_ingest
+
+    return plan_ingest(root, list_source_files(str(source_uri), Limits()), name, 100)
+
+
+def _ingest(root, specs):
+    from datamind.ingest.stage import ingest_shard
+
+    return [ingest_shard(root, s, Limits(), "run-1") for s in specs]
+
+
+def _staged_bytes(root) -> list[bytes]:
+    return [p.read_bytes() for p in Path(root.path("raw")).rglob("*") if p.is_file()]
+
+
+def test_a_file_swapped_for_a_link_after_planning_is_never_followed(root, tmp_path: Path):
+    import os
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secrets.csv"
+    write_csv(secret, 40)
+    secret_bytes = secret.read_bytes()
+    for source, name in ((tmp_path / "drop", "drop"), (f"{tmp_path}/globbed/*.csv", "globbed")):
+        folder = Path(str(source).split("*")[0])
+        folder.mkdir()
+        write_csv(folder / "benign.csv", 30)
+        specs = _plan(root, source, name)
+        (folder / "benign.csv").unlink()
+        os.symlink(secret, folder / "benign.csv")  # the swap, between planning and the shard's one read
+        _ingest(root, specs)
+        (row,) = [r for r in catalog(root) if r["source"] == name]
+        assert (row["status"], row["reason_code"]) == ("rejected", "unsafe_path"), row
+    assert secret_bytes not in _staged_bytes(root)
+
+
+def test_a_file_rewritten_after_planning_is_recorded_and_its_new_content_ingested_next(root, tmp_path: Path):
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    write_csv(folder / "orders.csv", 30)
+    specs = _plan(root, folder, "drop")
+    write_csv(folder / "orders.csv", 45)  # new bytes: the planned hash no longer describes the file
+    _ingest(root, specs)
+    (first,) = catalog(root)
+    assert (first["status"], first["reason_code"]) == ("rejected", "source_changed"), first
+    _ingest(root, _plan(root, folder, "drop"))
+    (accepted,) = [r for r in catalog(root) if r["status"] == "accepted"]
+    assert accepted["n_rows"] == 45 and (folder / "orders.csv").read_bytes() in _staged_bytes(root)
+
+
+def _folder_state(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+def test_sqlite_in_wal_mode_is_read_as_a_copy_and_a_pending_log_is_named(root, tmp_path: Path):
+    import sqlite3
+
+    folder = tmp_path / "dbs"
+    folder.mkdir()
+    build = tmp_path / "build"
+    build.mkdir()
+    # A database whose last 60 rows live only in its write-ahead log, copied while the writer holds it open.
+    con = sqlite3.connect(build / "live.sqlite")
+    con.executescript("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;")
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, city TEXT, amount REAL)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", table_rows(80))
+    con.commit()
+    shutil.copy(build / "live.sqlite", folder / "live.sqlite")
+    shutil.copy(build / "live.sqlite-wal", folder / "live.sqlite-wal")
+    con.close()
+    # The same kind of database, checkpointed: WAL mode in its header, no log beside it.
+    con = sqlite3.connect(folder / "quiet.sqlite")
+    con.executescript("PRAGMA journal_mode=WAL;")
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, city TEXT, amount REAL)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", table_rows(50))
+    con.commit()
+    con.close()
+    assert not (folder / "quiet.sqlite-wal").exists()
+    before = _folder_state(folder)
+    _ingest(root, _plan(root, folder, "dbs"))
+    rows = {r["rel_path"]: r for r in catalog(root)}
+    assert rows["live.sqlite"]["reason_code"] == "sqlite_wal_pending", rows["live.sqlite"]
+    assert "live.sqlite-wal" in rows["live.sqlite"]["reason"]
+    assert (rows["quiet.sqlite"]["status"], rows["quiet.sqlite"]["n_rows"]) == ("accepted", 50)
+    assert _folder_state(folder) == before  # ingest wrote nothing beside the sources (no -shm, no -wal)
+
+
+def test_an_xml_entity_bomb_in_a_workbook_is_named_for_what_it_is(root, tmp_path: Path):
+    import io
+    import zipfile
+
+    good = xlsx_bytes({"Sheet1": [["id", "city", "amount"], *table_rows(30)]})
+    bomb = (
+        '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;">'
+        '<!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;">]>'
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(good)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "xl/worksheets/sheet1.xml":
+                data = data.replace(b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>', b"", 1)
+                data = bomb.encode() + data.replace(b"<c r=\"B2\"", b"<c r=\"B2\"", 1)
+            dst.writestr(info, data)
+    folder = tmp_path / "books"
+    folder.mkdir()
+    (folder / "laughs.xlsx").write_bytes(out.getvalue())
+    _ingest(root, _plan(root, folder, "books"))
+    (row,) = catalog(root)
+    assert (row["status"], row["reason_code"]) == ("rejected", "unsafe_xml"), row
+    assert "entity" in row["reason"].lower()
+
+
+def test_a_benchmark_file_that_breaks_the_reader_costs_only_itself_when_indexing(tmp_path: Path):
+    """Decontamination reads benchmark folders a deployment points it at: the same untrusted files, parsed in
+    the same capped child (the sparse-workbook bomb used to abort the indexing process itself)."""
+    import json
+
+    from datamind.ingest.decontam import build_index
+
+    folder = tmp_path / "dabench"
+    tables = folder / "da-dev-tables"
+    tables.mkdir(parents=True)
+    bad = next(b for b in CORPUS if b.name == "far_corner_undeclared.xlsx")
+    bad.write(tables / "corner.xlsx")
+    write_csv(tables / "orders.csv", 40)
+    questions = [
+        {"id": 1, "question": "How many rows does the corner sheet have?", "file_name": "corner.xlsx"},
+        {"id": 2, "question": "What is the mean amount of the orders?", "file_name": "orders.csv"},
+    ]
+    (folder / "da-dev-questions.jsonl").write_text("\n".join(json.dumps(q) for q in questions))
+    (folder / "da-dev-labels.jsonl").write_text(
+        "\n".join(json.dumps({"id": q["id"], "common_answers": [["n", "1"]]}) for q in questions)
+    )
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    index = build_index({"dabench": str(folder)})
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert [t["item"] for t in index.tables] == ["dabench:orders.csv"]  # the bomb adds no table
+    assert len(index.file_sha) == 2  # but its bytes are still matched exactly
+    assert grown_mb < 512, grown_mb

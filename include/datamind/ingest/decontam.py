@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -108,14 +108,12 @@ class BenchmarkIndex:
         return None
 
     # -- building ------------------------------------------------------------------------------
-    def add_file(self, path: str, item: str) -> None:
-        from datamind.ingest.loaders import load_tables
-        from datamind.settings import Limits
-
+    def add_file(self, path: str, item: str, parser) -> None:
+        """``parser``: an IsolatedParser. A benchmark file is as untrusted as any other: it is parsed in
+        the capped child, and one that breaks the reader adds its bytes to the index but no table."""
         with open(path, "rb") as fh:
             self.file_sha[hashlib.sha256(fh.read()).hexdigest()] = item
-        big = Limits(max_rows=10**7, max_db_table_rows=10**7, max_file_bytes=2**34, max_cols=10**4)
-        result = load_tables(path, big)
+        result = parser.load(path)
         for t in result.tables:
             if t.df is not None and not t.df.empty:
                 schema, rows = table_signature(t.df)
@@ -142,18 +140,23 @@ def build_index(suites: dict[str, str], ngram: int = NGRAM, table_dir: str | Non
     """Tables and questions of every configured benchmark (the held-out split is ours: not a benchmark)."""
     from datamind.ingest.benchmarks import load_benchmark
 
+    from datamind.ingest.parse_worker import IsolatedParser
+    from datamind.settings import Limits
+
     index = BenchmarkIndex(ngram=ngram)
-    for kind, location in sorted(suites.items()):
-        if kind == "heldout":
-            continue
-        loaded = load_benchmark(kind, location, table_dir=table_dir)
-        seen: set[str] = set()
-        for item in loaded.items:
-            label = f"{kind}:{os.path.basename(item.data_path)}"
-            if item.data_path not in seen:
-                seen.add(item.data_path)
-                index.add_file(item.data_path, label)
-            index.add_question(item.question.split("\n", 1)[0], f"{kind}:{item.item_id}")
+    big = replace(Limits.from_env(), max_rows=10**7, max_db_table_rows=10**7, max_file_bytes=2**34, max_cols=10**4)
+    with IsolatedParser(big) as parser:
+        for kind, location in sorted(suites.items()):
+            if kind == "heldout":
+                continue
+            loaded = load_benchmark(kind, location, table_dir=table_dir)
+            seen: set[str] = set()
+            for item in loaded.items:
+                label = f"{kind}:{os.path.basename(item.data_path)}"
+                if item.data_path not in seen:
+                    seen.add(item.data_path)
+                    index.add_file(item.data_path, label, parser)
+                index.add_question(item.question.split("\n", 1)[0], f"{kind}:{item.item_id}")
     return index
 
 

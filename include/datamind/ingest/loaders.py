@@ -39,6 +39,7 @@ import os
 import re
 import sqlite3
 import zipfile
+import zlib
 from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -886,17 +887,33 @@ def _merge_extra(row: list[str], width: int, numeric: list[bool], sep: str) -> l
 
 
 # -- workbooks ---------------------------------------------------------------------------------
+_DTD = re.compile(rb"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
+
+
 def _check_zip_members(data: bytes, limits: Limits) -> None:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             total = sum(i.file_size for i in zf.infolist())
-    except zipfile.BadZipFile as exc:
+            for info in zf.infolist():
+                # A DTD comes before the root element: the head of each part is enough to find one.
+                if info.filename.endswith((".xml", ".rels")) and _DTD.search(_zip_head(zf, info)):
+                    raise LoadError(
+                        "unsafe_xml",
+                        f"workbook part {info.filename} declares a DTD or XML entities (<!ENTITY ...>), the shape of "
+                        "an entity-expansion ('billion laughs') bomb; spreadsheet parts never declare one",
+                    )
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
         raise LoadError("unloadable", f"a damaged or truncated xlsx (zip) container: {exc}") from exc
     if total > limits.max_uncompressed_bytes:
         raise LoadError(
             "archive_bomb",
             f"xlsx parts decompress to {total:,} bytes, above the {limits.max_uncompressed_bytes:,}-byte cap",
         )
+
+
+def _zip_head(zf: zipfile.ZipFile, info: zipfile.ZipInfo, n: int = 1 << 16) -> bytes:
+    with zf.open(info) as fh:
+        return fh.read(n)
 
 
 def _load_workbook(local_path: str, data: bytes, fmt: str, limits: Limits) -> LoadResult:
@@ -1059,15 +1076,10 @@ def _infer_sheet_types(df: pd.DataFrame) -> pd.DataFrame:
 
 # -- SQLite ------------------------------------------------------------------------------------
 def _connect_ro(path: str) -> sqlite3.Connection:
-    """Read-only connection; a WAL database in a read-only folder cannot create its -shm file, so it is
-    then opened as immutable (the copy we read never changes under us)."""
-    uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
+    """Read-only and immutable: what this reads is a private copy (ingest's, or a staged file) that never
+    changes, and an immutable open writes nothing beside it (no -shm or -wal, whatever the journal mode)."""
+    uri = f"file:{quote(os.path.abspath(path))}?mode=ro&immutable=1"
     con = sqlite3.connect(uri, uri=True)
-    try:
-        con.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.OperationalError:
-        con.close()
-        con = sqlite3.connect(uri + "&immutable=1", uri=True)
     con.text_factory = lambda b: b.decode("utf-8", errors="replace")
     return con
 

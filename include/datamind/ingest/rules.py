@@ -30,13 +30,22 @@ File rules (``check_file``), applied before/after the table rules:
 
 =====================  ===============================================================================
 ``file_too_large``     the file is above ``limits.max_file_bytes`` and is never read
-``unsafe_path``        a symlink in a source folder that points outside it (never followed), or a zip
-                       member whose name is absolute or climbs out with ``..`` (never extracted)
+``unsafe_path``        a symlink in a source folder that points outside it (never followed), a link that
+                       appeared on a file's path after listing (every file is opened once, with
+                       O_NOFOLLOW on each part of its real path), or a zip member whose name is absolute
+                       or climbs out with ``..`` (never extracted)
+``source_changed``     the bytes read at ingestion hash differently from those planned: the catalog
+                       keeps only what it staged; the next run plans the new content under its own id
 ``unreadable_entry``   a folder entry the listing cannot stat: a dangling or looping symlink (never read)
 ``not_a_regular_file`` a FIFO, socket or device named like a data file (never opened: reading one blocks)
 ``undecodable_name``   a file name that is not valid UTF-8 (recorded with its bytes escaped, never read)
 ``name_too_long``      a file name longer than ``sources.MAX_NAME_BYTES`` (its staged copy would not fit)
 ``duplicate_member``   a zip member with the name of an earlier one (the archive can give only one by name)
+``sqlite_wal_pending`` a SQLite database whose ``-wal`` file beside it still holds committed rows: the
+                       main file alone is not the database (checkpoint it at the source and ingest again);
+                       sources are read as copies, never opened in place, so nothing is written beside them
+``unsafe_xml``         a workbook part that declares a DTD or XML entities (``<!ENTITY``): OOXML never
+                       does, and expanding them is the "billion laughs" bomb
 ``archive_bomb``       an archive member (zip, xlsx part, gzip) decompresses past
                        ``limits.max_uncompressed_bytes``, whatever its header declares
 ``unsupported_format`` the content is not delimited text, xlsx or SQLite (the extension is ignored): JSON
@@ -99,6 +108,9 @@ RULES: dict[str, str] = {
     "undecodable_name": "a file name that is not valid UTF-8",
     "name_too_long": "a file name too long to stage",
     "duplicate_member": "a second zip member with the same name",
+    "source_changed": "the file's bytes changed between planning and ingestion",
+    "sqlite_wal_pending": "a SQLite database with committed rows still in its write-ahead log",
+    "unsafe_xml": "a workbook part declaring XML entities (an entity-expansion bomb)",
     "unsupported_format": "not delimited text, xlsx or SQLite",
     "not_tabular": "text without a consistent delimiter",
     "parse_limit": "parsing hit the per-file memory or CPU cap, or crashed the reader",

@@ -11,11 +11,12 @@ streaming (fsspec would trust the declared size).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
-import stat
 import posixpath
+import stat
 import re
 import zipfile
 import zlib
@@ -105,10 +106,45 @@ def split_zip_uri(uri: str) -> tuple[str, str] | None:
     return None
 
 
+def open_nofollow(path: str) -> int:
+    """A descriptor for reading the regular file at ``path``, following no symlink on the way.
+
+    Each folder is opened from the one above it with O_NOFOLLOW and the file itself with O_NOFOLLOW |
+    O_NONBLOCK: an entry swapped for a link (or a FIFO) after the folder was listed is refused, never
+    followed or waited on. Listing records real paths, so a legitimate file has no link on its way."""
+    parts = [p for p in os.path.abspath(path).split("/") if p]
+    if not parts:
+        raise SourceReadError("not_a_regular_file", "the source path is the file system's root")
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise SourceReadError(
+                "unsafe_path", "a symlink stands on this file's path since its folder was listed; not followed"
+            ) from exc
+        raise
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        raise SourceReadError("not_a_regular_file", "no longer a regular file (swapped since listing); not read")
+    os.set_blocking(leaf, True)
+    return leaf
+
+
+def _open_local_or_remote(uri: str):
+    if "://" not in uri:
+        return os.fdopen(open_nofollow(uri), "rb")
+    return fsspec.open(uri, "rb").open()
+
+
 def _open_archive(archive_uri: str):
-    if "://" not in archive_uri:
-        return open(archive_uri, "rb")
-    return fsspec.open(archive_uri, "rb").open()
+    return _open_local_or_remote(archive_uri)
 
 
 def iter_source_chunks(uri: str, cap: int) -> Iterator[bytes]:
@@ -136,8 +172,7 @@ def iter_source_chunks(uri: str, cap: int) -> Iterator[bytes]:
             # zipfile stops at the declared size and then fails the CRC check: a lying header ends here.
             raise SourceReadError("unloadable", f"{member}: corrupt archive member: {exc}") from exc
         return
-    fh = open(uri, "rb") if "://" not in uri else fsspec.open(uri, "rb").open()
-    with fh:
+    with _open_local_or_remote(uri) as fh:
         while chunk := fh.read(_CHUNK):
             total += len(chunk)
             if total > cap:
@@ -212,9 +247,10 @@ def list_zip(archive_uri: str, limits: Limits, prefix: str = "") -> list[SourceF
 def _list_local(path: str, limits: Limits) -> list[SourceFile]:
     path = os.path.abspath(path)
     if os.path.isfile(path):
-        if path.lower().endswith(".zip") and zipfile.is_zipfile(path):
-            return list_zip(path, limits)
-        return [_file_entry(os.path.basename(path), path, os.path.getsize(path), limits)]
+        real = os.path.realpath(path)
+        if path.lower().endswith(".zip") and zipfile.is_zipfile(real):
+            return list_zip(real, limits)
+        return [_local_entry(real, os.path.basename(path), limits, None)]
     out = []
     inside = os.path.realpath(path) + os.sep
     for dirpath, dirnames, filenames in os.walk(path):
@@ -262,7 +298,8 @@ def _local_entry(full: str, rel: str, limits: Limits, inside: str | None) -> Sou
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
         why = f"{kind}, not a regular file; never opened"
         return SourceFile(rel, full, 0, 0, "not_a_regular_file", {"read_error": why})
-    return _file_entry(rel, full, st.st_size, limits)
+    # Read later through its real path, where no link is left to follow (open_nofollow refuses any).
+    return _file_entry(rel, os.path.realpath(full), st.st_size, limits)
 
 
 def _glob_base(pattern: str) -> str:

@@ -14,10 +14,12 @@ same batch, and files whose bytes match a file already *accepted* in the catalog
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import posixpath
 import re
+import stat
 import tempfile
 from collections import Counter
 from typing import Any
@@ -169,24 +171,37 @@ def ingest_file(
             f.precheck if f.precheck in RULES else "unloadable", provenance.get("read_error") or precheck_message(f)
         )
     try:
-        data = f.read_bytes()
+        data = f.read_bytes()  # the one read: what is hashed, parsed and staged below are these bytes
     except SourceReadError as exc:
         return reject(exc.code, exc.message)
     except OSError as exc:
         return reject("unloadable", f"cannot read file: {exc}"[:500])
     row["size_bytes"] = len(data)
     row["format"] = catalog_format(sniff.detect_format(data))
+    read_sha = hashlib.sha256(data).hexdigest()
+    if read_sha != entry["sha256"]:
+        return reject(
+            "source_changed",
+            f"the file's bytes changed after planning (sha256 {entry['sha256'][:12]} planned, {read_sha[:12]} read); "
+            "the next run ingests the new content",
+        )
     if entry.get("duplicate_of"):
         return reject("duplicate_content", f"same bytes as file {entry['duplicate_of']}")
     hit = benchmarks.match_bytes(data) if benchmarks else None
     if hit:
         return reject("benchmark_overlap", f"the same bytes as benchmark file {hit}")
-    local = f.source_uri if "://" not in f.source_uri and os.path.isfile(f.source_uri) else None
+    if row["format"] == "sqlite" and (wal := _pending_wal(f.source_uri)):
+        return reject(
+            "sqlite_wal_pending",
+            f"{wal[0]} beside the database holds {wal[1]:,} bytes of write-ahead log: its rows are not in the "
+            "main file; checkpoint the database at the source (PRAGMA wal_checkpoint) and ingest again",
+        )
     with tempfile.TemporaryDirectory(prefix="datamind-ingest-") as tmp:
-        if local is None:
-            local = os.path.join(tmp, "content" + _EXT.get(row["format"], ".bin"))
-            with open(local, "wb") as fh:
-                fh.write(data)
+        # The parser reads a private copy of these bytes, never the source: a database is not opened in
+        # the source folder (no -shm/-wal written there) and a path swapped since the read changes nothing.
+        local = os.path.join(tmp, "content" + _EXT.get(row["format"], ".bin"))
+        with open(local, "wb") as fh:
+            fh.write(data)
         result = parser.load(local, filename=f.filename)
     for t in result.tables if benchmarks else ():
         hit = benchmarks.match_table(t.df) if t.df is not None else None
@@ -215,6 +230,18 @@ def ingest_file(
         provenance=json.dumps(provenance, sort_keys=True),
     )
     return row
+
+
+def _pending_wal(source_uri: str) -> tuple[str, int] | None:
+    """(name, size) of a non-empty ``-wal`` file beside a local database, judged by lstat alone."""
+    if "://" in source_uri:
+        return None
+    wal = source_uri + "-wal"
+    try:
+        st = os.lstat(wal)
+    except OSError:
+        return None
+    return (os.path.basename(wal), st.st_size) if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None
 
 
 def ingest_shard(

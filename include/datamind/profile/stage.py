@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 
 from datamind.assets import DIRS
 from datamind.ids import stable_id
-from datamind.ingest.loaders import LoadedTable, load_recorded, load_tables
+from datamind.ingest.loaders import LoadedTable, load_recorded
+from datamind.ingest.parse_worker import IsolatedParser
 from datamind.profile.meta import TableToProfile, profile_tables
 from datamind.roles import with_roles
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
@@ -143,9 +144,11 @@ def _load_file(
         if len(recorded) == len(wanted):
             # One read, no detection: the options ingestion recorded reproduce the tables it judged.
             return load_recorded(path, recorded, frames=False), None
-        # rows cataloged before read_options were recorded: detect again. The original name keeps table
-        # names (a CSV's table is named after its file) as ingestion saw them.
-        result = load_tables(path, _limits_admitting(wanted), filename=provenance.get("original_filename"))
+        # rows cataloged before read_options were recorded: detect again, in the capped child process like
+        # any first read of a file. The original name keeps table names (a CSV's table is named after its
+        # file) as ingestion saw them.
+        with IsolatedParser(_limits_admitting(wanted)) as parser:
+            result = parser.load(path, filename=provenance.get("original_filename"))
     except Exception as exc:  # a file that loaded at ingestion and fails now is recorded, never raised
         return [], f"staged file unreadable: {type(exc).__name__}: {exc}"[:500]
     if result.error:
