@@ -240,7 +240,7 @@ def test_an_xml_entity_bomb_in_a_workbook_is_named_for_what_it_is(root, tmp_path
             data = src.read(info)
             if info.filename == "xl/worksheets/sheet1.xml":
                 data = data.replace(b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>', b"", 1)
-                data = bomb.encode() + data.replace(b"<c r=\"B2\"", b"<c r=\"B2\"", 1)
+                data = bomb.encode() + data.replace(b'<c r="B2"', b'<c r="B2"', 1)
             dst.writestr(info, data)
     folder = tmp_path / "books"
     folder.mkdir()
