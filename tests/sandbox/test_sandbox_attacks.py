@@ -210,3 +210,22 @@ def test_a_cell_that_cannot_be_set_up_is_the_platforms_failure_not_an_observatio
         with sb.session([str(csv_file)]) as s:
             with pytest.raises(SandboxUnavailable, match="set-up failed"):
                 s.run("print('agent code')")
+
+
+def test_airflow_stays_out_of_reach_past_the_import_blocker(mode_sandbox, csv_file):
+    import airflow
+
+    site = os.path.dirname(os.path.dirname(airflow.__file__))
+    code = (
+        "import os, sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != '_HostOnlyBlocker']\n"
+        f"print(sorted(os.listdir({os.path.join(site, 'airflow')!r})))\n"
+        "try:\n"
+        "    from airflow import DAG\n"
+        "    print('IMPORTED', DAG)\n"
+        "except ImportError as exc:\n"
+        "    print('refused', type(exc).__name__)\n"
+    )
+    with mode_sandbox.session([str(csv_file)]) as s:
+        out = s.run(code).output.splitlines()
+    contained(f"airflow importable: {out}", out[:1] == ["[]"] and out[1:2] == ["refused ImportError"])

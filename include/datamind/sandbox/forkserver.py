@@ -373,16 +373,19 @@ def _child(req: dict, fds: list[int], zygote: _Zygote) -> None:
 
 
 def _python_runtime() -> tuple[list[str], list[str]]:
-    """(Python paths a cell may read, the project's package folders to hide inside them).
+    """(Python paths a cell may read, the platform's package folders to hide inside them).
 
     Started with -I, our sys.path is exactly what a cell imports from. The project's own source folder
-    (an editable install) is left out; a non-editable install's package folders are covered."""
+    (an editable install) is left out; installed package folders of the platform (the project, Airflow
+    and its providers) are covered, so their code cannot be read or imported even past the import blocker."""
+    from datamind.sandbox.cell import HOST_ONLY_PACKAGES
+
     paths, hide = {sys.prefix, sys.base_prefix, sys.exec_prefix}, []
     for entry in sys.path:
         if not os.path.isdir(entry):
             continue
         project = [
-            os.path.join(entry, n) for n in ("datamind", "datamind_airflow") if os.path.isdir(os.path.join(entry, n))
+            os.path.join(entry, n) for n in sorted(HOST_ONLY_PACKAGES) if os.path.isdir(os.path.join(entry, n))
         ]
         if project and os.path.basename(entry) not in ("site-packages", "dist-packages"):
             continue
