@@ -384,9 +384,7 @@ def _python_runtime() -> tuple[list[str], list[str]]:
     for entry in sys.path:
         if not os.path.isdir(entry):
             continue
-        project = [
-            os.path.join(entry, n) for n in sorted(HOST_ONLY_PACKAGES) if os.path.isdir(os.path.join(entry, n))
-        ]
+        project = [os.path.join(entry, n) for n in sorted(HOST_ONLY_PACKAGES) if os.path.isdir(os.path.join(entry, n))]
         if project and os.path.basename(entry) not in ("site-packages", "dist-packages"):
             continue
         paths.add(entry)
