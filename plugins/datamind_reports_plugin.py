@@ -5,10 +5,13 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
 
-from datamind_airflow.reports_app import PREFIX, create_app, task_report_url
+from datamind_airflow.reports_app import PREFIX, VIEWER, create_app, task_report_url, viewer_run_url
 
 # Tasks that validate a stage's output and write a report (stages.sharded_stage, ingest, publish_dataset).
 REPORTING_TASKS = frozenset({"publish", "publish_catalog"})
+# DAGs whose runs write trajectories or rejections a person may want to read one by one.
+SAMPLING_DAGS = {"sample_trajectories": "trajectories", "judge_trajectories": "rejections",
+                 "publish_dataset": "rejections", "synthesize_queries": "rejections"}  # fmt: skip
 
 
 class QualityReportLink(BaseOperatorLink):
@@ -22,15 +25,31 @@ class QualityReportLink(BaseOperatorLink):
         return task_report_url(ti_key.dag_id, ti_key.run_id, ti_key.task_id)
 
 
+class SampleViewerLink(BaseOperatorLink):
+    """ "Samples" on the tasks of the stages that sample, judge and publish: that run in the sample viewer."""
+
+    name = "Samples"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        kind = SAMPLING_DAGS.get(ti_key.dag_id)
+        return viewer_run_url(ti_key.run_id, kind) if kind else ""
+
+
 class DatamindReportsPlugin(AirflowPlugin):
     name = "datamind_reports"
     fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "DataMind quality reports"}]
-    global_operator_extra_links = [QualityReportLink()]
+    global_operator_extra_links = [QualityReportLink(), SampleViewerLink()]
     external_views = [
         {
             "name": "Quality reports",
             "href": f"{PREFIX}/reports/",
             "destination": "nav",
             "url_route": "datamind-quality-reports",
-        }
+        },
+        {
+            "name": "Sample viewer",
+            "href": f"{VIEWER}/",
+            "destination": "nav",
+            "url_route": "datamind-sample-viewer",
+        },
     ]

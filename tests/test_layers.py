@@ -35,7 +35,7 @@ LAYERS = [
     {"publish"},
     {"train"},
     {"evaluate"},
-    {"pipeline", "report_cli"},
+    {"pipeline", "report_cli", "review"},
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

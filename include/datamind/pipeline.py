@@ -82,8 +82,10 @@ def finalize_stage(
     rel_dir: str | None = None,
     raise_on_failure: bool = False,
     origin: dict[str, str] | None = None,
+    release: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Validate and report (see the module docstring); ``origin`` names the DAG and task for the report."""
+    """Validate and report (see the module docstring); ``origin`` names the DAG and task for the report,
+    ``release`` is a dataset release's audit and promotion, shown first in its report."""
     from datamind.quality.validate import reported_runs, validate_table
 
     data, orphans = rows_to_validate(root, table, run_id, rel_dir, reported_runs(root, stage))
@@ -97,7 +99,15 @@ def finalize_stage(
     result["rejected"] = rejected_by_reason(root, table, data, run_id)
     counts = {k: v for k, v in result.items() if k not in ("stage", "table")}
     report = validate_table(
-        root, table, data.to_pandas(), run_id=run_id, stage=stage, covers_runs=orphans, counts=counts, origin=origin
+        root,
+        table,
+        data.to_pandas(),
+        run_id=run_id,
+        stage=stage,
+        covers_runs=orphans,
+        counts=counts,
+        origin=origin,
+        release=release,
     )
     log.info("%s", report.summary_text)
     result["quality_success"] = report.success

@@ -4,6 +4,10 @@
     /datamind/reports/<stage>/<run>/            one report (report.html; rendered from its JSON if missing)
     /datamind/reports/<stage>/<run>/<file>      its validation.json, summary.json, Data Docs pages
     /datamind/task/<dag_id>/<run_id>/<task_id>  the report a task wrote (the task's "Quality report" link)
+    /datamind/viewer/                           the sample viewer: every release, its audit and promotion
+    /datamind/viewer/releases/<v>/              a release's samples, filtered and paged (?category=&hop=&q=&page=)
+    /datamind/viewer/releases/<v>/samples/<id>  one sample as a conversation (a stable link)
+    /datamind/viewer/runs/<run>/<kind>/[<id>]   one run's trajectories or rejections, and one of them
 
 Files are read from the data root (a local folder or object storage), so any api-server shows what any worker
 wrote. Every route needs a logged-in Airflow user, as the rest of the UI does.
@@ -106,6 +110,8 @@ def create_app() -> FastAPI:
         with root.open(root.path(rel)) as fh:
             return Response(fh.read(), media_type=media)
 
+    _viewer_routes(app)
+
     @app.get("/task/{dag_id}/{run_id}/{task_id}")
     def task_report(dag_id: str, run_id: str, task_id: str):
         from datamind.quality.report_index import REPORTS
@@ -122,6 +128,84 @@ def create_app() -> FastAPI:
         return RedirectResponse(f"{PREFIX}/reports/{quote(rel)}/", status_code=307)
 
     return app
+
+
+VIEWER = f"{PREFIX}/viewer"
+# The filters a list page takes from its query string (anything else there is ignored).
+_LIST_PARAMS = ("category", "hop", "data_format", "split", "answer_check", "judge_verdict", "file_id", "status",
+                "reflection_round", "stage", "reason_code")  # fmt: skip
+
+
+def _chosen(request: Request, source) -> tuple[dict[str, str], str, int]:
+    params = request.query_params
+    chosen = {k: params[k] for k in _LIST_PARAMS if k in source.filters and params.get(k)}
+    try:
+        number = max(1, int(params.get("page") or 1))
+    except ValueError:
+        number = 1
+    return chosen, (params.get("q") or "")[:200], number
+
+
+def _viewer_routes(app: FastAPI) -> None:
+    from datamind.review import pages, query
+
+    links = pages.Links(VIEWER)
+
+    @app.get("/viewer/", response_class=HTMLResponse)
+    def viewer_home() -> str:
+        return pages.releases_page(links, query.releases(_root()))
+
+    @app.get("/viewer/releases/{version_id}/", response_class=HTMLResponse)
+    def viewer_release(version_id: str, request: Request) -> str:
+        root = _root()
+        manifest = query.manifest(root, version_id)
+        if manifest is None:
+            raise HTTPException(404, f"no such release: {version_id}")
+        source = query.release_source(version_id)
+        chosen, text, number = _chosen(request, source)
+        page = query.page(root, source, chosen, text, number)
+        return pages.release_page(links, version_id, manifest, page, source, chosen, text)
+
+    @app.get("/viewer/releases/{version_id}/samples/{sample_id}", response_class=HTMLResponse)
+    def viewer_sample(version_id: str, sample_id: str) -> str:
+        try:
+            row = query.item(_root(), query.release_source(version_id), sample_id)
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        if row is None:
+            raise HTTPException(404, f"release {version_id} has no sample {sample_id}")
+        return pages.sample_page(links, version_id, row)
+
+    @app.get("/viewer/runs/{run_id}/{kind}/", response_class=HTMLResponse)
+    def viewer_run(run_id: str, kind: str, request: Request) -> str:
+        try:
+            source = query.run_source(kind, run_id)
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        chosen, text, number = _chosen(request, source)
+        return pages.run_page(links, run_id, query.page(_root(), source, chosen, text, number), source, chosen, text)
+
+    @app.get("/viewer/runs/{run_id}/{kind}/{key}", response_class=HTMLResponse)
+    def viewer_run_item(run_id: str, kind: str, key: str) -> str:
+        root = _root()
+        try:
+            source = query.run_source(kind, run_id)
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        row = query.item(root, source, key)
+        if row is None:
+            raise HTTPException(404, f"run {run_id} has no {kind} row {key}")
+        if kind == "trajectories":
+            return pages.trajectory_page(links, run_id, row)
+        judged = query.judged_sample(root, key) if row.get("stage") == "publish" else None
+        shown = [] if judged is not None or not row.get("query_id") else query.trajectories_of(root, row["query_id"])
+        return pages.rejection_page(links, run_id, row, judged, shown)
+
+
+def viewer_run_url(run_id: str, kind: str) -> str:
+    from datamind.quality.viewer_links import Links
+
+    return Links(VIEWER).run(run_id, kind)
 
 
 def task_report_url(dag_id: str, run_id: str, task_id: str) -> str:

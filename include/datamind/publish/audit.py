@@ -58,6 +58,14 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
 }
 
 
+EXAMPLES = 3  # samples kept per figure to show a reviewer what counts against it
+# A per-sample flag and the release figure it counts towards, where the names differ.
+_FLAG_FIGURE = {
+    "unfixed_placeholder": "unfixed_placeholder_header_share",
+    "repeated_word": "repeated_word_question_share",
+}
+
+
 @dataclass(frozen=True)
 class SampleFigures:
     internal_import: bool
@@ -197,15 +205,29 @@ class AuditTally:
         self.per_category: Counter[str] = Counter()
         self.answer_words: list[int] = []
         self.turns_per_hop: dict[int, list[int]] = {}
+        # figure -> the first samples that count against it, so a reviewer can open them
+        self.examples: dict[str, list[str]] = {}
+        self.sentence_examples: dict[int, list[str]] = {}
+
+    def _example(self, figure: str, sample_id: str | None) -> None:
+        found = self.examples.setdefault(figure, [])
+        if sample_id and len(found) < EXAMPLES:
+            found.append(sample_id)
 
     def add(self, row: dict) -> None:
         f = sample_figures(row)
+        sid = row.get("sample_id")
         self.n += 1
-        self.flags.update(name for name in self._FLAGS if getattr(f, name))
+        for name in self._FLAGS:
+            if getattr(f, name):
+                self.flags[name] += 1
+                self._example(_FLAG_FIGURE.get(name, f"{name}_share"), sid)
         self.verified += row.get("answer_check") == "verified"
         if f.unresolved_table is not None:
             self.database += 1
             self.unresolved += f.unresolved_table
+            if f.unresolved_table:
+                self._example("unresolved_table_share", sid)
         self.first_thinks.add(hash(f.first_think))
         for sentence in sorted(f.sentences):  # sorted: ties for the top sentence go to the same one every run
             key = hash(sentence)
@@ -213,6 +235,9 @@ class AuditTally:
             self.sentences[key] = seen + 1
             if seen == 1 or not self.texts:
                 self.texts[key] = sentence
+            holders = self.sentence_examples.setdefault(key, [])
+            if sid and len(holders) < EXAMPLES:
+                holders.append(sid)
         self.per_category[row.get("category")] += 1
         self.answer_words.append(f.answer_words)
         if row.get("hop") is not None:
@@ -254,22 +279,41 @@ class AuditTally:
                 c: round(self.per_category.get(c, 0) / q, 4) for c, q in sorted(queries_by_category.items()) if q
             }
         out["misses"] = misses(out)
+        examples = {k: v for k, v in self.examples.items() if v}
+        if top_key is not None and self.sentence_examples.get(top_key):
+            examples["top_sentence_share"] = self.sentence_examples[top_key]
+        out["examples"] = examples
         return out
+
+
+def verdicts(figures: dict) -> list[dict]:
+    """Every threshold with its figure: name, value, comparison, bound, meaning, ``ok`` (None: not judged,
+    like the first-think ratio below 500 samples) and the example samples that count against it."""
+    rows = []
+    examples = figures.get("examples") or {}
+    for name, (op, bound, meaning) in THRESHOLDS.items():
+        if name not in figures:
+            continue
+        value = figures[name]
+        judged = not (name == "distinct_first_think_ratio" and figures["n_samples"] < 500)
+        ok = (value <= bound if op == "<=" else value >= bound) if judged else None
+        row = {"name": name, "value": value, "op": op, "bound": bound, "meaning": meaning, "ok": ok}
+        rows.append({**row, "examples": list(examples.get(name, []))})
+    return rows
 
 
 def misses(figures: dict) -> list[str]:
     """Thresholds the figures miss, in words (the first-think ratio is judged on 500+ samples only)."""
-    found = []
-    for name, (op, bound, meaning) in THRESHOLDS.items():
-        if name not in figures:
-            continue
-        if name == "distinct_first_think_ratio" and figures["n_samples"] < 500:
-            continue
-        value = figures[name]
-        ok = value <= bound if op == "<=" else value >= bound
-        if not ok:
-            found.append(f"{name} = {value} (want {op} {bound}: {meaning})")
-    return found
+    return [
+        f"{v['name']} = {v['value']} (want {v['op']} {v['bound']}: {v['meaning']})"
+        for v in verdicts(figures)
+        if v["ok"] is False
+    ]
+
+
+def missed_figures(figures: dict) -> list[str]:
+    """The names of the thresholds ``figures`` miss."""
+    return [v["name"] for v in verdicts(figures) if v["ok"] is False]
 
 
 def audit_version(root, version: int | None = None) -> dict:

@@ -17,6 +17,8 @@ import fsspec
 import pyarrow as pa
 import yaml
 
+from datamind.publish import promotion
+
 from datamind.schemas import DATASET
 
 FILES_DIR = "files"
@@ -115,6 +117,8 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         "| hops | samples |",
         "|---:|---:|",
         *[f"| {h} | {n} |" for h, n in sorted(hops.items())],
+        "",
+        promotion.card_section(manifest.get("promotion")),
         "",
         "## Audit",
         "",

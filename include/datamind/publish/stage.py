@@ -38,6 +38,7 @@ from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.judge.stage import committed_query_ids
 from datamind.publish import card
+from datamind.publish import promotion
 from datamind.publish.audit import AuditTally
 from datamind.publish.params import PublishParams
 from datamind.stage_params import from_params
@@ -92,6 +93,16 @@ def read_manifest(root: DataRoot | str, version: int | None = None) -> dict | No
         return json.loads(root.read_text(DIRS["dataset"], f"v{version}", MANIFEST))
     except FileNotFoundError:
         return None
+
+
+def trainable_manifest(root: DataRoot | str) -> dict | None:
+    """The newest complete release that may be trained on (promoted by its audit or by a person)."""
+    root = DataRoot.of(root)
+    for number, complete in reversed(versions(root)):
+        manifest = read_manifest(root, number) if complete else None
+        if manifest is not None and promotion.trainable(manifest):
+            return manifest
+    return None
 
 
 def judged_partitions(root: DataRoot) -> list[str]:
@@ -339,6 +350,7 @@ def _publish_screened(
     manifest["decontamination"] = decontamination_counts(root)
     queries = read_rows(root, QUERIES, DIRS["queries"], columns=["category"]) if root.exists(DIRS["queries"]) else []
     manifest["audit"] = screened.audit.figures(dict(Counter(q["category"] for q in queries)))
+    manifest["promotion"] = promotion.initial(manifest["audit"])
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
     _commit(root, vdir, final)

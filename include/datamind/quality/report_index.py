@@ -78,6 +78,14 @@ def _row(doc: dict) -> str:
         ("num", n_rows),
     ]
     verdict = f'<span class="{"pass" if ok else "fail"}">{"PASS" if ok else "FAIL"}</span>'
+    release = doc.get("release")
+    if release:  # a dataset release: its audit and promotion, beside the expectations
+        audit = release.get("audit_verdict") == "pass"
+        state = (release.get("promotion") or {}).get("status") or "promoted"
+        verdict += (
+            f' · audit <span class="{"pass" if audit else "fail"}">{"pass" if audit else "miss"}</span>'
+            f" · {html.escape(release.get('version_id') or '')} {html.escape(state)}"
+        )
     passed = f"{stats.get('successful_expectations', '?')}/{stats.get('evaluated_expectations', '?')} passed"
     tds = "".join(f'<td class="{cls}">{html.escape(str(v))}</td>' for cls, v in cells)
     return f"<tr>{tds}<td>{verdict}</td><td>{html.escape(passed)}</td><td>{links}</td></tr>"

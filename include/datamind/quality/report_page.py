@@ -12,7 +12,9 @@ import html
 import json
 from collections.abc import Mapping
 
-_STYLE = """
+from datamind.quality.viewer_links import FROM_REPORT, Links
+
+STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem 2rem;color:#1f2328;max-width:72rem}
 h1{font-size:1.35rem;margin-bottom:.2rem} h2{font-size:1.1rem;margin-top:2rem;border-bottom:1px solid #ddd}
 h3{font-size:.95rem;margin:1rem 0 .3rem} p.meta{color:#59636e;margin-top:0}
@@ -171,6 +173,40 @@ def _expectations(validation: Mapping) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def audit_section(release: Mapping, links: Links | None) -> str:
+    """A dataset release's audit (``release``: promotion.release_summary): the verdict, the promotion, every
+    figure with its threshold, ok or miss, and for a miss links to the samples that count against it."""
+    version = release.get("version_id") or ""
+    p = release.get("promotion") or {}
+    failing = release.get("failing_figures") or []
+    verdict = (
+        "<span class='pass'>every figure meets its threshold</span>"
+        if not failing
+        else f"<span class='fail'>misses {len(failing)}: {_e(', '.join(failing))}</span>"
+    )
+    state = p.get("status") or "promoted (published before promotion was recorded)"
+    who = ""
+    if p.get("decided_by"):
+        who = f" by {_e(p['decided_by'])} ({_e(p.get('decided_at'))}): {_e(p.get('comment') or 'no comment')}"
+    rows = []
+    for v in release.get("audit") or []:
+        mark = {True: "<span class='pass'>ok</span>", False: "<span class='fail'>miss</span>", None: "not judged"}
+        shown = ""
+        if v["ok"] is False and links is not None:
+            shown = " ".join(f"<a href='{_e(links.sample(version, s))}'>{_e(s[:10])}</a>" for s in v["examples"])
+        rows.append(
+            f"<tr><td>{_e(v['name'])}</td><td class='num'>{_e(v['value'])}</td><td>{_e(v['op'])} {_e(v['bound'])}</td>"
+            f"<td>{mark[v['ok']]}</td><td>{_e(v['meaning'])}</td><td>{shown}</td></tr>"
+        )
+    head = "<tr><th>figure</th><th>value</th><th>threshold</th><th></th><th>meaning</th><th>examples</th></tr>"
+    viewer = f" · <a href='{_e(links.release(version))}'>browse its samples</a>" if links is not None else ""
+    return (
+        f"<h2>Release {_e(version)} audit: {verdict}</h2>"
+        f"<p>Promotion: <b>{_e(state)}</b>{who}. {_e(p.get('reason') or '')}{viewer}</p>"
+        + (f"<table>{head}{''.join(rows)}</table>" if rows else "<p class='meta'>No audit figures.</p>")
+    )
+
+
 def render_report(doc: Mapping, validation: Mapping | None) -> str:
     """The page for one report (``doc``: its summary.json; ``validation``: its validation.json, if readable)."""
     summary = doc.get("summary") or {}
@@ -192,6 +228,7 @@ def render_report(doc: Mapping, validation: Mapping | None) -> str:
     sections = [
         f"<h1>{_e(doc.get('stage', ''))}: {verdict}</h1>",
         f"<p class='meta'>{' · '.join(meta)}</p>",
+        *([audit_section(doc["release"], Links(FROM_REPORT))] if doc.get("release") else []),
         f"<p>{_e(stats.get('successful_expectations', '?'))} of {_e(stats.get('evaluated_expectations', '?'))} "
         "expectations passed. <a href='../../index.html'>All reports</a> · <a href='validation.json'>validation.json"
         "</a> · <a href='summary.json'>summary.json</a> · <a href='data_docs/index.html'>GX Data Docs (raw)</a></p>",
@@ -222,5 +259,5 @@ def render_report(doc: Mapping, validation: Mapping | None) -> str:
     title = f"{doc.get('stage', '')} · {doc.get('run_id', '')} · DATAMIND quality report"
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
     )

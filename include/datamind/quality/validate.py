@@ -256,6 +256,7 @@ def validate_table(
     covers_runs: list[str] | None = None,
     counts: Mapping | None = None,
     origin: Mapping | None = None,
+    release: Mapping | None = None,
 ) -> QualityReport:
     """Validate ``df_or_arrow`` (one table's rows) and publish its report; see the module docstring.
 
@@ -264,7 +265,8 @@ def validate_table(
     ``limits`` defaults to ``Limits.from_env()``, the limits ingestion applies. ``covers_runs`` names other
     runs whose rows are validated here too (runs killed before their own report), recorded in summary.json.
     ``counts`` (the stage's own numbers in and out) and ``origin`` (``dag_id``, ``task_id``) go into the
-    report as given.
+    report as given; so does ``release`` (a dataset release: its version, audit verdicts and promotion),
+    which the report shows first.
     """
     suite = suite_for(table_name, limits)
     df = with_absent_nullable_columns(table_name, to_frame(df_or_arrow))
@@ -308,6 +310,7 @@ def validate_table(
         "covers_runs": sorted(covers_runs or []),
         "counts": dict(counts or {}),
         "origin": dict(origin or {}),
+        **({"release": dict(release)} if release else {}),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "success": success,
         "statistics": stats,

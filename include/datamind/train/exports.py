@@ -120,14 +120,22 @@ def export(
 ) -> ExportResult:
     """Build (or reuse) both exports of a dataset release under ``exports/<version>/``.
 
-    By default the newest complete release, named by its version id (``v<N>``, the same name as its
-    folder).  Only its ``train`` split is exported: the held-out ``test`` files are for evaluation."""
+    By default the newest promoted release (never one awaiting approval or rejected), named by its version
+    id (``v<N>``, the same name as its folder).  Only its ``train`` split is exported: the held-out ``test``
+    files are for evaluation."""
     if dataset_dir is None:
-        from datamind.publish.stage import read_manifest  # a release's layout belongs to publishing
+        from datamind.publish.stage import read_manifest, trainable_manifest  # a release's layout is publishing's
 
-        manifest = read_manifest(root)
+        manifest = trainable_manifest(root)
         if manifest is None:
-            raise ValueError(f"no complete dataset release under {root.uri(DIRS['dataset'])}; nothing to export")
+            newest = read_manifest(root)
+            where = root.uri(DIRS["dataset"])
+            if newest is None:
+                raise ValueError(f"no complete dataset release under {where}; nothing to export")
+            state = (newest.get("promotion") or {}).get("status")
+            raise ValueError(
+                f"no promoted dataset release under {where} (v{newest['version']} is {state}); nothing to export"
+            )
         version = version or manifest.get("version_id") or f"v{manifest['version']}"
         dataset_dir = posixpath.join(DIRS["dataset"], f"v{manifest['version']}")
     rows = [r for r in read_rows(root, DATASET, dataset_dir) if r.get("split") != "test"]

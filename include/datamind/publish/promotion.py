@@ -1,0 +1,127 @@
+"""Whether a release may be trained on: promoted by its audit, or by a person who approved it.
+
+A release that meets every audit threshold is promoted when it is published, unless the deployment asks a
+person to approve every release (``DATAMIND_APPROVE_EVERY_RELEASE``). Any other release is published for
+inspection, ``awaiting_approval``: readable, in the viewer and the reports, but never exported for training
+until someone approves it. The decision, who made it and their comment are written into the release's
+manifest and card; a rejected release stays readable and is never trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from datetime import datetime, timezone
+
+from datamind.publish.audit import missed_figures, verdicts
+from datamind.storage import DataRoot
+
+PROMOTED, AWAITING, REJECTED = "promoted", "awaiting_approval", "rejected"
+APPROVE_EVERY_ENV = "DATAMIND_APPROVE_EVERY_RELEASE"
+CARD_START, CARD_END = "<!-- promotion -->", "<!-- /promotion -->"
+
+
+def approve_every_release() -> bool:
+    return os.environ.get(APPROVE_EVERY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def initial(audit: dict, approve_every: bool | None = None) -> dict:
+    """The promotion a release gets when it is published."""
+    failing = missed_figures(audit)
+    every = approve_every_release() if approve_every is None else approve_every
+    if not failing and not every:
+        return {"status": PROMOTED, "by": "audit", "reason": "every audit figure meets its threshold", "failing": []}
+    reason = (
+        f"the audit misses {', '.join(failing)}"
+        if failing
+        else "every audit figure passes; this deployment asks a person to approve every release"
+    )
+    return {"status": AWAITING, "by": None, "reason": reason, "failing": failing}
+
+
+def trainable(manifest: dict) -> bool:
+    """Releases published before promotion existed carry none: they were trained on as they were."""
+    return (manifest.get("promotion") or {"status": PROMOTED})["status"] == PROMOTED
+
+
+def card_section(promotion: dict | None) -> str:
+    p = promotion or {"status": PROMOTED, "by": "audit", "reason": "published before promotion was recorded"}
+    lines = [CARD_START, "## Promotion", ""]
+    state = {PROMOTED: "promoted: may be trained on", AWAITING: "awaiting a person's approval: not trained on",
+             REJECTED: "rejected: kept for inspection, never trained on"}[p["status"]]  # fmt: skip
+    lines.append(f"- status: **{state}**")
+    lines.append(f"- why: {p.get('reason') or ''}")
+    if p.get("decided_by"):
+        lines.append(f"- decided by {p['decided_by']} at {p.get('decided_at')}: {p.get('comment') or '(no comment)'}")
+    lines.append(CARD_END)
+    return "\n".join(lines)
+
+
+def decide(
+    root: DataRoot | str, version: int, *, approved: bool, user: str, comment: str = "", now: datetime | None = None
+) -> dict:
+    """Record a person's decision on a release awaiting approval; returns its manifest. Deciding again on
+    a release already decided changes nothing (a retried task, a second click)."""
+    from datamind.assets import DIRS
+    from datamind.publish.stage import CARD, MANIFEST, read_manifest
+
+    root = DataRoot.of(root)
+    manifest = read_manifest(root, version)
+    if manifest is None:
+        raise ValueError(f"no complete release v{version} under {root.uri(DIRS['dataset'])}")
+    current = manifest.get("promotion") or {}
+    if current.get("status") != AWAITING:
+        return manifest
+    manifest["promotion"] = {
+        **current,
+        "status": PROMOTED if approved else REJECTED,
+        "decided_by": user,
+        "comment": comment,
+        "decided_at": (now or datetime.now(timezone.utc)).isoformat(),
+    }
+    vdir = posixpath.join(DIRS["dataset"], f"v{version}")
+    card_rel = posixpath.join(vdir, CARD)
+    if root.exists(card_rel):
+        root.write_text(card_rel, replace_card_section(root.read_text(card_rel), manifest["promotion"]))
+    root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
+    return manifest
+
+
+def replace_card_section(card: str, promotion: dict) -> str:
+    section = card_section(promotion)
+    if CARD_START in card and CARD_END in card:
+        head, rest = card.split(CARD_START, 1)
+        return head + section + rest.split(CARD_END, 1)[1]
+    return card.rstrip("\n") + "\n\n" + section + "\n"
+
+
+def release_summary(manifest: dict) -> dict:
+    """A release's audit and promotion as its report, its Asset event and a reviewer see them."""
+    audit = manifest.get("audit") or {}
+    failing = missed_figures(audit) if audit else []
+    return {
+        "version_id": manifest.get("version_id") or f"v{manifest.get('version')}",
+        "n_samples": manifest.get("n_samples"),
+        "audit_verdict": "miss" if failing else "pass",
+        "failing_figures": failing,
+        "audit": verdicts(audit) if audit else [],
+        "promotion": manifest.get("promotion") or {},
+    }
+
+
+def review_body(manifest: dict, report_url: str, viewer_url: str) -> str:
+    """The approval task's text (Markdown): why a person is asked, what the audit missed, where to look."""
+    p = manifest.get("promotion") or {}
+    lines = [
+        f"Release **{manifest.get('version_id')}** ({manifest.get('n_samples')} samples) is published for "
+        f"inspection and is not trained on until someone approves it: {p.get('reason', '')}.",
+        "",
+    ]
+    audit = manifest.get("audit") or {}
+    for v in verdicts(audit) if audit else []:
+        if v["ok"] is False:
+            lines.append(f"- **{v['name']}** = {v['value']} (want {v['op']} {v['bound']}): {v['meaning']}")
+    lines += ["", f"- [Quality report of this release]({report_url})", f"- [Its samples in the viewer]({viewer_url})"]
+    lines += ["", "Approve to promote it (train_agent starts on it); reject to keep it readable but never trained on."]
+    return "\n".join(lines)
