@@ -94,6 +94,7 @@ bench: install
 	$(PY) scripts/bench_rollout_overlap.py
 	OMP_NUM_THREADS=1 $(PY) scripts/bench_train.py
 	$(PY) scripts/bench_scale.py
+	$(PY) scripts/bench_viewer.py
 
 # The multi-worker deployment natively (PostgreSQL, Redis, an S3 server, Celery workers): prints the UI URL and login.
 cluster: install

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 
@@ -38,3 +39,9 @@ def sha256_file(fileobj, chunk_size: int = 1 << 20) -> str:
             break
         h.update(chunk)
     return h.hexdigest()
+
+
+def safe_run_id(raw: str) -> str:
+    """An Airflow run id as the tables record it: safe in file names (':' and '+' become '_'). Applying it
+    to an id already made safe changes nothing, so a link may carry either form."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(raw))

@@ -169,7 +169,8 @@ REJECTIONS = TableSchema(
 
 QUERIES = TableSchema(
     "queries",
-    "1.0",
+    # 1.1: cached_*_tokens
+    "1.1",
     pa.schema(
         [
             _f("query_id", _STR, False),
@@ -196,6 +197,9 @@ QUERIES = TableSchema(
             _f("completion_tokens", pa.int64()),
             _f("created_at", TS, False),
             _f("run_id", _STR),
+            # 1.1: of prompt/completion_tokens, those the response cache answered (not paid again)
+            _f("cached_prompt_tokens", pa.int64()),
+            _f("cached_completion_tokens", pa.int64()),
         ]
     ),
     "Synthesized questions with lineage (hop, parents) and reference solutions where known.",
@@ -234,8 +238,8 @@ MESSAGE = pa.struct([_f("role", _STR), _f("content", _STR)])
 
 TRAJECTORIES = TableSchema(
     "trajectories",
-    # 1.2: sampling_params (reflection resamples with the parameters round 0 used)
-    "1.2",
+    # 1.2: sampling_params (reflection resamples with the parameters round 0 used); 1.3: cached_*_tokens
+    "1.3",
     pa.schema(
         [
             _f("trajectory_id", _STR, False),
@@ -256,6 +260,9 @@ TRAJECTORIES = TableSchema(
             _f("run_id", _STR),
             _f("error", _STR),  # 1.1: reason code (and detail) when status == error
             _f("sampling_params", _STR),  # 1.2: JSON of the RolloutParams that sampled it
+            # 1.3: of prompt/completion_tokens, those the response cache answered (not paid again)
+            _f("cached_prompt_tokens", pa.int64()),
+            _f("cached_completion_tokens", pa.int64()),
         ]
     ),
     "Every sampled ReAct trajectory, before judging.",

@@ -197,7 +197,7 @@ def _viewer_routes(app: FastAPI) -> None:
             raise HTTPException(404, f"run {run_id} has no {kind} row {key}")
         if kind == "trajectories":
             return pages.trajectory_page(links, run_id, row)
-        judged = query.judged_sample(root, key) if row.get("stage") == "publish" else None
+        judged = query.judged_sample(root, key) if row.get("stage") == query.PUBLISH_REJECTIONS else None
         shown = [] if judged is not None or not row.get("query_id") else query.trajectories_of(root, row["query_id"])
         return pages.rejection_page(links, run_id, row, judged, shown)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from typing import Any
 
 from datamind.settings import Settings
@@ -44,8 +43,9 @@ def run_id() -> str:
     """The Airflow run id, made safe for use in file names."""
     from airflow.sdk import get_current_context
 
-    raw = get_current_context()["run_id"]
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
+    from datamind.ids import safe_run_id
+
+    return safe_run_id(get_current_context()["run_id"])
 
 
 def connection_dict(conn_id: str) -> dict[str, Any] | None:

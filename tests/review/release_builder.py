@@ -8,8 +8,11 @@ import random
 from datetime import datetime, timezone
 
 from datamind.categories import CATEGORY_IDS
+from datamind.ids import safe_run_id
 from datamind.publish import promotion
 from datamind.publish.audit import AuditTally
+from datamind.review.query import PUBLISH_REJECTIONS
+from datamind.rollout.protocol import format_answer_turn, format_code_turn, format_interpreter
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot
@@ -37,19 +40,17 @@ def sample_row(i: int, rng: random.Random, flawed: bool = False) -> dict:
     ]
     if i % 10 == 0:  # a failed cell the agent recovers from
         messages += [
-            {"role": "assistant", "content": f"<think>\nA first look at {word}.\n</think>\n<code>\n```python\n"
-             "print(df.amt.mean())\n```\n</code>"},
-            {"role": "tool", "content": "<interpreter>\nNameError: name 'df' is not defined\n</interpreter>"},
-        ]  # fmt: skip
+            {"role": "assistant", "content": format_code_turn(f"A first look at {word}.", "print(df.amt.mean())")},
+            {"role": "tool", "content": format_interpreter("NameError: name 'df' is not defined")},
+        ]
+    code = (
+        f"import pandas as pd\ndf = pd.read_csv('orders_{i % 40}.csv')\n"
+        f"print(round(df[df['city'] == '{city}']['amount'].mean(), 2))"
+    )
     messages += [
-        {
-            "role": "assistant",
-            "content": f"<think>\nFor {word} I keep the rows of {city} and average the amount.\n</think>\n<code>\n"
-            f"```python\nimport pandas as pd\ndf = pd.read_csv('orders_{i % 40}.csv')\n"
-            f"print(round(df[df['city'] == '{city}']['amount'].mean(), 2))\n```\n</code>",
-        },
-        {"role": "tool", "content": f"<interpreter>\n{output.rstrip()}\n</interpreter>"},
-        {"role": "assistant", "content": f"<think>\nSo {word} gives {value}.\n</think>\n<answer>\n{value}\n</answer>"},
+        {"role": "assistant", "content": format_code_turn(f"For {word} I keep the rows of {city} and average.", code)},
+        {"role": "tool", "content": format_interpreter(output)},
+        {"role": "assistant", "content": format_answer_turn(f"So {word} gives {value}.", str(value))},
     ]
     return {
         "sample_id": f"s{i:07d}",
@@ -108,7 +109,8 @@ def write_release(
 
 def write_run(root: DataRoot, run_id: str) -> dict:
     """One sampling run's trajectories (answered and a sandbox failure) and a publishing rejection whose sample
-    is in ``judged``; returns the ids."""
+    is in ``judged``; returns the ids. Rows record the run id as stages do (made safe for file names)."""
+    run_id = safe_run_id(run_id)
     rng = random.Random(3)
     base = sample_row(5, rng)
     trajectories = [
@@ -132,11 +134,13 @@ def write_run(root: DataRoot, run_id: str) -> dict:
     judged = {**base, "sample_id": "judged-dropped", "final_answer": "é" * 3 + "Ã©"}
     root.write_bytes("judged/params=abc/part-0.parquet", table_to_parquet_bytes(DATASET.to_table([judged])))
     rows = [
-        rejection("publish", "judged-dropped", "linguistic:mojibake", "the answer holds mojibake ('Ã©')",
+        rejection(PUBLISH_REJECTIONS, "judged-dropped", "linguistic:mojibake", "the answer holds mojibake ('Ã©')",
                   file_id=base["file_id"], query_id=base["query_id"], raw=judged["final_answer"], run_id=run_id,
                   created_at=NOW),
         rejection("judge", "q0000009", "no_consensus", "the three answers disagree", query_id="q0000009",
                   run_id=run_id, created_at=NOW),
     ]  # fmt: skip
-    root.write_bytes("rejections/publish/part-run.parquet", table_to_parquet_bytes(REJECTIONS.to_table(rows)))
+    root.write_bytes(
+        f"rejections/{PUBLISH_REJECTIONS}/part-run.parquet", table_to_parquet_bytes(REJECTIONS.to_table(rows))
+    )
     return {"trajectories": ["traj-ok", "traj-broken"], "rejections": ["judged-dropped", "q0000009"]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+from fakes.openai_server import count_words
 from rollout.corpus import build_corpus, expected, queries
 
 from datamind.assets import DIRS
@@ -52,7 +53,7 @@ def fake_models(body: dict) -> str:
     return f"<think>The output answers the question.</think>\n<answer>The result is {value}.</answer>"
 
 
-def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, llm_client, sandbox):
+def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, llm_client, sandbox, monkeypatch):
     server.responder = fake_models
     by_id = {q["query_id"]: q for q in queries()}
     build_corpus(root, str(tmp_path), [by_id["q1"], by_id["q3"]])
@@ -99,12 +100,30 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
     assert "reviewer" not in judged["q3"]["messages"][1]["content"]
 
     calls_before = server.request_count
+    monkeypatch.setenv("DATAMIND_LLM_PRICES", json.dumps({"expert-model": {"prompt": 2.0, "completion": 8.0}}))
     m = publish_dataset(root, "run-llm", shard_rows=10)
     assert m["n_filtered"] == 0, m["filtered_by_reason"]
     assert m["n_samples"] == 2 and m["by_category"] == {"aggregation": 1, "comparison": 1}
-    # A rerun of the sampling shard is answered from the response cache: no new LLM calls, same rows.
+    # What each sample cost: every expert call made for its question (its three trajectories, and q3's
+    # reflection), as the server billed them (words in, words out); judge calls are in no row yet.
+    billed = {"q1": [0, 0], "q3": [0, 0]}
+    for b in server.bodies:
+        if b["model"] == "expert-model":
+            qid = next(q for q in billed if by_id[q]["question"] in b["messages"][1]["content"])
+            billed[qid][0] += sum(count_words(x["content"]) for x in b["messages"])
+            billed[qid][1] += count_words(fake_models(b))
+    cost = m["cost"]
+    for qid in billed:
+        cell = cost["by_category_hop"][f"{by_id[qid]['category']} / hop {by_id[qid]['hop']}"]
+        assert cell["paid_tokens_per_sample"] == sum(billed[qid]) and cell["cached_tokens_per_sample"] == 0
+        assert cell["usd_per_sample"] == round((billed[qid][0] * 2.0 + billed[qid][1] * 8.0) / 1e6, 6)
+    assert cost["priced"] and "LLM cost per accepted sample" in root.read_text("dataset/v1/README.md")
+    # A rerun of the sampling shard is answered from the response cache: no new LLM calls, same rows, and
+    # its trajectories now say their tokens were the cache's.
     again = sample_shard(root, specs[0], ROLLOUT, "run-llm-2", llm_client=llm_client, sandbox=sandbox)
     assert server.request_count == calls_before and again["path"] == s["path"]
+    cached = [t for t in read_rows(root, TRAJECTORIES, DIRS["trajectories"]) if t["reflection_round"] == 0]
+    assert all(t["cached_prompt_tokens"] == t["prompt_tokens"] > 0 for t in cached)
 
 
 def test_unparseable_judge_replies_become_a_recorded_rejection(root, tmp_path, server, llm_client, sandbox):

@@ -190,15 +190,7 @@ class LLMConfig:
                     raise ValueError(
                         f"connection {conn_id!r}: extra.{key} must be a number, got {extra[key]!r}"
                     ) from None
-        prices = {}
-        for model, p in (extra.get("prices") or {}).items():
-            try:
-                prices[str(model)] = Price(float(p["prompt"]), float(p["completion"]))
-            except (KeyError, TypeError, ValueError):
-                raise ValueError(
-                    f"connection {conn_id!r}: price for {model!r} must be "
-                    "{'prompt': usd_per_mtok, 'completion': usd_per_mtok}"
-                ) from None
+        prices = parse_prices(extra.get("prices"), f"connection {conn_id!r}")
         params = {str(r): dict(p) for r, p in (extra.get("params") or {}).items()}
         if extra.get("http_backend"):
             kwargs["http_backend"] = str(extra["http_backend"])
@@ -213,6 +205,25 @@ class LLMConfig:
             conn_id=conn_id,
             **kwargs,
         )
+
+
+def parse_prices(raw: Any, where: str) -> dict[str, Price]:
+    """model -> Price from ``{"model": {"prompt": usd_per_mtok, "completion": usd_per_mtok}}``."""
+    prices = {}
+    for model, p in (raw or {}).items():
+        try:
+            prices[str(model)] = Price(float(p["prompt"]), float(p["completion"]))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(
+                f"{where}: price for {model!r} must be {{'prompt': usd_per_mtok, 'completion': usd_per_mtok}}"
+            ) from None
+    return prices
+
+
+def prices_from_env(env: Mapping[str, str] | None = None) -> dict[str, Price]:
+    """The prices a deployment configured in DATAMIND_LLM_PRICES (none when unset)."""
+    raw = (env if env is not None else os.environ).get("DATAMIND_LLM_PRICES")
+    return parse_prices(_parse_extra(raw, "DATAMIND_LLM_PRICES"), "DATAMIND_LLM_PRICES") if raw else {}
 
 
 def _parse_extra(extra: Any, where: str) -> dict[str, Any]:

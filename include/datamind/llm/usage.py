@@ -21,6 +21,14 @@ class ModelUsage:
     saved_usd: float | None = None
 
 
+def cached_part(result) -> tuple[int, int]:
+    """(prompt, completion) tokens of a chat result (or every attempt of a parsed one) that the response
+    cache answered: counted in the result's tokens, but not paid for again."""
+    parts = getattr(result, "results", None) or (result,)
+    hits = [r for r in parts if getattr(r, "cached", False)]
+    return sum(int(r.prompt_tokens) for r in hits), sum(int(r.completion_tokens) for r in hits)
+
+
 @dataclass
 class UsageMeter:
     by_model: dict[str, ModelUsage] = field(default_factory=dict)

@@ -120,6 +120,8 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         "",
         promotion.card_section(manifest.get("promotion")),
         "",
+        *cost_lines(manifest.get("cost") or {}),
+        "",
         "## Audit",
         "",
         "Figures of `python -m datamind.publish.audit` on this release (thresholds in `datamind/publish/audit.py`):",
@@ -168,6 +170,30 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def cost_lines(cost: dict) -> list[str]:
+    """The release's LLM usage per accepted sample, overall and by category x hop."""
+    total = cost.get("total") or {}
+    lines = ["## LLM cost per accepted sample", ""]
+    if not total.get("prompt_tokens") and not total.get("completion_tokens"):
+        return lines + ["No LLM call went into these samples (offline engine): they cost no tokens."]
+    usd = "" if cost.get("priced") else " (some models have no configured price: their dollars are not counted)"
+    lines += [
+        f"Synthesis and sampling calls behind each sample, the failed trajectories included{usd}. "
+        f"Overall: {total['paid_tokens_per_sample']:,} paid tokens and ${total['usd_per_sample']:.6f} per sample; "
+        f"the response cache answered {total['cached_tokens_per_sample']:,} tokens per sample "
+        f"(${total['saved_usd']:.4f} saved in all).",
+        "",
+        "| category / hop | samples | paid tokens / sample | cached tokens / sample | USD / sample |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key, c in (cost.get("by_category_hop") or {}).items():
+        lines.append(
+            f"| {key} | {c['samples']} | {c['paid_tokens_per_sample']:,} | {c['cached_tokens_per_sample']:,} | "
+            f"{c['usd_per_sample']:.6f} |"
+        )
+    return lines
 
 
 def _decontamination_lines(d: dict) -> list[str]:

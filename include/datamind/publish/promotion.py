@@ -107,6 +107,7 @@ def release_summary(manifest: dict) -> dict:
         "failing_figures": failing,
         "audit": verdicts(audit) if audit else [],
         "promotion": manifest.get("promotion") or {},
+        "cost": manifest.get("cost") or {},
     }
 
 

@@ -38,7 +38,9 @@ from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.judge.stage import committed_query_ids
 from datamind.publish import card
+from datamind.llm.config import prices_from_env
 from datamind.publish import promotion
+from datamind.publish.cost import release_cost
 from datamind.publish.audit import AuditTally
 from datamind.publish.params import PublishParams
 from datamind.stage_params import from_params
@@ -157,7 +159,7 @@ class _Screened:
 
 
 # What the manifest and the card read of a kept row; the rows themselves stay in the spill files.
-_LIGHT = ("sample_id", "file_id", "data_uri", "category", "hop", "answer_check", "selection_strategy")
+_LIGHT = ("sample_id", "query_id", "file_id", "data_uri", "category", "hop", "answer_check", "selection_strategy")
 # Judged rows screened together: enough to batch the tokenizer and write few spill files, few enough to
 # keep memory flat (a row with its trajectory is tens of KB in Python).
 _SCREEN_ROWS = 2_000
@@ -351,6 +353,7 @@ def _publish_screened(
     queries = read_rows(root, QUERIES, DIRS["queries"], columns=["category"]) if root.exists(DIRS["queries"]) else []
     manifest["audit"] = screened.audit.figures(dict(Counter(q["category"] for q in queries)))
     manifest["promotion"] = promotion.initial(manifest["audit"])
+    manifest["cost"] = release_cost(root, kept, prices_from_env())
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
     _commit(root, vdir, final)

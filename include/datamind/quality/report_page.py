@@ -202,8 +202,33 @@ def audit_section(release: Mapping, links: Links | None) -> str:
     viewer = f" · <a href='{_e(links.release(version))}'>browse its samples</a>" if links is not None else ""
     return (
         f"<h2>Release {_e(version)} audit: {verdict}</h2>"
-        f"<p>Promotion: <b>{_e(state)}</b>{who}. {_e(p.get('reason') or '')}{viewer}</p>"
+        f"<p>Promotion: <b>{_e(state)}</b>{who} ({_e(p.get('reason') or 'no reason recorded')}){viewer}</p>"
         + (f"<table>{head}{''.join(rows)}</table>" if rows else "<p class='meta'>No audit figures.</p>")
+        + _cost_section(release.get("cost") or {})
+    )
+
+
+def _cost_section(cost: Mapping) -> str:
+    """What each accepted sample cost in LLM calls, by category x hop, and what the cache answered."""
+    total = cost.get("total") or {}
+    if not total:
+        return ""
+    if not total.get("prompt_tokens") and not total.get("completion_tokens"):
+        return "<h3>LLM cost per accepted sample</h3><p class='meta'>No LLM call went into these samples.</p>"
+    rows = "".join(
+        f"<tr><td>{_e(k)}</td><td class='num'>{_e(c['samples'])}</td>"
+        f"<td class='num'>{_e(c['paid_tokens_per_sample'])}</td>"
+        f"<td class='num'>{_e(c['cached_tokens_per_sample'])}</td>"
+        f"<td class='num'>{c['usd_per_sample']:.6f}</td></tr>"
+        for k, c in (cost.get("by_category_hop") or {}).items()
+    )
+    note = "" if cost.get("priced") else " Some models have no configured price: their dollars are not counted."
+    return (
+        "<h3>LLM cost per accepted sample</h3>"
+        f"<p>{_e(total['paid_tokens_per_sample'])} paid tokens and ${total['usd_per_sample']:.6f} per sample; the "
+        f"cache answered {_e(total['cached_tokens_per_sample'])} tokens per sample (${total['saved_usd']:.4f} saved)."
+        f"{_e(note)}</p><table><tr><th>category / hop</th><th>samples</th><th>paid tokens / sample</th>"
+        f"<th>cached tokens / sample</th><th>USD / sample</th></tr>{rows}</table>"
     )
 
 

@@ -17,9 +17,12 @@ import duckdb
 import pyarrow.dataset as pads
 
 from datamind.assets import DIRS
+from datamind.ids import safe_run_id
+from datamind.stages import STAGES
 from datamind.storage import DataRoot
 
 PAGE_SIZE = 50
+PUBLISH_REJECTIONS = STAGES["publish_dataset"].rejections  # its items are judged samples, kept in ``judged``
 _VERSION = re.compile(r"^v(\d+)$")
 
 
@@ -49,7 +52,9 @@ def release_source(version_id: str) -> Source:
     return Source("release", rel, "part-*.parquet", "sample_id", RELEASE_COLUMNS, RELEASE_FILTERS, ("question",))
 
 
-def run_source(kind: str, run_id: str) -> Source:
+def run_source(kind: str, run_id: str | None) -> Source:
+    """One run's rows of ``kind``; ``run_id`` as Airflow shows it or as the tables record it."""
+    run_id = safe_run_id(run_id) if run_id is not None else None
     if kind == "trajectories":
         return Source(
             "trajectories", DIRS["trajectories"], "**/*.parquet", "trajectory_id",

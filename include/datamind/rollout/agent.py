@@ -34,6 +34,8 @@ class PolicyReply:
     model: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of the tokens above, those the response cache answered
+    cached_completion_tokens: int = 0
 
 
 class PolicyGaveUp(RuntimeError):
@@ -63,6 +65,8 @@ class AgentResult:
     model: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    cached_completion_tokens: int = 0
     exec_seconds: float = 0.0
     n_exec_errors: int = 0
 
@@ -98,6 +102,8 @@ async def run_agent(
         res.model = reply.model or res.model
         res.prompt_tokens += reply.prompt_tokens
         res.completion_tokens += reply.completion_tokens
+        res.cached_prompt_tokens += reply.cached_prompt_tokens
+        res.cached_completion_tokens += reply.cached_completion_tokens
         text = protocol.clip_reply(reply.text or "")
         turn = protocol.parse_turn(text)
         record.append({"role": "assistant", "content": text})

@@ -233,6 +233,8 @@ def trajectory_row(
         "template_version": json.dumps(s.template_versions, sort_keys=True),
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": r.completion_tokens,
+        "cached_prompt_tokens": r.cached_prompt_tokens,
+        "cached_completion_tokens": r.cached_completion_tokens,
         "created_at": now or datetime.now(timezone.utc),
         "run_id": run_id,
         "error": f"{r.error}: {r.error_detail}" if r.error else None,

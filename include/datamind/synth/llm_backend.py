@@ -40,6 +40,7 @@ from datamind.synth.prompts import (
     render_query_prompt,
 )
 from datamind.synth.reference import ReferenceRunner, strip_fences
+from datamind.llm.usage import cached_part
 
 ROLE = "synthesizer"
 MIN_QUESTION_CHARS = 10
@@ -90,6 +91,8 @@ class Answered:
     answer: str | None
     prompt_tokens: int
     completion_tokens: int
+    cached_prompt_tokens: int = 0  # of the tokens above, those the response cache answered
+    cached_completion_tokens: int = 0
 
 
 def _repair_message(error: str) -> str:
@@ -120,7 +123,7 @@ async def _ask(
     parser = functools.partial(parse_query_output, category_id=category_id, with_code=runner is not None)
     lang = runner[0].lang_for(runner[1]) if runner is not None else None
     shape = grammar("synth_query", type_name=categories.get(category_id).name, lang=lang)
-    tokens = [0, 0]
+    tokens = [0, 0, 0, 0]  # prompt, completion, and the cached part of each
     error = ""
     for attempt in range(repairs + 1):
         try:
@@ -146,8 +149,11 @@ async def _ask(
                 )
             )
             return None
+        cached = cached_part(res)
         tokens[0] += res.prompt_tokens
         tokens[1] += res.completion_tokens
+        tokens[2] += cached[0]
+        tokens[3] += cached[1]
         res.value["question"] = scope_question(res.value["question"], scope)
         problem = grounding.check_question(res.value["question"], schema) if schema is not None else None
         if problem is not None:  # a question the agent could not answer from what it sees, or should not ask
@@ -324,6 +330,8 @@ class _TableAsker:
             template_version=version,
             prompt_tokens=got.prompt_tokens,
             completion_tokens=got.completion_tokens,
+            cached_prompt_tokens=got.cached_prompt_tokens,
+            cached_completion_tokens=got.cached_completion_tokens,
             run_id=self.run_id,
         )
 

@@ -42,6 +42,8 @@ def query_row(
     template_version: str,
     prompt_tokens: int | None = None,
     completion_tokens: int | None = None,
+    cached_prompt_tokens: int | None = None,
+    cached_completion_tokens: int | None = None,
     run_id: str | None = None,
     variants: list[str] | None = None,
 ) -> dict:
@@ -67,6 +69,8 @@ def query_row(
         "template_version": template_version,
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
+        "cached_prompt_tokens": cached_prompt_tokens,
+        "cached_completion_tokens": cached_completion_tokens,
         "created_at": now(),
         "run_id": run_id,
     }

@@ -15,6 +15,7 @@ from datamind.llm.errors import EndpointUnavailable, LLMCallError
 from datamind.llm.grammars import grammar
 from datamind.rollout import protocol
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply
+from datamind.llm.usage import cached_part
 
 
 def to_chat(messages: list[dict]) -> list[dict]:
@@ -61,11 +62,14 @@ class LLMExpertPolicy:
                 "reply_truncated",
                 f"the {self.role} reply was cut at max_tokens ({self.params.get('max_tokens')}): {res.text[-80:]!r}",
             )
+        cached = cached_part(res)
         return PolicyReply(
             text=_restore_stop(res.text, getattr(res, "finish_reason", None)),
             model=res.model,
             prompt_tokens=res.prompt_tokens,
             completion_tokens=res.completion_tokens,
+            cached_prompt_tokens=cached[0],
+            cached_completion_tokens=cached[1],
         )
 
 
