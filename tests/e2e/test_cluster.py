@@ -116,7 +116,14 @@ def test_the_chain_runs_across_two_workers_on_a_shared_bucket_and_a_rerun_pays_n
     assert all(v == ["success"] for v in states.values()), states
 
     tis = s.get(f"{c.base_url}/api/v2/dags/~/dagRuns/~/taskInstances", params={"limit": 500}, timeout=60).json()
-    ours = [t for t in tis["task_instances"] if t["dag_id"] in CHAIN and t["state"] == "success"]
+    ours = [
+        t
+        for t in tis["task_instances"]
+        if t["dag_id"] in CHAIN
+        and t["state"] == "success"
+        # an EmptyOperator (publish_dataset's audit_passed) is marked done by the scheduler, on no worker
+        and (t.get("operator_name") or t.get("operator")) != "EmptyOperator"
+    ]
     per_worker = Counter(t["hostname"] for t in ours)
     assert set(per_worker) == {"127.0.0.2", "127.0.0.3"}, per_worker  # both workers did work
     train = [t for t in ours if t["dag_id"] == "train_agent" and t["task_id"] == "train"]

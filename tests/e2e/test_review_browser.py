@@ -85,7 +85,10 @@ def test_a_missed_threshold_waits_for_a_person_who_reviews_and_approves_it(stand
         "the first release's promotion",
     )
     assert states["promote"] == "success" and states["review"] == "skipped", states
-    _wait(lambda: len(runs(session, base, "train_agent")) == 1, "train_agent to start on v1")
+    _wait(
+        lambda: len(started := runs(session, base, "train_agent")) == 1 and started[0]["start_date"],
+        "train_agent to start on v1",
+    )
     # Training itself is not this test's business (no GPU pool here): end that run, so the next release's
     # event can start another one (train_agent runs one at a time).
     (trained,) = runs(session, base, "train_agent")
@@ -166,7 +169,11 @@ def test_a_missed_threshold_waits_for_a_person_who_reviews_and_approves_it(stand
         "the promotion after approval",
     )
     assert _task_states(session, base, "publish_dataset", second)["promote"] == "success"
-    _wait(lambda: len(runs(session, base, "train_agent")) == 2, "train_agent to start on v2")
+    # started, not only queued (the events API also fails on an event whose run has no start date yet)
+    _wait(
+        lambda: len(started := runs(session, base, "train_agent")) == 2 and all(r["start_date"] for r in started),
+        "train_agent to start on v2",
+    )
     decided = json.loads(root.read_text("dataset/v2/manifest.json"))["promotion"]
     assert decided["status"] == "promoted" and decided["decided_by"]
     assert "decided by" in root.read_text("dataset/v2/README.md")
