@@ -49,7 +49,8 @@ def build_release(base: Path, samples: int, template_files: int) -> tuple[Path, 
     root_dir = base / "root"
     root = DataRoot(str(root_dir))
     manifest = publish_dataset(root, "bench-template")
-    template = pq.read_table(root_dir / "dataset" / f"v{manifest['version']}").to_pylist()
+    parts = sorted((root_dir / "dataset" / f"v{manifest['version']}").glob("part-*.parquet"))
+    template = [row for part in parts for row in pq.read_table(part).to_pylist()]
     print(
         f"template release: {len(template)} samples from {template_files} files in {time.perf_counter() - t0:.0f} s",
         file=sys.stderr,
@@ -63,7 +64,17 @@ def build_release(base: Path, samples: int, template_files: int) -> tuple[Path, 
         for row in template:
             if written >= samples:
                 break
-            part.append({**row, "sample_id": stable_id(row["sample_id"], copy), "trajectory_id": row["trajectory_id"]})
+            # each clone's text differs (its copy number in the question and the task), as real samples do, so
+            # the parts are as large as a real release of this size and no page is served from shared pages
+            mark = f" [copy {copy}]"
+            messages = [
+                {**m, "content": m["content"] + mark if m["role"] in ("user", "assistant") else m["content"]}
+                for m in row["messages"]
+            ]
+            part.append(
+                {**row, "sample_id": stable_id(row["sample_id"], copy), "question": row["question"] + mark,
+                 "messages": messages}
+            )  # fmt: skip
             written += 1
             if len(part) == PART_ROWS:
                 (vdir / f"part-{(written - 1) // PART_ROWS:05d}.parquet").write_bytes(
