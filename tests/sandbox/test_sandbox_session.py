@@ -241,3 +241,21 @@ def test_tracebacks_name_library_frames_without_the_workers_install_paths(sandbo
     assert not res.ok and "KeyError" in res.output and 'File "<cell>", line 3' in res.output
     assert "pandas/core/frame.py" in res.output  # the frame is still named...
     assert "site-packages" not in res.output and sys.prefix not in res.output  # ...but not where it is installed
+
+
+@pytest.mark.parametrize("mode", ["root", "userns"])
+def test_a_closed_sandbox_leaves_no_cgroup_behind(mode, csv_file):
+    from datamind.sandbox.cgroups import own_cgroups
+
+    if mode == "root" and os.geteuid() != 0:
+        pytest.skip("root isolation mode needs a root worker")
+    with Sandbox(SandboxLimits(**{**TEST_LIMITS, "isolation_mode": mode})) as sb:
+        if "memory_cgroup" not in sb.layers and "pids_cgroup" not in sb.layers:
+            pytest.skip(f"no cgroup on this host: {sb.layers}")
+        zygote = sb._client.ready["pid"]
+        with sb.session([str(csv_file)]) as s:
+            assert s.run("print(1)").output == "1\n"
+        made = [parent / f"datamind-sandbox-{zygote}" for _, _, parent in own_cgroups()]
+        assert any(p.exists() for p in made)
+    # The zygote removes its own cgroups on the way out, though its root has no /sys by then.
+    assert [p for p in made if p.exists()] == []

@@ -27,6 +27,7 @@ class _Hierarchy:
     controllers: frozenset[str]
     base: Path  # the per-zygote parent
     fd: int
+    parent_fd: int  # the folder holding ``base``: removing it needs no path (the zygote's root has no /sys)
 
 
 def _mounts() -> list[tuple[str, str, str, set[str]]]:
@@ -118,7 +119,8 @@ class SessionCgroups:
                 base.mkdir()
                 if version == 2:
                     _enable(base, wanted)
-                hierarchies.append(_Hierarchy(version, frozenset(wanted), base, os.open(base, os.O_DIRECTORY)))
+                fds = os.open(base, os.O_DIRECTORY), os.open(parent, os.O_DIRECTORY)
+                hierarchies.append(_Hierarchy(version, frozenset(wanted), base, *fds))
                 taken |= wanted
             except OSError:
                 _rmdir(base)
@@ -206,7 +208,8 @@ class SessionCgroups:
                     self.remove(child)
         for h in self.hierarchies:
             os.close(h.fd)
-            _rmdir(h.base)
+            _rmdir_at(h.parent_fd, h.base.name)
+            os.close(h.parent_fd)
 
 
 def _enable(cgroup: Path, controllers: frozenset[str]) -> None:
