@@ -131,14 +131,11 @@ def create_app() -> FastAPI:
 
 
 VIEWER = f"{PREFIX}/viewer"
-# The filters a list page takes from its query string (anything else there is ignored).
-_LIST_PARAMS = ("category", "hop", "data_format", "split", "answer_check", "judge_verdict", "file_id", "status",
-                "reflection_round", "stage", "reason_code")  # fmt: skip
 
 
 def _chosen(request: Request, source) -> tuple[dict[str, str], str, int]:
     params = request.query_params
-    chosen = {k: params[k] for k in _LIST_PARAMS if k in source.filters and params.get(k)}
+    chosen = {k: params[k] for k in source.filters if params.get(k)}  # anything else in the query is ignored
     try:
         number = max(1, int(params.get("page") or 1))
     except ValueError:

@@ -193,28 +193,29 @@ def _folder_state(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_sqlite_in_wal_mode_is_read_as_a_copy_and_a_pending_log_is_named(root, tmp_path: Path):
+    import contextlib
     import sqlite3
 
     folder = tmp_path / "dbs"
     folder.mkdir()
     build = tmp_path / "build"
     build.mkdir()
-    # A database whose last 60 rows live only in its write-ahead log, copied while the writer holds it open.
-    con = sqlite3.connect(build / "live.sqlite")
-    con.executescript("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;")
-    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, city TEXT, amount REAL)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?)", table_rows(80))
-    con.commit()
-    shutil.copy(build / "live.sqlite", folder / "live.sqlite")
-    shutil.copy(build / "live.sqlite-wal", folder / "live.sqlite-wal")
-    con.close()
-    # The same kind of database, checkpointed: WAL mode in its header, no log beside it.
-    con = sqlite3.connect(folder / "quiet.sqlite")
-    con.executescript("PRAGMA journal_mode=WAL;")
-    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, city TEXT, amount REAL)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?)", table_rows(50))
-    con.commit()
-    con.close()
+
+    def wal_database(path: Path, n: int) -> sqlite3.Connection:
+        """A WAL-mode database whose rows stay in its log while the returned connection is open."""
+        con = sqlite3.connect(path)
+        con.executescript("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;")
+        con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, city TEXT, amount REAL)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)", table_rows(n))
+        con.commit()
+        return con
+
+    # A database whose rows live only in its write-ahead log, copied while the writer holds it open.
+    with contextlib.closing(wal_database(build / "live.sqlite", 80)):
+        shutil.copy(build / "live.sqlite", folder / "live.sqlite")
+        shutil.copy(build / "live.sqlite-wal", folder / "live.sqlite-wal")
+    # The same kind of database, checkpointed when closed: WAL mode in its header, no log beside it.
+    wal_database(folder / "quiet.sqlite", 50).close()
     assert not (folder / "quiet.sqlite-wal").exists()
     before = _folder_state(folder)
     _ingest(root, _plan(root, folder, "dbs"))

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from datamind.sandbox.isolation import kill_until_gone
 
 CONTROLLERS = ("memory", "pids")
 _PREFIX = "datamind-sandbox-"
@@ -123,7 +124,7 @@ class SessionCgroups:
                 hierarchies.append(_Hierarchy(version, frozenset(wanted), base, *fds))
                 taken |= wanted
             except OSError:
-                _rmdir(base)
+                _rmdir(str(base))
         return cls(hierarchies) if hierarchies else None
 
     # -- sessions -------------------------------------------------------------------------------------
@@ -154,21 +155,8 @@ class SessionCgroups:
         return {int(p) for p in _read_at(h.fd, f"{sid}/cgroup.procs").split()}
 
     def kill(self, sid: str, keep: frozenset[int] = frozenset()) -> int:
-        """SIGKILL every process of the session except ``keep``; returns how many were killed. Repeats
-        until none is left, so a process forking while it dies cannot leave a child behind."""
-        killed: set[int] = set()
-        for _ in range(500):
-            targets = self.members(sid) - keep
-            if not targets:
-                break
-            for pid in targets:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.add(pid)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.001)
-        return len(killed)
+        """SIGKILL every process of the session except ``keep``; returns how many were killed."""
+        return kill_until_gone(lambda: self.members(sid), keep, rounds=500, pause_s=0.001)
 
     def oom_kills(self, sid: str) -> int:
         """Processes the kernel killed for the session's memory limit since the last call."""
@@ -199,7 +187,7 @@ class SessionCgroups:
         self.kill(sid)
         self._oom_seen.pop(sid, None)
         for h in self.hierarchies:
-            _rmdir_at(h.fd, sid)
+            _rmdir(sid, h.fd)
 
     def close(self) -> None:
         for h in self.hierarchies:
@@ -208,7 +196,7 @@ class SessionCgroups:
                     self.remove(child)
         for h in self.hierarchies:
             os.close(h.fd)
-            _rmdir_at(h.parent_fd, h.base.name)
+            _rmdir(h.base.name, h.parent_fd)
             os.close(h.parent_fd)
 
 
@@ -230,18 +218,9 @@ def _sweep_dead_zygotes(parent: Path) -> None:
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
             continue
         for session in stale.glob("s-*"):
-            for _ in range(200):
-                pids = [int(p) for p in _read(session / "cgroup.procs").split()]
-                if not pids:
-                    break
-                for p in pids:
-                    try:
-                        os.kill(p, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                time.sleep(0.002)
-            _rmdir(session)
-        _rmdir(stale)
+            kill_until_gone(lambda: {int(p) for p in _read(session / "cgroup.procs").split()}, rounds=200)
+            _rmdir(str(session))
+        _rmdir(str(stale))
 
 
 def _write_at(dir_fd: int, rel: str, text: str, *, optional: bool = False) -> None:
@@ -275,24 +254,12 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _rmdir_at(dir_fd: int, name: str) -> bool:
+def _rmdir(name: str, dir_fd: int | None = None) -> bool:
+    """Remove a cgroup folder (``name`` relative to ``dir_fd``, or a path), waiting while the kernel still
+    counts a dying process in it (EBUSY)."""
     for _ in range(100):
         try:
             os.rmdir(name, dir_fd=dir_fd)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EBUSY:
-                return False
-            time.sleep(0.002)
-    return False
-
-
-def _rmdir(path: Path) -> bool:
-    for _ in range(100):
-        try:
-            path.rmdir()
             return True
         except FileNotFoundError:
             return True

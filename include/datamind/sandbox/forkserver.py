@@ -392,33 +392,38 @@ def _python_runtime() -> tuple[list[str], list[str]]:
     return sorted(paths), hide
 
 
-def _seccomp_works() -> bool:
+def _works_in_child(attempt) -> bool:
+    """Whether ``attempt`` (returning an exit code) succeeds in a throwaway child: probing a layer must not
+    change the zygote itself."""
     pid = os.fork()
     if pid == 0:
         try:
-            isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
-            seccomp.install()
-            os._exit(0)
+            os._exit(attempt())
         except BaseException:  # noqa: BLE001
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+def _seccomp_works() -> bool:
+    def attempt() -> int:
+        isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+        seccomp.install()
+        return 0
+
+    return _works_in_child(attempt)
 
 
 def _pid_namespace_works() -> bool:
-    pid = os.fork()
-    if pid == 0:
-        try:
-            isolation.unshare(isolation.CLONE_NEWPID)
-            inner = os.fork()
-            if inner == 0:
-                os._exit(0 if os.getpid() == 1 else 1)
-            _, status = os.waitpid(inner, 0)
-            os._exit(os.waitstatus_to_exitcode(status))
-        except BaseException:  # noqa: BLE001
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+    def attempt() -> int:
+        isolation.unshare(isolation.CLONE_NEWPID)
+        inner = os.fork()
+        if inner == 0:
+            os._exit(0 if os.getpid() == 1 else 1)
+        _, status = os.waitpid(inner, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    return _works_in_child(attempt)
 
 
 def _enter_pid_namespace() -> None:

@@ -359,13 +359,12 @@ def uid_processes(proc_fd: int, uid: int) -> set[int]:
     return found
 
 
-def kill_uid(proc_fd: int, uid: int, rounds: int = 100, keep: frozenset[int] = frozenset()) -> int:
-    """SIGKILL every process running as ``uid`` (a dedicated per-trajectory uid, never a real account)
-    except ``keep``; returns how many were killed. Used when no cgroup is available: a process that
-    called setsid() has left the cell's process group but not its uid."""
+def kill_until_gone(members, keep: frozenset[int] = frozenset(), rounds: int = 100, pause_s: float = 0.002) -> int:
+    """SIGKILL every pid ``members()`` lists, except ``keep``, round after round until none is left, so a
+    process forking while it dies cannot leave a child behind; returns how many were killed."""
     killed: set[int] = set()
     for _ in range(rounds):
-        targets = uid_processes(proc_fd, uid) - keep
+        targets = set(members()) - keep
         if not targets:
             break
         for pid in targets:
@@ -374,5 +373,12 @@ def kill_uid(proc_fd: int, uid: int, rounds: int = 100, keep: frozenset[int] = f
                 killed.add(pid)
             except ProcessLookupError:
                 pass
-        time.sleep(0.002)
+        time.sleep(pause_s)
     return len(killed)
+
+
+def kill_uid(proc_fd: int, uid: int, rounds: int = 100, keep: frozenset[int] = frozenset()) -> int:
+    """SIGKILL every process running as ``uid`` (a dedicated per-trajectory uid, never a real account)
+    except ``keep``; returns how many were killed. Used when no cgroup is available: a process that
+    called setsid() has left the cell's process group but not its uid."""
+    return kill_until_gone(lambda: uid_processes(proc_fd, uid), keep, rounds)
