@@ -53,21 +53,16 @@ def release_cost(root: DataRoot, samples: list[Mapping], prices: Mapping | None 
         total["samples"] += 1
         for rows in calls.values():
             for r in rows.get(s["query_id"], []):
-                for f in _FIELDS:
-                    n = int(r.get(f) or 0)
-                    cell[f] += n
-                    total[f] += n
-                p, c = int(r.get("prompt_tokens") or 0), int(r.get("completion_tokens") or 0)
-                cp, cc = int(r.get("cached_prompt_tokens") or 0), int(r.get("cached_completion_tokens") or 0)
-                if not (p or c):
-                    continue
+                p, c, cp, cc = (int(r.get(f) or 0) for f in _FIELDS)
                 price = prices.get(r.get("model") or "")
-                if price is None:
+                if price is None and (p or c):
                     priced = False
-                    continue
                 for target in (cell, total):
-                    target["usd"] += price.cost(p - cp, c - cc)
-                    target["saved_usd"] += price.cost(cp, cc)
+                    for f, n in zip(_FIELDS, (p, c, cp, cc)):
+                        target[f] += n
+                    if price is not None:
+                        target["usd"] += price.cost(p - cp, c - cc)
+                        target["saved_usd"] += price.cost(cp, cc)
     return {
         "priced": priced,  # False: some calls had no configured price, their dollars are not counted
         "total": _per_sample(total),
