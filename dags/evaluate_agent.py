@@ -28,24 +28,16 @@ Also runs when `train_agent` emits a new checkpoint (`datamind://checkpoints`), 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
-from datamind.evaluate.params import OFFLINE_AGENT, EvalParams
+from datamind.evaluate.params import OFFLINE_AGENT, EvalParams, deployment_suites
 from datamind_airflow import DAG_DEFAULTS, runtime, wakes_on
 from datamind_airflow.forms import form_params
 
 log = logging.getLogger(__name__)
-
-
-def _default_suites() -> dict:
-    """DATAMIND_BENCHMARKS (the JSON object decontamination reads too), else the latest held-out split."""
-    raw = os.environ.get("DATAMIND_BENCHMARKS", "").strip()
-    return json.loads(raw) if raw else {"heldout": ""}
 
 
 @dag(
@@ -53,15 +45,7 @@ def _default_suites() -> dict:
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "evaluation"],
-    params={
-        **form_params(EvalParams),
-        "suites": Param(
-            _default_suites(),
-            type="object",
-            title="Suites",
-            description='Suite kind -> folder or file, e.g. {"dabench": "/data/dabench", "heldout": ""}.',
-        ),
-    },
+    params=form_params(EvalParams, defaults=EvalParams(suites=deployment_suites())),
     **DAG_DEFAULTS,
 )
 def evaluate_agent():

@@ -15,14 +15,13 @@ synthesis prompts read them. New catalog rows trigger **profile_files** via the 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
-from datamind.settings import REPO_ROOT
+from datamind.ingest.params import BirdSource
 from datamind_airflow import DAG_DEFAULTS, drop_folder, runtime
-from datamind_airflow.ingest_tasks import ingest_shard, limit_params, plan_source_files, publish_catalog
+from datamind_airflow.ingest_tasks import ingest_form, ingest_shard, plan_source_files, publish_catalog
 
-
-SCHEDULE, SOURCE_URI, SOURCE_NAME = drop_folder("bird", str(REPO_ROOT / "samples" / "bird"), "bird")
+SCHEDULE, SOURCE = drop_folder("bird", BirdSource())
 
 
 @dag(
@@ -30,25 +29,7 @@ SCHEDULE, SOURCE_URI, SOURCE_NAME = drop_folder("bird", str(REPO_ROOT / "samples
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "ingest"],
-    params={
-        **limit_params(20, "Databases"),
-        "source_uri": Param(
-            SOURCE_URI,
-            type="string",
-            title="BIRD root",
-            description="Directory or archive (.zip) holding <db_id>/<db_id>.sqlite folders; fsspec URLs work too.",
-            minLength=1,
-        ),
-        "source_name": Param(SOURCE_NAME, type="string", title="Source name", pattern="^[a-z0-9][a-z0-9_.-]*$"),
-        "sample_size": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            title="Databases to sample",
-            description="Leave empty to take every database.",
-        ),
-        "seed": Param(0, type="integer", title="Sampling seed"),
-    },
+    params=ingest_form(SOURCE),
     **DAG_DEFAULTS,
 )
 def ingest_bird():

@@ -15,20 +15,19 @@ Outputs: `catalog/files/*.parquet`; quality report under `reports/ingest_<source
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
-from datamind.settings import REPO_ROOT
+from datamind.ingest.params import FilesSource
 from datamind_airflow import DAG_DEFAULTS, drop_folder, runtime
 from datamind_airflow.ingest_tasks import (
+    ingest_form,
     ingest_shard,
-    limit_params,
     limits_from_params,
     plan_source_files,
     publish_catalog,
 )
 
-
-SCHEDULE, SOURCE_URI, SOURCE_NAME = drop_folder("files", str(REPO_ROOT / "samples" / "files"), "samples")
+SCHEDULE, SOURCE = drop_folder("files", FilesSource())
 
 
 @dag(
@@ -36,31 +35,7 @@ SCHEDULE, SOURCE_URI, SOURCE_NAME = drop_folder("files", str(REPO_ROOT / "sample
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "ingest"],
-    params={
-        **limit_params(50, "Files"),
-        "source_uri": Param(
-            SOURCE_URI,
-            type="string",
-            title="Source URI",
-            description="Directory, glob (e.g. /data/*.csv), .zip archive, or fsspec URL (s3://bucket/prefix).",
-            minLength=1,
-        ),
-        "source_name": Param(
-            SOURCE_NAME,
-            type="string",
-            title="Source name",
-            description="Short name recorded as the files' source; part of every file_id.",
-            pattern="^[a-z0-9][a-z0-9_.-]*$",
-        ),
-        "more_source_uris": Param(
-            [],
-            type="array",
-            items={"type": "string", "minLength": 1},
-            title="More source URIs",
-            description="Backfill several folders or prefixes in one run: their files are listed together "
-            "(each under its folder's name) and ingested in mapped shards.",
-        ),
-    },
+    params=ingest_form(SOURCE),
     **DAG_DEFAULTS,
 )
 def ingest_files():

@@ -25,13 +25,15 @@ import logging
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, task
+from airflow.sdk import CronTriggerTimetable, dag, get_current_context, task
 
-from datamind_airflow import DAG_DEFAULTS
-from datamind_airflow import runtime
+from datamind.ingest.kaggle_config import KaggleCrawlConfig
+from datamind.ingest.params import KaggleRun
+from datamind.stage_params import form_schema
+from datamind_airflow import DAG_DEFAULTS, runtime
 from datamind_airflow.ingest_tasks import (
+    ingest_form,
     ingest_shard,
-    limit_params,
     limits_from_params,
     plan_source_files,
     publish_catalog,
@@ -46,42 +48,7 @@ log = logging.getLogger(__name__)
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "ingest"],
-    params={
-        **limit_params(50, "Files"),
-        "queries": Param(
-            ["sales", "weather", "healthcare", "finance", "education"],
-            type="array",
-            items={"type": "string"},
-            title="Search queries",
-            description="One Kaggle dataset search per entry.",
-        ),
-        "licenses": Param(
-            ["cc0", "cc-by", "cc-by-sa", "pddl", "odc-by", "odbl", "mit", "apache-2.0"],
-            type="array",
-            items={"type": "string"},
-            title="Allowed licenses",
-        ),
-        "file_types": Param(
-            ["csv", "xlsx"], type="array", items={"type": "string", "enum": ["csv", "xlsx"]}, title="File types"
-        ),
-        "max_datasets_per_query": Param(20, type="integer", minimum=1, maximum=500, title="Datasets per query"),
-        "max_pages": Param(5, type="integer", minimum=1, maximum=100, title="Result pages per query"),
-        "max_dataset_bytes": Param(
-            200 * 1024 * 1024, type="integer", minimum=1, title="Max dataset size (bytes)", section="Limits"
-        ),
-        "max_file_bytes": Param(
-            64 * 1024 * 1024, type="integer", minimum=1, title="Max file size (bytes)", section="Limits"
-        ),
-        "crawl_window": Param(
-            "auto",
-            type="string",
-            enum=["auto", "interval", "none"],
-            title="Crawl window",
-            description="auto: scheduled and backfill runs take only datasets last updated in their data interval "
-            "(each week once); manual runs take what is there now. interval: always the run's interval. none: never.",
-        ),
-        "kaggle_conn_id": Param("kaggle_default", type="string", title="Kaggle Connection"),
-    },
+    params=ingest_form(KaggleCrawlConfig, KaggleRun),
     **DAG_DEFAULTS,
 )
 def ingest_kaggle():
@@ -89,20 +56,12 @@ def ingest_kaggle():
     def crawl() -> list[dict]:
         """Search, filter and download; land files under the data root and plan them into shards."""
         from datamind.ingest.kaggle import KaggleAuthError
-        from datamind.ingest.kaggle_config import KaggleCrawlConfig, KaggleCredentials, crawl_window
+        from datamind.ingest.kaggle_config import KaggleCredentials, crawl_window
         from datamind.ingest.kaggle_stage import crawl_to_landing
 
         context = get_current_context()
         params = dict(context["params"])
-        config_keys = (
-            "queries",
-            "licenses",
-            "file_types",
-            "max_datasets_per_query",
-            "max_pages",
-            "max_dataset_bytes",
-            "max_file_bytes",
-        )
+        config_keys = form_schema(KaggleCrawlConfig)
         run_type = str(getattr(context["dag_run"].run_type, "value", context["dag_run"].run_type))
         with runtime.fail_fast_on_permanent_errors("Kaggle crawl window"):
             window = crawl_window(

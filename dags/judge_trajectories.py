@@ -28,9 +28,10 @@ import pendulum
 from airflow.sdk import dag
 
 from datamind.judge.params import JudgeParams
+from datamind.llm.config import ConnectionForm
 from datamind.rollout.params import RolloutParams
 from datamind_airflow import DAG_DEFAULTS, wakes_on
-from datamind_airflow.forms import form_params, llm_conn_param
+from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
@@ -56,7 +57,7 @@ def process(root, spec, params, run_id, llm_client):
         # the rollout backend: it judges (unless Judge says otherwise) and samples the reflection rounds
         "backend": form_params(RolloutParams)["backend"],
         **form_params(JudgeParams),
-        "llm_conn_id": llm_conn_param(),
+        **form_params(ConnectionForm),
     },
     **DAG_DEFAULTS,
 )

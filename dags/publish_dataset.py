@@ -29,9 +29,9 @@ from __future__ import annotations
 import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.hitl import HITLOperator
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
-from datamind.publish.params import PublishParams
+from datamind.publish.params import PublishParams, ReviewForm
 from datamind_airflow import DAG_DEFAULTS, announces, runtime, wakes_on
 from datamind_airflow.forms import form_params
 
@@ -108,7 +108,7 @@ def publish_dataset():
         subject="Promote dataset {{ ti.xcom_pull(task_ids='publish')['version_id'] }} for training?",
         body="{{ ti.xcom_pull(task_ids='publish')['review_body'] }}",
         options=[APPROVE, REJECT],
-        params={"comment": Param("", type="string", title="Comment", description="Why, for the release's card")},
+        params=form_params(ReviewForm),
     )
 
     @task(outlets=[DATASET], trigger_rule="none_failed_min_one_success")

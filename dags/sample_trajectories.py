@@ -18,9 +18,10 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag
 
+from datamind.llm.config import ConnectionForm
 from datamind.rollout.params import RolloutParams
 from datamind_airflow import DAG_DEFAULTS, wakes_on
-from datamind_airflow.forms import form_params, llm_conn_param
+from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
@@ -42,7 +43,7 @@ def process(root, spec, params, run_id, llm_client):
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "trajectories"],
-    params={**form_params(RolloutParams), "llm_conn_id": llm_conn_param()},
+    params={**form_params(RolloutParams), **form_params(ConnectionForm)},
     **DAG_DEFAULTS,
 )
 def sample_trajectories():

@@ -20,9 +20,10 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag
 
+from datamind.llm.config import ConnectionForm
 from datamind.synth.params import SynthParams
 from datamind_airflow import DAG_DEFAULTS, wakes_on
-from datamind_airflow.forms import form_params, llm_conn_param
+from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
@@ -44,7 +45,7 @@ def process(root, spec, params, run_id, llm_client):
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "synthesis"],
-    params={**form_params(SynthParams), "llm_conn_id": llm_conn_param()},
+    params={**form_params(SynthParams), **form_params(ConnectionForm)},
     **DAG_DEFAULTS,
 )
 def synthesize_queries():

@@ -27,16 +27,16 @@ and run a worker that serves that queue. Outputs: `runs/train/<run_id>/` (manife
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
-from datamind.train.config import ENGINES, PHASES
+from datamind.stage_params import from_params
+from datamind.train.config import LaunchParams
 from datamind_airflow import DAG_DEFAULTS, announces, runtime, wakes_on
+from datamind_airflow.forms import form_params
 
 log = logging.getLogger(__name__)
 
@@ -48,58 +48,7 @@ CHECKPOINTS = announces("train_agent")
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "training"],
-    params={
-        "base_model_path": Param(
-            os.environ.get("DATAMIND_BASE_MODEL_PATH") or None,
-            type=["null", "string"],
-            title="Base model path",
-            description="Local directory of a Hugging Face causal LM (as seen by the trainer); never downloaded.",
-        ),
-        "phase": Param(
-            "sft+rl",
-            type="string",
-            enum=list(PHASES),
-            title="Phase",
-            description="sft: supervised only. sft+rl: cold-start SFT, then SFT + DAPO.",
-        ),
-        "engine": Param(
-            "builtin",
-            type="string",
-            enum=list(ENGINES),
-            title="Engine",
-            description="builtin: the project's trainer (SFT and SFT+RL). llamafactory: SFT through LLaMA-Factory "
-            "(phase sft). verl: SFT + DAPO through verl from an SFT checkpoint as base model (phase sft+rl). "
-            "Each engine runs in its own environment on the GPU worker.",
-        ),
-        "template": Param(
-            "default",
-            type="string",
-            title="Chat template (LLaMA-Factory)",
-            description="LLaMA-Factory's template for the base model, e.g. qwen for Qwen2.5.",
-        ),
-        "overrides": Param(
-            # a deployment may set its own defaults (the local cluster: a few CPU steps on a tiny model)
-            json.loads(os.environ.get("DATAMIND_TRAIN_OVERRIDES") or "{}"),
-            type="object",
-            title="Config overrides",
-            description='Nested or dotted keys over Table 2 defaults, e.g. {"rl.group_size": 8}.',
-        ),
-        "launcher": Param(
-            "local",
-            type="string",
-            enum=["local", "kubernetes", "ssh"],
-            title="Launcher",
-            description="Where training runs: this GPU worker, a Kubernetes pod, or a host over SSH.",
-        ),
-        # null allowed: the form sends an emptied optional text field as null, which a plain "string" refuses
-        "launcher_conn_id": Param(
-            None,
-            type=["null", "string"],
-            title="Launcher Connection",
-            description="Airflow Connection with the launcher's credentials (kubernetes, ssh); "
-            "leave empty for the local launcher.",
-        ),
-    },
+    params=form_params(LaunchParams, defaults=LaunchParams.from_env()),
     **DAG_DEFAULTS,
 )
 def train_agent():
@@ -117,26 +66,13 @@ def train_agent():
     @task(pool="gpu", queue="gpu", outlets=[CHECKPOINTS], retries=1, execution_timeout=timedelta(days=3))
     def train(exported: dict) -> dict:
         """Launch the trainer, stream its log, return the checkpoint location and final metrics."""
-        from datamind.train.config import TrainConfig
         from datamind.train.launchers import make_launcher, run, settings_from_connection
 
         context = get_current_context()
         params = context["params"]
-        cfg = (
-            TrainConfig()
-            .with_overrides(dict(params["overrides"] or {}))
-            .with_overrides(
-                {
-                    "base_model_path": params["base_model_path"] or "",
-                    "phase": params["phase"],
-                    "engine": params["engine"],
-                    "template": params["template"],
-                    "export_dir": exported["export_dir"],
-                    "data_root": runtime.settings().data_root,
-                }
-            )
-        )
-        kind, conn_id = params["launcher"], params["launcher_conn_id"]
+        launch = from_params(LaunchParams, dict(params))
+        cfg = launch.train_config(exported["export_dir"], runtime.settings().data_root)
+        kind, conn_id = launch.launcher, launch.launcher_conn_id
         conn = runtime.connection_dict(conn_id) if conn_id else None
         if conn_id and conn is None:
             raise ValueError(f"launcher Connection {conn_id!r} is not defined")

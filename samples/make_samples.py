@@ -398,7 +398,7 @@ def _fill_atlas(rng: random.Random, con: sqlite3.Connection) -> None:
             )  # fmt: skip
         spoken = rng.sample(_LANGUAGES, rng.randint(2, 4))
         shares = [rng.uniform(1, 10) for _ in spoken]
-        for i, (lang, share) in enumerate(zip(spoken, shares)):
+        for i, (lang, share) in enumerate(zip(spoken, shares, strict=True)):
             con.execute(
                 "INSERT INTO countrylanguage VALUES (?,?,?,?)",
                 (code, lang, "T" if i == 0 else "F", round(100 * share / sum(shares), 1)),

@@ -66,7 +66,7 @@ def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
             ingest_shard(root, spec, limits, "bench")
         rows = [r for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"]) if r["status"] == "accepted"]
         paths = [r["staged_uri"] for r in rows]
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
 
         def baseline() -> None:
             for p in paths:
@@ -80,7 +80,7 @@ def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
         ]
 
         def load() -> None:
-            for p, opts in zip(paths, recorded):
+            for p, opts in zip(paths, recorded, strict=True):
                 load_recorded(p, opts)
 
         def core() -> None:
@@ -88,7 +88,7 @@ def bench(tables_dir: Path, limits: Limits, repeats: int, label: str) -> None:
                 pass
 
         def kernels() -> None:
-            for p, opts in zip(paths, recorded):
+            for p, opts in zip(paths, recorded, strict=True):
                 for t in load_recorded(p, opts):
                     for j in range(t.df.shape[1]):
                         values = column_values(t.df, j)

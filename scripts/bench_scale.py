@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from datetime import date, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -385,7 +386,7 @@ def report(results: dict[int, list[dict]]) -> None:
         print("\nplanner growth exponent between sizes (1.0 = linear, 2.0 = quadratic):")
         for stage in STAGES[:-1]:
             parts = []
-            for a, b in zip(sizes, sizes[1:]):
+            for a, b in pairwise(sizes):
                 ra = next(r for r in results[a] if r["stage"] == stage)
                 rb = next(r for r in results[b] if r["stage"] == stage)
                 if ra["plan_s"] > 0 and ra["input_items"] and rb["input_items"] > ra["input_items"]:

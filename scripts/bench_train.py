@@ -16,7 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "train"))
@@ -35,8 +35,8 @@ def main() -> None:
 
 def run_bench(args, tmp: str) -> None:
     import pyarrow.parquet as pq
-
     from train_helpers import QUESTIONS, build_tokenizer, conversation, write_dataset  # the tests' tokenizer + data
+
     from datamind.storage import DataRoot
     from datamind.train.config import TrainConfig
     from datamind.train.exports import export
@@ -81,7 +81,7 @@ def run_bench(args, tmp: str) -> None:
                 "question": q,
                 "messages": conversation(q, code, out, ans),
                 "final_answer": ans,
-                "created_at": datetime.now(timezone.utc),
+                "created_at": datetime.now(UTC),
             }
         )
     write_dataset(root, rows, shard_size=len(rows))

@@ -50,8 +50,8 @@ def evaluate_model(root: DataRoot, checkpoint: str, args) -> tuple[dict, dict, f
 def train(root: DataRoot, base: str, args) -> tuple[str, list[dict], float]:
     from datamind.train.config import TrainConfig
     from datamind.train.exports import export
-    from datamind.train.launchers import PROGRESS_PREFIX
     from datamind.train.llamafactory import run_sft
+    from datamind.train.protocol import progress
 
     exp = export(root, version=None)
     cfg = TrainConfig.from_dict(
@@ -79,8 +79,7 @@ def train(root: DataRoot, base: str, args) -> tuple[str, list[dict], float]:
     t0 = time.perf_counter()
 
     def emit(line: str) -> None:
-        if line.startswith(PROGRESS_PREFIX):
-            fields = json.loads(line[len(PROGRESS_PREFIX) :])
+        if (fields := progress(line)) is not None:
             curve.append({**fields, "t": round(time.perf_counter() - t0, 1)})
             print(f"  step {fields.get('step')}: loss {fields.get('loss')}", flush=True)
 

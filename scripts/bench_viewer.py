@@ -35,9 +35,9 @@ PART_ROWS = 5000
 
 
 def build_release(base: Path, samples: int, template_files: int) -> tuple[Path, str, int]:
+    import bench_scale
     import pyarrow.parquet as pq
 
-    import bench_scale
     from datamind.ids import stable_id
     from datamind.publish.stage import publish_dataset
     from datamind.schemas import DATASET

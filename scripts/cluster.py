@@ -81,7 +81,7 @@ class Cluster:
         self.path("cluster.json").write_text(json.dumps(asdict(self), indent=1))
 
     @classmethod
-    def load(cls, directory: str) -> "Cluster":
+    def load(cls, directory: str) -> Cluster:
         return cls(**json.loads(Path(directory, "cluster.json").read_text()))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from datamind.pipeline import finalize_stage, merge_summaries, rows_of_run
 from datamind.schemas import REJECTIONS
@@ -28,7 +28,7 @@ def test_counts_sum_through_nested_dicts_and_descriptive_fields_are_not_summed()
 
 def test_rows_of_run_keeps_only_that_run(tmp_path):
     root = DataRoot(str(tmp_path))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = [
         {"item_id": f"i{n}", "stage": "s", "reason_code": "r", "created_at": now, "run_id": run}
         for n, run in enumerate(["run-a", "run-b", "run-a"])
@@ -41,7 +41,7 @@ def test_rows_of_run_keeps_only_that_run(tmp_path):
 
 def test_rows_of_a_run_killed_before_its_quality_check_are_validated_by_the_next_run(tmp_path):
     root = DataRoot(str(tmp_path))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
 
     def rows(run: str, n: int) -> list[dict]:
         return [

@@ -30,7 +30,7 @@ def test_hints_find_every_version_and_a_stale_hint_loses_nothing(tmp_path, monke
 
     opened.clear()
     stale = read_hinted(root, REJECTIONS, "rejections", "item_id", {"x", "z"}, [a])  # hint misses b and z
-    assert sorted(zip(stale.column("item_id").to_pylist(), stale.column("reason_code").to_pylist())) == [
+    assert sorted(zip(stale.column("item_id").to_pylist(), stale.column("reason_code").to_pylist(), strict=True)) == [
         ("x", "first"),
         ("z", "only"),
     ]  # z looked up in the whole table; x was found in the hint, so its other version is not searched for

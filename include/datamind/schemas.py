@@ -9,8 +9,7 @@ Tables are plain Parquet (zstd) so duckdb, polars and ``datasets.load_dataset("p
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
@@ -229,7 +228,7 @@ def rejection(
         "file_id": file_id,
         "query_id": query_id,
         "raw": raw[:RAW_LIMIT] if raw else raw,
-        "created_at": created_at or datetime.now(timezone.utc),
+        "created_at": created_at or datetime.now(UTC),
         "run_id": run_id,
     }
 

@@ -62,7 +62,7 @@ class Limits:
         check_ranges(self)
 
     @classmethod
-    def from_env(cls) -> "Limits":
+    def from_env(cls) -> Limits:
         d = cls()
         return cls(
             min_rows=_env_int("DATAMIND_MIN_ROWS", d.min_rows),
@@ -79,7 +79,7 @@ class Limits:
     def table_row_cap(self, in_database: bool) -> int:
         return self.max_db_table_rows if in_database else self.max_rows
 
-    def with_overrides(self, **overrides: int | None) -> "Limits":
+    def with_overrides(self, **overrides: int | None) -> Limits:
         known = {f.name for f in fields(self)}
         clean = {k: int(v) for k, v in overrides.items() if v is not None and k in known}
         return replace(self, **clean)
@@ -92,7 +92,7 @@ class Settings:
     shard_size: int = 50
 
     @classmethod
-    def from_env(cls) -> "Settings":
+    def from_env(cls) -> Settings:
         return cls(
             data_root=os.environ.get("DATAMIND_DATA_ROOT") or str(REPO_ROOT / "data"),
             limits=Limits.from_env(),

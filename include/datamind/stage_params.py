@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import types
 import typing
 from typing import Any
@@ -25,18 +26,34 @@ def param(
     minimum: float | None = None,
     maximum: float | None = None,
     enum: tuple | list | None = None,
+    pattern: str | None = None,
+    min_length: int | None = None,
+    min_items: int | None = None,
     section: str | None = None,
     form: bool = True,
+    factory: Any = None,
 ) -> Any:
-    """A dataclass field with its form. ``enum`` on a tuple field constrains its items. ``form=False`` keeps a
-    field out of the trigger form (set from Python or the environment only)."""
-    spec = {"title": title, "description": description, "minimum": minimum, "maximum": maximum, "section": section}
+    """A dataclass field with its form. ``enum``, ``pattern`` and ``min_length`` on a tuple field constrain its
+    items. ``form=False`` keeps a field out of the trigger form (set from Python or the environment only).
+    ``factory`` makes a mapping default (``default`` is then ignored): a dict is never shared between instances."""
+    spec = {
+        "title": title,
+        "description": description,
+        "minimum": minimum,
+        "maximum": maximum,
+        "pattern": pattern,
+        "minLength": min_length,
+        "minItems": min_items,
+        "section": section,
+    }
     spec = {k: v for k, v in spec.items() if v is not None}
     if enum is not None:
         spec["enum"] = list(enum)
     spec["in_form"] = form
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={_FORM: spec})
     if isinstance(default, (list, dict)):
-        raise TypeError("use a tuple (immutable) default for a sequence parameter")
+        raise TypeError("use a tuple (immutable) default for a sequence parameter, or factory= for a mapping")
     return dataclasses.field(default=default, metadata={_FORM: spec})
 
 
@@ -49,6 +66,8 @@ def _json_type(hint: Any) -> tuple[Any, bool]:
         return (["null", kind] if len(inner) < len(args) else kind), seq
     if typing.get_origin(hint) in (tuple, list):
         return "array", True
+    if typing.get_origin(hint) is dict:
+        return "object", False
     return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object"}.get(hint, "string"), False
 
 
@@ -71,9 +90,14 @@ def form_schema(cls: type, exclude: tuple[str, ...] = (), defaults: Any = None) 
             continue
         schema = {k: v for k, v in spec.items() if k != "in_form"}
         if seq:
-            schema["items"] = {"type": "string", **({"enum": schema.pop("enum")} if "enum" in schema else {})}
-        default = f.default if defaults is None else getattr(defaults, f.name)
-        default = list(default) if isinstance(default, tuple) else default
+            item_keys = [k for k in ("enum", "pattern", "minLength") if k in schema]
+            schema["items"] = {"type": "string", **{k: schema.pop(k) for k in item_keys}}
+        if defaults is not None:
+            default = getattr(defaults, f.name)
+        else:
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if isinstance(default, (tuple, dict)):
+            default = list(default) if isinstance(default, tuple) else dict(default)
         out[f.name] = {"default": default, "type": kind, **schema}
     return out
 
@@ -92,6 +116,14 @@ def check_ranges(obj: Any) -> None:
             bad = [v for v in values if v not in choices]
             if bad:
                 raise ValueError(f"{f.name} ({spec['title']}) must be one of {choices}, got {bad[0]!r}")
+        if isinstance(value, (tuple, list)) and len(value) < spec.get("minItems", 0):
+            raise ValueError(f"{f.name} ({spec['title']}) needs at least {spec['minItems']} item(s)")
+        texts = [v for v in values if isinstance(v, str)]
+        if "minLength" in spec and any(len(v) < spec["minLength"] for v in texts):
+            raise ValueError(f"{f.name} ({spec['title']}) must not be empty")
+        unmatched = [v for v in texts if "pattern" in spec and re.search(spec["pattern"], v) is None]
+        if unmatched:
+            raise ValueError(f"{f.name} ({spec['title']}) must match {spec['pattern']}, got {unmatched[0]!r}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             lo, hi = spec.get("minimum"), spec.get("maximum")
             if (lo is not None and value < lo) or (hi is not None and value > hi):

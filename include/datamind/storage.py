@@ -26,7 +26,7 @@ class DataRoot:
     url: str
 
     @classmethod
-    def of(cls, root: "DataRoot | str") -> "DataRoot":
+    def of(cls, root: DataRoot | str) -> DataRoot:
         """``root`` itself, or the data root at that path or URL (stage functions accept either)."""
         return root if isinstance(root, DataRoot) else cls(root)
 

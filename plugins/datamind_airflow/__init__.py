@@ -53,16 +53,19 @@ DAG_DEFAULTS = {
 }
 
 
-def drop_folder(kind: str, default_uri: str, default_name: str) -> tuple[str | None, str, str]:
-    """(schedule, source URI, source name) of a watched drop folder for ``ingest_<kind>``, from the deployment's
+def drop_folder(kind: str, source):
+    """(schedule, source) of a watched drop folder for ``ingest_<kind>``: ``source`` (the DAG's source form,
+    ``datamind.ingest.params``) with the folder's URI and name, from the deployment's
     environment: ``DATAMIND_DROP_<KIND>_URI`` (a folder or bucket prefix), ``DATAMIND_DROP_<KIND>_SCHEDULE`` (a
     cron expression or preset such as ``@hourly``) and ``DATAMIND_DROP_<KIND>_NAME`` (default ``drop``). Off
     unless both URI and schedule are set: nothing fires by surprise. A scheduled run ingests only files it has
     not seen (the catalog is the memory), and one that finds none wakes nothing."""
+    import dataclasses
     import os
 
     uri = os.environ.get(f"DATAMIND_DROP_{kind.upper()}_URI") or ""
     schedule = os.environ.get(f"DATAMIND_DROP_{kind.upper()}_SCHEDULE") or None
     if uri and schedule:
-        return schedule, uri, os.environ.get(f"DATAMIND_DROP_{kind.upper()}_NAME") or "drop"
-    return None, default_uri, default_name
+        name = os.environ.get(f"DATAMIND_DROP_{kind.upper()}_NAME") or "drop"
+        return schedule, dataclasses.replace(source, source_uri=uri, source_name=name)
+    return None, source

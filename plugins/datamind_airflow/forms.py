@@ -8,10 +8,6 @@ from airflow.sdk import Param
 from datamind.stage_params import form_schema
 
 
-def llm_conn_param() -> Param:
-    return Param("datamind_llm", type="string", title="LLM Connection", section="LLM")
-
-
 def form_params(cls: type, exclude: tuple[str, ...] = (), defaults: object | None = None) -> dict[str, Param]:
     """One ``Param`` per form field of ``cls``, in declaration order (``defaults``: an instance whose values
     the form shows, e.g. limits the deployment set)."""

@@ -7,19 +7,17 @@ from typing import Any
 from airflow.sdk import Param, task
 
 from datamind.settings import Limits
-from datamind_airflow import CATALOG_FILES
-from datamind_airflow import runtime
+from datamind_airflow import CATALOG_FILES, runtime
 from datamind_airflow.forms import form_params
 
 
-def limit_params(shard_size: int, unit: str = "Files") -> dict[str, Param]:
-    """The acceptance limits (as this deployment set them) and shard size every ingest DAG offers in its form."""
-    return {
-        **form_params(Limits, defaults=Limits.from_env()),
-        "shard_size": Param(
-            shard_size, type="integer", minimum=1, maximum=1000, title=f"{unit} per task instance", section="Limits"
-        ),
-    }
+def ingest_form(*sources: object) -> dict[str, Param]:
+    """An ingest DAG's form: the acceptance limits (as this deployment set them), then each source form, an
+    instance (its values shown) or a class (its defaults)."""
+    out = form_params(Limits, defaults=Limits.from_env())
+    for source in sources:
+        out |= form_params(source) if isinstance(source, type) else form_params(type(source), defaults=source)
+    return out
 
 
 def limits_from_params(params: dict[str, Any]):

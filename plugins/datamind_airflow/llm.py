@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from datamind.llm.config import DEFAULT_CONN_ID
 from datamind_airflow import runtime
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def client_for(params: dict[str, Any]):
     """An LLMClient when the stage's backend, or the judge's, is ``llm`` (Connection ``llm_conn_id``, default
     ``datamind_llm``), else None."""
     wanted = "llm" in (params.get("backend", "offline"), params.get("judge_backend"))
-    return _logged(_client(params.get("llm_conn_id") or "datamind_llm") if wanted else None, "LLM usage for this task")
+    return _logged(_client(params.get("llm_conn_id") or DEFAULT_CONN_ID) if wanted else None, "LLM usage for this task")
 
 
 def agent_client_for(p):

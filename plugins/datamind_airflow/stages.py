@@ -18,7 +18,6 @@ from airflow.sdk import get_current_context, task
 
 from datamind.assets import DIRS
 from datamind.stages import STAGES, contract
-
 from datamind_airflow import announces, runtime
 
 # Params that choose infrastructure (which Connection), not what a stage computes.

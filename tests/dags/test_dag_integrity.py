@@ -100,73 +100,115 @@ def test_assets_chain_the_pipeline(dagbag):
         assert produced.get(uri), f"nothing emits {uri}"
 
 
-@pytest.mark.parametrize(
-    ("dag_id", "params_cls"),
-    [
-        ("sample_trajectories", "datamind.rollout.params:RolloutParams"),
-        ("evaluate_agent", "datamind.evaluate.params:EvalParams"),
-        ("synthesize_queries", "datamind.synth.params:SynthParams"),
-        ("judge_trajectories", "datamind.judge.params:JudgeParams"),
-        ("profile_files", "datamind.profile.params:ProfileParams"),
-        ("publish_dataset", "datamind.publish.params:PublishParams"),
-        ("ingest_files", "datamind.settings:Limits"),
-        ("ingest_bird", "datamind.settings:Limits"),
-        ("ingest_kaggle", "datamind.settings:Limits"),
+# Each DAG's form and the dataclasses it is generated from ("Class[field]": that field only). Every field of
+# every form is here: nothing on a form is written by hand.
+FORMS = {
+    "ingest_files": ["datamind.settings:Limits", "datamind.ingest.params:FilesSource"],
+    "ingest_bird": ["datamind.settings:Limits", "datamind.ingest.params:BirdSource"],
+    "ingest_kaggle": [
+        "datamind.settings:Limits",
+        "datamind.ingest.kaggle_config:KaggleCrawlConfig",
+        "datamind.ingest.params:KaggleRun",
     ],
-)
-def test_form_defaults_equal_the_stage_dataclass_defaults(dagbag, dag_id, params_cls):
-    """A run from the form and a run from Python must fingerprint the same, so one reuses the other's work."""
-    import dataclasses
-    import importlib
-
-    module, _, name = params_cls.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-    form = {k: p.value for k, p in dagbag.dags[dag_id].params.items() if k in defaults}
-    form = {k: v for k, v in form.items() if not isinstance(defaults[k], dataclasses._MISSING_TYPE)}
-    defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}  # JSON forms hold lists
-    assert form and all(form[k] == defaults[k] for k in form), {k: (form[k], defaults[k]) for k in form}
-    if hasattr(cls, "fingerprint"):
-        fp = lambda p: p.fingerprint() if callable(p.fingerprint) else p.fingerprint  # noqa: E731
-        assert fp(cls.from_dict(form)) == fp(cls())
-
-
-@pytest.mark.parametrize(
-    ("dag_id", "params_cls"),
-    [
-        ("sample_trajectories", "datamind.rollout.params:RolloutParams"),
-        ("synthesize_queries", "datamind.synth.params:SynthParams"),
-        ("judge_trajectories", "datamind.judge.params:JudgeParams"),
-        ("evaluate_agent", "datamind.evaluate.params:EvalParams"),
-        ("publish_dataset", "datamind.publish.params:PublishParams"),
-        ("ingest_files", "datamind.settings:Limits"),
+    "profile_files": ["datamind.profile.params:ProfileParams"],
+    "synthesize_queries": ["datamind.synth.params:SynthParams", "datamind.llm.config:ConnectionForm"],
+    "sample_trajectories": ["datamind.rollout.params:RolloutParams", "datamind.llm.config:ConnectionForm"],
+    "judge_trajectories": [
+        "datamind.rollout.params:RolloutParams[backend]",
+        "datamind.judge.params:JudgeParams",
+        "datamind.llm.config:ConnectionForm",
     ],
-)
-def test_form_fields_are_the_dataclass_fields_with_their_ranges(dagbag, dag_id, params_cls):
-    """Every form field of the stage's dataclass is on the form with the same type, range and choices, and a
-    value the form refuses is one the dataclass refuses too."""
-    import importlib
+    "publish_dataset": ["datamind.publish.params:PublishParams"],
+    "train_agent": ["datamind.train.config:LaunchParams"],
+    "evaluate_agent": ["datamind.evaluate.params:EvalParams"],
+}
+# Form defaults a deployment sets (the dataclass default stands for "none configured").
+DEPLOYMENT_DEFAULTS = {("evaluate_agent", "suites")}
 
-    from airflow.sdk.definitions.param import Param as SdkParam
+
+def _form_classes(dag_id: str) -> list[tuple[type, set[str]]]:
+    """(class, its fields on the form) per entry of FORMS."""
+    import importlib
 
     from datamind.stage_params import form_schema
 
-    module, _, name = params_cls.partition(":")
-    cls = getattr(importlib.import_module(module), name)
+    out = []
+    for entry in FORMS[dag_id]:
+        path, _, only = entry.partition("[")
+        module, _, name = path.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        out.append((cls, {only.rstrip("]")} if only else set(form_schema(cls))))
+    return out
+
+
+def test_the_forms_table_names_every_dag(dagbag):
+    assert set(FORMS) == set(dagbag.dag_ids)
+
+
+@pytest.mark.parametrize("dag_id", sorted(FORMS))
+def test_every_form_field_is_a_dataclass_field(dagbag, dag_id):
+    """The form holds exactly the listed dataclasses' form fields: none written by hand beside them, none missing."""
+    declared = [name for _, names in _form_classes(dag_id) for name in names]
+    assert len(declared) == len(set(declared)), f"{dag_id}: a field is declared twice"
+    assert set(dagbag.dags[dag_id].params) == set(declared)
+
+
+def test_the_review_form_is_its_dataclass(dagbag):
+    from datamind.publish.params import ReviewForm
+    from datamind.stage_params import form_schema
+
+    review = dagbag.dags["publish_dataset"].get_task("review")
+    assert set(review.params) == set(form_schema(ReviewForm))
+
+
+@pytest.mark.parametrize("dag_id", sorted(FORMS))
+def test_form_defaults_equal_the_stage_dataclass_defaults(dagbag, dag_id):
+    """A run from the form and a run from Python must fingerprint the same, so one reuses the other's work."""
+    from datamind.stage_params import form_schema
+
     params = dagbag.dags[dag_id].params
-    for field_name, spec in form_schema(cls).items():
-        assert field_name in params, f"{dag_id} form lacks {field_name}"
-        schema = params.get_param(field_name).schema
-        for key in ("type", "minimum", "maximum", "enum", "items", "title"):
-            assert schema.get(key) == spec.get(key), (field_name, key, schema.get(key), spec.get(key))
-        if "maximum" in spec:
-            too_big = spec["maximum"] + 1
-            with pytest.raises(Exception):
-                SdkParam(too_big, **{k: v for k, v in schema.items()}).resolve()
+    for cls, names in _form_classes(dag_id):
+        schema = form_schema(cls)
+        for name in sorted(names - {f for d, f in DEPLOYMENT_DEFAULTS if d == dag_id}):
+            assert params[name] == schema[name]["default"], (dag_id, name, params[name], schema[name]["default"])
+        if hasattr(cls, "fingerprint") and names == set(schema):
+            fp = lambda p: p.fingerprint() if callable(p.fingerprint) else p.fingerprint  # noqa: E731
+            assert fp(cls.from_dict({k: params[k] for k in names})) == fp(cls())
+
+
+@pytest.mark.parametrize("dag_id", sorted(FORMS))
+def test_form_fields_are_the_dataclass_fields_with_their_ranges(dagbag, dag_id):
+    """Every form field has its dataclass field's type, range, choices and pattern, and a value the form refuses
+    is one the dataclass refuses too."""
+    import dataclasses
+
+    from airflow.sdk.definitions.param import Param as SdkParam
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from datamind.stage_params import form_schema
+
+    params = dagbag.dags[dag_id].params
+    for cls, names in _form_classes(dag_id):
+        schema_of = form_schema(cls)
+        # a valid instance to vary one field of (the evaluation needs a suite)
+        base = {"suites": {"heldout": ""}} if any(f.name == "suites" for f in dataclasses.fields(cls)) else {}
+        for field_name in sorted(names):
+            spec, schema = schema_of[field_name], params.get_param(field_name).schema
+            for key in ("type", "minimum", "maximum", "enum", "items", "title", "pattern", "minLength", "minItems"):
+                assert schema.get(key) == spec.get(key), (dag_id, field_name, key, schema.get(key), spec.get(key))
+            bad = None
+            if "maximum" in spec:
+                bad = spec["maximum"] + 1
+            elif "pattern" in spec:
+                bad = "Not A Name!"
+            elif spec.get("minItems"):
+                bad = []
+            if bad is None:
+                continue
+            with pytest.raises(ParamValidationError):
+                SdkParam(bad, **dict(schema)).resolve()
             with pytest.raises(ValueError, match=field_name):
-                cls(**{field_name: too_big}) if cls.__name__ != "EvalParams" else cls(
-                    suites={"heldout": ""}, **{field_name: too_big}
-                )
+                cls(**{**base, field_name: bad})
 
 
 def test_every_dag_is_wired_as_the_stage_catalog_says(dagbag):

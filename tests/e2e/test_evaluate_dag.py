@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from fakes.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[2]

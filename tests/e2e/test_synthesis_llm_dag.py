@@ -9,7 +9,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
 from fakes.openai_server import FakeOpenAIServer
 
 from datamind.ingest.sources import list_source_files

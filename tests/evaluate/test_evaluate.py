@@ -100,7 +100,7 @@ def test_dabench_with_a_scripted_agent(root, dabench, server, agent_client, sand
         [False, True, False],
         [True, True, False],
     ]
-    script = {i.item_id: p for i, p in zip(items, patterns)}
+    script = {i.item_id: p for i, p in zip(items, patterns, strict=True)}
     labels = {i.item_id: i.extra["labels"] for i in items}
     files = {i.item_id: Path(i.data_path).name for i in items}
 
@@ -161,7 +161,7 @@ def test_bird_style_suite_over_spider_databases(root, shared_data, server, agent
         if len(items) == 4:
             break
     patterns = [[True, True, True], [False, False, False], [True, False, True], [False, False, True]]
-    script = {i.item_id: p for i, p in zip(items, patterns)}
+    script = {i.item_id: p for i, p in zip(items, patterns, strict=True)}
     gold = {i.item_id: i.gold for i in items}
 
     def first(key):

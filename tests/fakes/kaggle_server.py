@@ -30,7 +30,7 @@ import time
 import zipfile
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote
 
@@ -239,7 +239,7 @@ def weekly_catalog(weeks: int) -> list[FakeDataset]:
     """One "sales" dataset ``wk/sales-wNN`` last updated on each Monday from 2026-01-05 (week 0), 09:00 UTC."""
     out = []
     for w in range(weeks):
-        day = datetime(2026, 1, 5, 9, tzinfo=timezone.utc) + timedelta(weeks=w)
+        day = datetime(2026, 1, 5, 9, tzinfo=UTC) + timedelta(weeks=w)
         data = csv_bytes(["day", "units"], [[d, w * 100 + d] for d in range(1, 31)])
         out.append(
             FakeDataset(
@@ -310,7 +310,7 @@ class FakeKaggleServer:
         self._thread: threading.Thread | None = None
 
     # lifecycle --------------------------------------------------------------------------------------
-    def start(self) -> "FakeKaggleServer":
+    def start(self) -> FakeKaggleServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-kaggle", daemon=True)
@@ -324,7 +324,7 @@ class FakeKaggleServer:
             self._thread.join(timeout=5)
             self._httpd = None
 
-    def __enter__(self) -> "FakeKaggleServer":
+    def __enter__(self) -> FakeKaggleServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

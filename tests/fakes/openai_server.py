@@ -40,42 +40,42 @@ class Fault:
     text: str = ""  # cut: the reply that gets cut in half
 
     @classmethod
-    def rate_limit(cls, retry_after: float | None = 0.01) -> "Fault":
+    def rate_limit(cls, retry_after: float | None = 0.01) -> Fault:
         return cls("rate_limit", status=429, retry_after=retry_after)
 
     @classmethod
-    def server_error(cls, status: int = 500) -> "Fault":
+    def server_error(cls, status: int = 500) -> Fault:
         return cls("status", status=status)
 
     @classmethod
-    def http_status(cls, status: int) -> "Fault":
+    def http_status(cls, status: int) -> Fault:
         return cls("status", status=status)
 
     @classmethod
-    def hang(cls, seconds: float = 30.0) -> "Fault":
+    def hang(cls, seconds: float = 30.0) -> Fault:
         """Accept the request and say nothing for ``seconds`` (longer than the client's timeout)."""
         return cls("hang", seconds=seconds)
 
     @classmethod
-    def malformed(cls) -> "Fault":
+    def malformed(cls) -> Fault:
         return cls("malformed")
 
     @classmethod
-    def empty_choices(cls) -> "Fault":
+    def empty_choices(cls) -> Fault:
         return cls("empty_choices")
 
     @classmethod
-    def garbage(cls) -> "Fault":
+    def garbage(cls) -> Fault:
         """A 200 whose body is not JSON at all (a proxy's HTML page)."""
         return cls("garbage")
 
     @classmethod
-    def disconnect(cls) -> "Fault":
+    def disconnect(cls) -> Fault:
         """Read the request, then close the connection without a byte of response."""
         return cls("disconnect")
 
     @classmethod
-    def cut(cls, text: str) -> "Fault":
+    def cut(cls, text: str) -> Fault:
         """The reply stops halfway with ``finish_reason: length``, as when a server runs out of tokens."""
         return cls("cut", text=text)
 
@@ -119,7 +119,7 @@ class FakeOpenAIServer:
         self._handlers: set[asyncio.Task] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "FakeOpenAIServer":
+    def start(self) -> FakeOpenAIServer:
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(ready,), name="fake-openai", daemon=True)
         self._thread.start()
@@ -136,7 +136,7 @@ class FakeOpenAIServer:
         self._thread.join(10)
         self._loop = self._thread = None
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -306,7 +306,7 @@ async def _serve_fault(fault: Fault, reader: asyncio.StreamReader, writer: async
         # notices the disconnect too; this keeps hung handlers from piling up across tests).
         try:
             await asyncio.wait_for(reader.read(1), fault.seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         return False
     if fault.kind == "malformed":

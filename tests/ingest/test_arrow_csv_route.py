@@ -59,7 +59,7 @@ CASES = {
 
 
 def _frame_of(columns: TableColumns) -> pd.DataFrame:
-    return pd.DataFrame(dict(zip(columns.names, columns.values)), index=pd.RangeIndex(columns.n_rows))
+    return pd.DataFrame(dict(zip(columns.names, columns.values, strict=True)), index=pd.RangeIndex(columns.n_rows))
 
 
 def _profile_both_ways(path: str, options: dict) -> tuple[dict, dict, pd.DataFrame, list]:

@@ -78,7 +78,6 @@ def test_entries_that_cannot_be_read_each_get_their_own_row_and_cost_nothing_els
     to stage used to fail (or hang) the whole listing or run; each is now one rejected row with its reason,
     never opened, and the good files beside them are ingested."""
     import os
-
     import time
 
     folder = tmp_path / "drop"

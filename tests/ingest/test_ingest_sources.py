@@ -134,8 +134,9 @@ def test_symlinks_out_of_the_source_and_escaping_zip_members_are_recorded_not_fo
     assert zipped["ok.csv"].precheck is None
     assert zipped["etc/abs.csv"].precheck == "unsafe_path" and zipped["../up.csv"].precheck == "unsafe_path"
     for f in (files["leak.csv"], zipped["../up.csv"]):
-        with pytest.raises(Exception):
+        with pytest.raises(SourceReadError) as refused:
             f.read_bytes()  # never read
+        assert refused.value.code == "unsafe_path"
 
 
 def test_several_sources_list_together_and_keep_equal_names_apart(tmp_path):

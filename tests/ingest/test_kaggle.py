@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -342,7 +342,7 @@ def test_already_seen_versions_are_skipped_and_new_versions_fetched(kaggle_env, 
 
 def test_a_windowed_crawl_takes_only_its_interval_and_a_backfill_covers_each_week_once(kaggle_env, server, dest):
     server.catalog = weekly_catalog(10)
-    start = datetime(2026, 1, 5, tzinfo=timezone.utc)
+    start = datetime(2026, 1, 5, tzinfo=UTC)
     fetched: dict[int, set[str]] = {}
     for w in (1, 2, 3):  # a backfill of three weekly intervals
         lo, hi = start + timedelta(weeks=w), start + timedelta(weeks=w + 1)
@@ -377,7 +377,7 @@ def test_a_windowed_crawl_takes_only_its_interval_and_a_backfill_covers_each_wee
 def test_crawl_window_follows_the_run_type():
     from datamind.ingest.kaggle_config import crawl_window
 
-    lo, hi = datetime(2026, 2, 2, tzinfo=timezone.utc), datetime(2026, 2, 9, tzinfo=timezone.utc)
+    lo, hi = datetime(2026, 2, 2, tzinfo=UTC), datetime(2026, 2, 9, tzinfo=UTC)
     window = {"updated_since": "2026-02-02T00:00:00+00:00", "updated_before": "2026-02-09T00:00:00+00:00"}
     assert crawl_window("auto", "scheduled", lo, hi) == window
     assert crawl_window("auto", "backfill", lo, hi) == window

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from datamind.llm import LLMConfig, local
-from datamind.llm.grammars import grammar, gbnf_string
+from datamind.llm.grammars import gbnf_string, grammar
 from datamind.llm.serving import ServeError, ServeSpec, command, pick_engine
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import UTC
 from pathlib import Path
 
 import pandas as pd
@@ -146,7 +147,7 @@ def test_missing_staged_file_is_recorded_not_dropped(tmp_path):
 
 
 def test_files_are_parsed_a_group_at_a_time_then_profiled_into_the_same_rows(profiled, monkeypatch):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from datamind.profile import stage
     from datamind.schemas import CATALOG_FILES
@@ -154,7 +155,7 @@ def test_files_are_parsed_a_group_at_a_time_then_profiled_into_the_same_rows(pro
     root, _, _ = profiled
     accepted = [r for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"]) if r["status"] == "accepted"]
     files = sorted(accepted, key=lambda r: r["file_id"])
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
     one_by_one = [stage.profile_file(root, r, "r1", now) for r in files]
     assert all(rows and reason is None for rows, reason in one_by_one)
     events: list[str] = []
@@ -172,7 +173,7 @@ def test_files_are_parsed_a_group_at_a_time_then_profiled_into_the_same_rows(pro
 
 def test_the_cycle_collector_is_off_only_while_a_group_is_profiled(profiled, monkeypatch):
     import gc
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from datamind.profile import stage
     from datamind.schemas import CATALOG_FILES
@@ -183,6 +184,6 @@ def test_the_cycle_collector_is_off_only_while_a_group_is_profiled(profiled, mon
     profile = stage.profile_tables
     monkeypatch.setattr(stage, "profile_tables", lambda *a: seen.append(gc.isenabled()) or profile(*a))
     assert gc.isenabled()
-    for _ in stage.profile_files(root, files, "r1", datetime(2026, 1, 1, tzinfo=timezone.utc)):
+    for _ in stage.profile_files(root, files, "r1", datetime(2026, 1, 1, tzinfo=UTC)):
         assert gc.isenabled()  # never left off while the caller runs
     assert seen == [False] and gc.isenabled()

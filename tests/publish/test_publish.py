@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from datamind.shards import read_rows, write_shard
 from datamind.storage import DataRoot
 
 REPO = Path(__file__).resolve().parents[2]
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def judged_row(i: int, answer: str | None = None, think: str = "The printed value answers the question.") -> dict:

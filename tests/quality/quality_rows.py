@@ -3,14 +3,14 @@ one defect at a time. (A plain module, imported by the test modules next to it.)
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 
 from datamind import schemas
 from datamind.settings import Limits
 
-NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 LIMITS = Limits(min_rows=20, max_rows=1000, max_cols=200)
 SHA = "ab" * 32
 

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from quality_rows import (
+    VALID_ROWS,
+    file_row,
+    frame,
+    query_row,
+    rejected_file_row,
+    rejection_row,
+    sample_row,
+    trajectory_row,
+)
 
 from datamind.categories import CATEGORY_IDS
 from datamind.quality.summaries import (
@@ -15,16 +25,6 @@ from datamind.quality.summaries import (
     format_summary,
     hop_distribution,
     summarize,
-)
-from quality_rows import (
-    VALID_ROWS,
-    frame,
-    query_row,
-    rejected_file_row,
-    file_row,
-    rejection_row,
-    sample_row,
-    trajectory_row,
 )
 
 

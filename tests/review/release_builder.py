@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from datamind.categories import CATEGORY_IDS
 from datamind.ids import safe_run_id
@@ -17,7 +17,7 @@ from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot
 
-NOW = datetime(2026, 11, 27, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 27, tzinfo=UTC)
 SYSTEM = "You are a senior data analyst. Think in <think>, run code in <code>, answer in <answer>."
 
 

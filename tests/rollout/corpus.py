@@ -10,14 +10,14 @@ from __future__ import annotations
 import csv
 import os
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from datamind.assets import DIRS
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES
 from datamind.shards import write_shard
 from datamind.storage import DataRoot
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 REGIONS = ("North", "South", "East")
 PRODUCTS = ("A", "B", "C", "D", "E")
 

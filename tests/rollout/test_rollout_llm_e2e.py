@@ -191,8 +191,8 @@ def test_judge_defaults_handle_llm_sampled_trajectories_without_losing_them(
     assert server.request_count == calls
     judged = read_rows(root, DATASET, DIRS["judged"])
     assert {r["query_id"] for r in judged} == {"q1"}
-    from datamind.judge.stage import rejections_dir
     from datamind.judge.params import JudgeParams
+    from datamind.judge.stage import rejections_dir
     from datamind.schemas import REJECTIONS
 
     rej = [r for r in read_rows(root, REJECTIONS, rejections_dir(JudgeParams())) if r["query_id"] == "q3"]

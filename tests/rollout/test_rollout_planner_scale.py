@@ -3,13 +3,13 @@ trajectory shard for each query)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from datamind.rollout import stage
 from datamind.schemas import QUERIES, TRAJECTORIES
 from datamind.shards import write_shard
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _queries(n: int) -> list[dict]:

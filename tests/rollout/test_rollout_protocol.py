@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from datamind.rollout import protocol
-from datamind.rollout.agent import PolicyGaveUp, PolicyReply, run_agent
 from datamind.rollout import protocol as react
+from datamind.rollout.agent import PolicyGaveUp, PolicyReply, run_agent
 
 
 @pytest.mark.parametrize(

@@ -147,7 +147,7 @@ class _PeakMemory:
         while not self._stop.wait(0.01):
             self.peak_mb = max(self.peak_mb, self._used_mb() - self._base)
 
-    def __enter__(self) -> "_PeakMemory":
+    def __enter__(self) -> _PeakMemory:
         self._thread.start()
         return self
 

@@ -8,9 +8,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import FAKE_SECRET, TEST_LIMITS
 
 from datamind.sandbox import Sandbox, SandboxLimits
-from sandbox_helpers import FAKE_SECRET, TEST_LIMITS
 
 
 @contextlib.contextmanager

@@ -15,13 +15,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import attacks_round3
 import pytest
+from sandbox_helpers import TEST_LIMITS
 
 from datamind.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from datamind.settings import REPO_ROOT
-
-import attacks_round3
-from sandbox_helpers import TEST_LIMITS
 
 MODES = ("root", "userns")
 TALLY: Counter = Counter()

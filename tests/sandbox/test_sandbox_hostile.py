@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import FAKE_SECRET, TEST_LIMITS, processes_of_uid
 
 from datamind.sandbox import Sandbox, SandboxLimits
 from datamind.settings import REPO_ROOT
-
-from sandbox_helpers import FAKE_SECRET, TEST_LIMITS, processes_of_uid
 
 
 def _run(sb: Sandbox, data: Path, code: str):

@@ -132,7 +132,7 @@ def delegated_cgroups():
     """A cgroup of its own in each hierarchy, owned by the worker's uid: what systemd's Delegate=yes or a
     container runtime gives a service, and what the sandbox needs to bound each session."""
     made = []
-    for version, _controllers, parent in own_cgroups():
+    for _version, _controllers, parent in own_cgroups():
         folder = parent / f"datamind-worker-{uuid.uuid4().hex[:8]}"
         try:
             folder.mkdir()

@@ -8,11 +8,10 @@ import sys
 
 import pandas as pd
 import pytest
+from sandbox_helpers import TEST_LIMITS
 
 from datamind.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from datamind.sandbox.limits import LAYER_GUARD, STRICT_REQUIREMENTS
-
-from sandbox_helpers import TEST_LIMITS
 
 
 def test_strict_policy_layers_are_all_active_and_reported(sandbox):

@@ -22,7 +22,7 @@ def catalog_rows(path: Path, source: str = "test", max_rows: int = 1000) -> list
         "format": res.format,
         "staged_uri": str(path),
     }
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     tables = [t for t in res.tables if t.df is not None and 1 <= t.n_rows <= max_rows]
     return profile_rows([(file_row, tables, {})], "test-run", now)[0]
 

@@ -24,15 +24,15 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-
 from synth_fixtures import catalog_rows, write_catalog
+
 from datamind.categories import CATEGORY_IDS
 from datamind.ingest.loaders import load_table
-from datamind.synth.offline.phrasing import without_format
 from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows
 from datamind.storage import DataRoot
 from datamind.synth.offline.execute import run_in_subprocess
+from datamind.synth.offline.phrasing import without_format
 from datamind.synth.stage import plan_synthesis, summarize_run, synthesize_shard
 
 pytestmark = pytest.mark.corpus
@@ -131,7 +131,9 @@ def test_every_reference_solution_runs_on_its_own_and_prints_the_stored_answer(c
         even, odd = pool.map(lambda batch: run_in_subprocess(batch, timeout_s=300), halves)
     results = [None] * len(jobs)
     results[0::2], results[1::2] = even, odd
-    bad = [(r["question"], res) for r, res in zip(rows, results) if res.get("answer") != r["reference_answer"]]
+    bad = [
+        (r["question"], res) for r, res in zip(rows, results, strict=True) if res.get("answer") != r["reference_answer"]
+    ]
     assert not bad, bad[:5]
 
 
@@ -348,7 +350,7 @@ def _dedup_dropna(df, cols):
 def _agree(stored: str, expected) -> bool:
     if isinstance(expected, tuple):
         parts = [float(p) for p in stored.split(",")]
-        return all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-3) for a, b in zip(parts, expected))
+        return all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-3) for a, b in zip(parts, expected, strict=True))
     if isinstance(expected, str):
         return stored == expected
     head = stored.split(",")[0]

@@ -9,14 +9,14 @@ from collections import Counter
 
 import pytest
 from fakes.openai_server import Fault
-
 from synth_fixtures import catalog_rows, write_catalog
+
 from datamind import categories
 from datamind.llm import EndpointUnavailable, LLMClient, LLMConfig, ResponseCache
+from datamind.roles import parse_overrides, table_roles
 from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows
 from datamind.synth import prompts as P
-from datamind.roles import parse_overrides, table_roles
 from datamind.synth.llm_backend import grounding_context, question_rules
 from datamind.synth.params import SynthParams
 from datamind.synth.stage import plan_synthesis, synthesize_shard

@@ -6,19 +6,20 @@ import csv
 import datetime as dt
 import re
 import sqlite3
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
-
 from synth_fixtures import catalog_rows
+
 from datamind.categories import CATEGORY_IDS
-from datamind.synth.offline.phrasing import without_format
-from datamind.synth.dedup import near_duplicates, shingles, jaccard
+from datamind.synth.dedup import jaccard, near_duplicates, shingles
 from datamind.synth.offline.compose import build_chains
 from datamind.synth.offline.engine import synthesize_offline
 from datamind.synth.offline.execute import run_in_subprocess
-from datamind.synth.table import dedup_rows, load_view, replay_chain, synthesize_table_offline
+from datamind.synth.offline.phrasing import without_format
 from datamind.synth.params import SynthParams
+from datamind.synth.table import dedup_rows, load_view, replay_chain, synthesize_table_offline
 
 
 def _all_candidates(root, path, per_category=25):
@@ -127,7 +128,7 @@ def test_chains_feed_each_result_into_the_next_hop(root, small_csv):
     assert len(chains) == 3
     for chain in chains:
         assert len(chain) == 4
-        for prev, hop in zip(chain, chain[1:]):
+        for prev, hop in pairwise(chain):
             literal = repr(prev.value.value)
             body = hop.solution.split("DATA_PATH", 1)[-1]
             assert literal in body or f"'{prev.value.value}'" in body, (literal, hop.solution)
@@ -174,7 +175,7 @@ def test_chain_rows_keep_lineage_and_replay_to_the_stored_answers(root, small_sq
         assert 2 <= len(chain) <= 5
         assert [r["hop"] for r in chain] == list(range(1, len(chain) + 1))
         assert chain[0]["parent_query_ids"] == [] and chain[0]["root_query_id"] == chain[0]["query_id"]
-        for prev, row in zip(chain, chain[1:]):
+        for prev, row in pairwise(chain):
             assert row["parent_query_ids"] == [prev["query_id"]]
             assert row["root_query_id"] == chain[0]["query_id"]
         assert replay_chain(chain, str(small_sqlite)) == [r["reference_answer"] for r in chain]
@@ -348,7 +349,7 @@ def test_threshold_checks_are_recognised_in_both_languages_and_nothing_that_read
         for row in catalog_rows(path, max_rows=10**6):
             source, view = load_view(root, row)
             for chain in build_chains(view, source, 20, 2, 5, 0, row["table_id"]):
-                for prev, hop in zip(chain, chain[1:]):
+                for prev, hop in pairwise(chain):
                     found = threshold_check(hop.solution)
                     if hop.task.template not in fixed:
                         assert found is None, hop.solution

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
-
 from synth_fixtures import catalog_rows, write_catalog
+
 from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows
 from datamind.synth.params import SynthParams

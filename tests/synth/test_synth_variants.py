@@ -11,9 +11,9 @@ import math
 from synth_fixtures import catalog_rows
 
 from datamind.categories import CATEGORY_IDS
+from datamind.sandbox.sqltools import ReadOnlyDatabase
 from datamind.synth.offline.engine import synthesize_offline
 from datamind.synth.offline.execute import run_python
-from datamind.sandbox.sqltools import ReadOnlyDatabase
 from datamind.synth.offline.variants import candidate_variants, runnable_variants
 from datamind.synth.table import load_view
 
@@ -24,7 +24,7 @@ def _same(a: str, b: str) -> bool:
     cells_b = [c.strip() for row in b.split(";") for c in row.split(",")]
     if len(cells_a) != len(cells_b):
         return False
-    for x, y in zip(cells_a, cells_b):
+    for x, y in zip(cells_a, cells_b, strict=True):
         try:
             if not math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-9):
                 return False

@@ -68,7 +68,8 @@ def test_the_deployments_engine_environment_is_used(monkeypatch):
 def test_llamafactory_trains_the_tiny_model_from_the_export_through_the_local_launcher(exported, tiny_model_dir):
     """LLaMA-Factory really trains (on the CPU, the tiny Llama built locally, the project's own export: its loss
     goes down), and the run reads back like a builtin one: progress lines, a manifest, the checkpoint."""
-    from datamind.train.launchers import LocalLauncher, progress, run
+    from datamind.train.launchers import LocalLauncher, run
+    from datamind.train.protocol import progress
 
     root, result = exported
     cfg = TrainConfig(

@@ -1,6 +1,7 @@
 import json
 
 from train_helpers import dataset_rows, write_dataset
+
 from datamind.train.__main__ import main
 
 

@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from train_helpers import dataset_rows, write_dataset
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,12 +2,12 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-
 from train_helpers import dataset_rows, write_dataset
+
+from datamind.rollout.protocol import split_conversation
 from datamind.schemas import REJECTIONS
 from datamind.shards import read_rows
 from datamind.storage import DataRoot
-from datamind.rollout.protocol import split_conversation
 from datamind.train.exports import SFT_DATASET_NAME, export
 
 

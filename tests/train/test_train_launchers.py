@@ -20,10 +20,10 @@ from datamind.train.launchers import (
     SSHLauncher,
     make_launcher,
     prepare_config,
-    progress,
     run,
     settings_from_connection,
 )
+from datamind.train.protocol import progress
 
 REPO = Path(__file__).resolve().parents[2]
 

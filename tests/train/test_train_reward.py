@@ -1,8 +1,8 @@
 import pytest
 
-from datamind.train.config import RewardConfig
 from datamind.rollout.protocol import cut_at_stop, final_answer, format_ok
 from datamind.rollout.protocol import strict_turn as parse_turn
+from datamind.train.config import RewardConfig
 from datamind.train.reward import MatchJudge, combine_reward, length_factor, score, void_turns
 
 

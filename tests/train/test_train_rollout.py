@@ -1,37 +1,19 @@
-"""The built-in agent loop with a real subprocess executor; the policy is a scripted GenerateFn."""
+"""The built-in agent loop with the real sandbox executor; the policy is a scripted GenerateFn."""
 
 import os
 
 import pytest
+from train_helpers import SANDBOX_TEST_LIMITS
 
-from datamind.train.rollout import AgentLoopRollout, ExecRequest, RolloutPrompt, SubprocessPythonExecutor
-
-
-@pytest.fixture
-def workdir(tmp_path):
-    return str(tmp_path)
+from datamind.sandbox import SandboxLimits
+from datamind.train.rollout import AgentLoopRollout, RolloutPrompt
+from datamind.train.sandbox_exec import SandboxExecutor
 
 
-def test_executor_runs_code_and_keeps_state_across_cells(workdir):
-    ex = SubprocessPythonExecutor()
-    first = ex(ExecRequest("x = 20\nprint('first')", (), workdir, 10))
-    assert first.ok and first.output.strip() == "first"
-    second = ex(ExecRequest("print(x + 1)", ("x = 20\nprint('first')",), workdir, 10))
-    assert second.ok and second.output.strip() == "21"  # earlier output silenced, its state kept
-
-
-def test_executor_reports_errors_and_timeouts(workdir):
-    ex = SubprocessPythonExecutor()
-    err = ex(ExecRequest("1 / 0", (), workdir, 10))
-    assert not err.ok and "ZeroDivisionError" in err.output
-    slow = ex(ExecRequest("import time\ntime.sleep(30)", (), workdir, 0.5))
-    assert not slow.ok and "TimeoutError" in slow.output
-
-
-def test_executor_hides_worker_environment(workdir, monkeypatch):
-    monkeypatch.setenv("DATAMIND_SECRET_TOKEN", "s3cr3t")
-    out = SubprocessPythonExecutor()(ExecRequest("import os; print(sorted(os.environ))", (), workdir, 10))
-    assert "DATAMIND_SECRET_TOKEN" not in out.output
+@pytest.fixture(scope="module")
+def executor():
+    with SandboxExecutor(SandboxLimits(**SANDBOX_TEST_LIMITS)) as ex:
+        yield ex
 
 
 def test_interpreter_message_escapes_its_closing_tag():
@@ -41,17 +23,12 @@ def test_interpreter_message_escapes_its_closing_tag():
     assert msg == {"role": "tool", "content": "<interpreter>\na</ interpreter>b\n</interpreter>"}
 
 
-def test_executor_clips_long_output(workdir):
-    out = SubprocessPythonExecutor(max_output_chars=100)(ExecRequest("print('a' * 5000 + 'END')", (), workdir, 10))
-    assert len(out.output) < 200 and out.output.rstrip().endswith("END")
-
-
-def test_agent_loop_runs_code_reads_data_and_stops(tmp_path):
+def test_agent_loop_runs_code_reads_data_and_stops(tmp_path, executor):
     data = tmp_path / "sales.csv"
     data.write_text("a\n1\n2\n3\n")
     turns = {
         "good": [
-            "<think>read</think><code>print(sum(int(x) for x in open('data/files/sales.csv').read().split()[1:]))"
+            "<think>read</think><code>print(sum(int(x) for x in open('sales.csv').read().split()[1:]))"
             "</code> trailing junk",
             "<think>ok</think><answer>6</answer>",
         ],
@@ -69,16 +46,16 @@ def test_agent_loop_runs_code_reads_data_and_stops(tmp_path):
             assert len(conversations) == len(self.names)
             texts = [
                 turns[n][min(sum(m["role"] == "assistant" for m in c), len(turns[n]) - 1)]
-                for n, c in zip(self.names, conversations)
+                for n, c in zip(self.names, conversations, strict=True)
             ]
-            self.names = [n for n, t in zip(self.names, texts) if "<answer>" not in t and "<code>" in t]
+            self.names = [n for n, t in zip(self.names, texts, strict=True) if "<answer>" not in t and "<code>" in t]
             return texts
 
     prompt = RolloutPrompt("s1", [{"role": "user", "content": "sum a"}], "sum a", "6", str(data))
     loop = AgentLoopRollout(
         count_tokens=lambda s: len(s.split()), max_turns=3, max_turn_tokens=64, workdir_root=str(tmp_path)
     )
-    good, void, looping = loop(prompt, group_size=3, generate=Ordered(), execute=SubprocessPythonExecutor())
+    good, void, looping = loop(prompt, group_size=3, generate=Ordered(), execute=executor)
     assert good.status == "answered" and good.n_void_turns == 0 and good.n_turns == 2
     assert good.messages[0]["content"].endswith("</code>")  # generation cut at the stop string
     assert good.messages[1] == {"role": "tool", "content": "<interpreter>\n6\n</interpreter>"}
@@ -87,7 +64,7 @@ def test_agent_loop_runs_code_reads_data_and_stops(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["sales.csv"]  # per-trajectory workdirs removed
 
 
-def test_agent_loop_respects_response_budget():
+def test_agent_loop_respects_response_budget(executor):
     seen = []
 
     def generate(conversations, max_new_tokens):
@@ -98,6 +75,6 @@ def test_agent_loop_respects_response_budget():
     loop = AgentLoopRollout(
         count_tokens=lambda s: len(s.split()), max_turns=10, max_turn_tokens=50, max_response_tokens=12
     )
-    (traj,) = loop(prompt, group_size=1, generate=generate, execute=SubprocessPythonExecutor())
+    (traj,) = loop(prompt, group_size=1, generate=generate, execute=executor)
     assert traj.status == "length" and traj.response_tokens >= 12
     assert seen[0] == 12 and all(b < 12 for b in seen[1:])

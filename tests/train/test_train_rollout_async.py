@@ -1,5 +1,5 @@
 """The agent loop runs the prompts of a batch asynchronously: one prompt's cells execute while the
-others generate. The executors are real (plain subprocesses, and the project sandbox); only the policy
+others generate. The executor is real (the project sandbox); only the policy
 is scripted, as a function of the conversation it is shown."""
 
 from __future__ import annotations
@@ -9,11 +9,17 @@ import threading
 import time
 
 import pytest
+from train_helpers import SANDBOX_TEST_LIMITS, answer_turn, code_turn
 
 from datamind.sandbox import SandboxLimits
-from datamind.train.rollout import AgentLoopRollout, ExecRequest, RolloutPrompt, SubprocessPythonExecutor
+from datamind.train.rollout import AgentLoopRollout, ExecRequest, RolloutPrompt
 from datamind.train.sandbox_exec import SandboxExecutor
-from train_helpers import SANDBOX_TEST_LIMITS, answer_turn, code_turn
+
+
+@pytest.fixture
+def sandbox():
+    with SandboxExecutor(SandboxLimits(**SANDBOX_TEST_LIMITS)) as ex:
+        yield ex
 
 
 def _prompt(name: str) -> RolloutPrompt:
@@ -43,7 +49,7 @@ def _loop(tmp_path, **kw) -> AgentLoopRollout:
     return AgentLoopRollout(count_tokens=lambda s: len(s.split()), max_turn_tokens=64, workdir_root=str(work), **kw)
 
 
-def test_a_prompt_generates_while_another_prompts_cell_is_still_running(tmp_path):
+def test_a_prompt_generates_while_another_prompts_cell_is_still_running(tmp_path, sandbox):
     """The slow prompt's cell cannot finish until the fast prompt has generated its third turn: a loop
     that waited for every cell of a turn before generating again would never get there."""
     fast_third_turn = threading.Event()
@@ -58,7 +64,7 @@ def test_a_prompt_generates_while_another_prompts_cell_is_still_running(tmp_path
                 fast_third_turn.set()
             return super().__call__(conversations, max_new_tokens)
 
-    real = SubprocessPythonExecutor()
+    real = sandbox
 
     def execute(req: ExecRequest):
         if "slow" in req.code and not fast_third_turn.wait(timeout=60):
@@ -78,7 +84,7 @@ def test_a_prompt_generates_while_another_prompts_cell_is_still_running(tmp_path
     assert os.listdir(tmp_path / "work") == []
 
 
-def test_a_batch_gives_each_prompt_what_it_gets_alone(tmp_path):
+def test_a_batch_gives_each_prompt_what_it_gets_alone(tmp_path, sandbox):
     scripts = {
         f"q{i}": [
             code_turn(f"x = {i} * 7\nprint(x)"),
@@ -88,7 +94,7 @@ def test_a_batch_gives_each_prompt_what_it_gets_alone(tmp_path):
         for i in range(5)
     }
     prompts = [_prompt(f"q{i}") for i in range(5)]
-    executor = SubprocessPythonExecutor()
+    executor = sandbox
     together = _loop(tmp_path, exec_workers=3).batch(
         prompts, group_size=2, generate=ConversationPolicy(scripts), execute=executor
     )
@@ -101,20 +107,20 @@ def test_a_batch_gives_each_prompt_what_it_gets_alone(tmp_path):
     assert "ZeroDivisionError" in together[2][1].messages[3]["content"]
 
 
-def test_max_turns_and_the_response_budget_hold_per_prompt(tmp_path):
+def test_max_turns_and_the_response_budget_hold_per_prompt(tmp_path, sandbox):
     scripts = {"loops": [code_turn("print(1)")] * 10, "answers": [answer_turn("a")]}
     loop = _loop(tmp_path, max_turns=3)
     looping, answering = loop.batch(
         [_prompt("loops"), _prompt("answers")],
         group_size=2,
         generate=ConversationPolicy(scripts),
-        execute=SubprocessPythonExecutor(),
+        execute=sandbox,
     )
     assert [t.status for t in looping] == ["max_turns", "max_turns"] and looping[0].n_turns == 3
     assert [t.status for t in answering] == ["answered", "answered"] and answering[0].n_turns == 1
 
 
-def test_an_executor_failure_ends_the_batch_and_cleans_up(tmp_path):
+def test_an_executor_failure_ends_the_batch_and_cleans_up(tmp_path, sandbox):
     scripts = {"a": [code_turn("print(1)"), answer_turn("a")], "b": [code_turn("boom"), answer_turn("b")]}
     ended = []
 
@@ -123,7 +129,7 @@ def test_an_executor_failure_ends_the_batch_and_cleans_up(tmp_path):
             if req.code == "boom":
                 raise RuntimeError("executor crashed")
             time.sleep(0.2)
-            return SubprocessPythonExecutor()(req)
+            return sandbox(req)
 
         def end_trajectory(self, workdir):
             ended.append(workdir)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 
 import pyarrow.parquet as pq
 import pytest
+from train_helpers import SANDBOX_TEST_LIMITS, ScriptedPolicy, answer_turn, code_turn
 
 from datamind.sandbox import SandboxLimits
 from datamind.train.config import TrainConfig
@@ -15,13 +15,10 @@ from datamind.train.rollout import (
     AgentLoopRollout,
     ExecRequest,
     RolloutPrompt,
-    SubprocessPythonExecutor,
     exec_language,
 )
 from datamind.train.sandbox_exec import SandboxExecutor
 from datamind.train.trainer import train
-
-from train_helpers import SANDBOX_TEST_LIMITS, ScriptedPolicy, answer_turn, code_turn
 
 SALES = "region,amount\nnorth,10\nsouth,20\nnorth,5\neast,7\n"  # amounts sum to 42; north 15
 
@@ -154,16 +151,13 @@ def test_sql_trajectory_uses_the_sql_tools(executor, tmp_path):
     con.close()
 
 
-def test_language_comes_from_the_data_format_and_subprocess_refuses_sql(tmp_path):
+def test_language_comes_from_the_data_format():
     assert [exec_language(f) for f in ("csv", "xlsx", "sqlite", None)] == ["python", "python", "sql", "python"]
-    with pytest.raises(ValueError, match="needs the sandbox executor"):
-        SubprocessPythonExecutor()(ExecRequest("print(1)", (), str(tmp_path), 5, "sql"))
 
 
-def test_executor_config_defaults_to_sandbox_and_rejects_unknown():
-    assert TrainConfig().rl.executor == "sandbox"
-    with pytest.raises(ValueError, match="rl.executor must be one of"):
-        TrainConfig().with_overrides({"rl.executor": "docker"})
+def test_there_is_no_executor_but_the_sandbox():
+    with pytest.raises(ValueError, match="executor"):
+        TrainConfig().with_overrides({"rl.executor": "subprocess"})
 
 
 class _CodeRunningRollout:
@@ -214,16 +208,3 @@ def test_trainer_runs_rollouts_in_the_sandbox_and_closes_it(tiny_model_dir, expo
     assert rollout.observations == ["traj-"] * 4  # 2 prompts x G=2, each cell run in a sandbox workspace
     (row,) = pq.read_table(result.metrics_uri).to_pylist()
     assert row["phase"] == "sft+rl" and row["format_rate"] == 1.0
-
-
-def test_subprocess_executor_only_on_request_and_with_a_warning(tiny_model_dir, exported, tmp_path, caplog):
-    root, res = exported
-    rollout, lines = _CodeRunningRollout(tmp_path), []
-    with caplog.at_level(logging.WARNING, logger="datamind.train.trainer"):
-        train(
-            _rl_config(tiny_model_dir, res, root, **{"rl.executor": "subprocess"}), rollout=rollout, emit=lines.append
-        )
-    assert all(isinstance(e, SubprocessPythonExecutor) for e in rollout.executors)
-    assert rollout.observations == ["datam"] * 4
-    assert any("WITHOUT the sandbox" in r.getMessage() for r in caplog.records)
-    assert any(line.startswith("[datamind.train] WARNING:") and "WITHOUT the sandbox" in line for line in lines)

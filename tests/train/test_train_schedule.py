@@ -1,4 +1,5 @@
 import math
+from itertools import pairwise
 
 import pytest
 
@@ -16,7 +17,7 @@ def test_cosine_gamma_quarter():
 
 def test_cosine_gamma_monotone_and_bounded():
     values = [cosine_gamma(s, 50, 0.9, 0.05) for s in range(50)]
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in pairwise(values))
     assert values[0] == pytest.approx(0.9) and values[-1] == pytest.approx(0.05)
 
 

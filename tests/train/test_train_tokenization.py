@@ -1,11 +1,11 @@
 import pytest
-
 from train_helpers import QUESTIONS, conversation
+
 from datamind.train.tokenization import DEFAULT_CHAT_TEMPLATE, TemplateError, collate, encode, ensure_chat_template
 
 
 def _decode_where(tokenizer, enc, mask):
-    return "".join(tokenizer.decode([t]) for t, m in zip(enc.input_ids, mask) if m)
+    return "".join(tokenizer.decode([t]) for t, m in zip(enc.input_ids, mask, strict=True) if m)
 
 
 def test_agent_tokens_are_exactly_the_assistant_turns(tokenizer):
@@ -16,7 +16,7 @@ def test_agent_tokens_are_exactly_the_assistant_turns(tokenizer):
     want_env = "".join(f"<|im_start|>tool\n{m['content']}<|im_end|>\n" for m in msgs if m["role"] == "tool")
     assert _decode_where(tokenizer, enc, enc.agent_mask) == want_agent
     assert _decode_where(tokenizer, enc, enc.env_mask) == want_env
-    assert not any(a and e for a, e in zip(enc.agent_mask, enc.env_mask))
+    assert not any(a and e for a, e in zip(enc.agent_mask, enc.env_mask, strict=True))
     prompt_text = tokenizer.decode(enc.input_ids[: enc.prompt_len])
     assert prompt_text.endswith("<|im_start|>assistant\n") and msgs[1]["content"] in prompt_text
 

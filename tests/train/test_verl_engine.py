@@ -15,8 +15,8 @@ import pytest
 
 from datamind.settings import REPO_ROOT
 from datamind.train.config import TrainConfig
-from datamind.train.exports import RL_FILE
 from datamind.train.engines import Cluster
+from datamind.train.exports import RL_FILE
 from datamind.train.reward import MatchJudge, score, turns_from_text
 from datamind.train.verl_engine import command, node_argv, prepare_rows, rl_config, write_configs
 
@@ -272,7 +272,8 @@ def fake_verl_env(tmp_path):
 def test_a_verl_run_is_recorded_like_any_run(exported, tiny_model_dir, fake_verl_env, fail):
     """Through the local launcher: the generated config and rows reach verl's command line, verl's log lines
     become progress records, its last checkpoint becomes the run's final model; a crash fails the run."""
-    from datamind.train.launchers import LaunchError, LocalLauncher, progress, run
+    from datamind.train.launchers import LaunchError, LocalLauncher, run
+    from datamind.train.protocol import progress
 
     root, result = exported
     cfg = TrainConfig(base_model_path=tiny_model_dir, export_dir=result.export_dir, data_root=root.uri(), engine="verl")

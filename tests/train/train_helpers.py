@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -41,7 +41,7 @@ QUESTIONS = [
 
 
 def dataset_rows(n: int = 4) -> list[dict]:
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
     rows = []
     for i, (q, code, out, ans) in enumerate(QUESTIONS[:n]):
         rows.append(
@@ -124,10 +124,10 @@ class ScriptedPolicy:
     def __call__(self, conversations, max_new_tokens):
         assert len(conversations) == len(self.active)
         texts = []
-        for k, conv in zip(self.active, conversations):
+        for k, conv in zip(self.active, conversations, strict=True):
             turn = sum(m["role"] == "assistant" for m in conv)
             texts.append(self.scripts[k][turn])
-        self.active = [k for k, t in zip(self.active, texts) if "<code>" in t]
+        self.active = [k for k, t in zip(self.active, texts, strict=True) if "<code>" in t]
         return texts
 
 

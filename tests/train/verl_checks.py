@@ -15,7 +15,6 @@ import warnings
 
 def main(config_dir: str, data_file: str, tokenizer_dir: str) -> dict:
     from hydra import compose, initialize_config_dir
-
     from verl.trainer.ppo.reward import get_custom_reward_fn
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config

@@ -144,8 +144,8 @@ async def _replay(config, data_file: str, tokenizer_dir: str) -> dict:
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     stored = list_of_dict_to_tensordict([o.as_dict() for o in first])  # as verl puts a session's outputs
-    agent_text = tok.decode([t for t, m in zip(expert.response_ids, expert.response_mask) if m])
-    env_text = tok.decode([t for t, m in zip(expert.response_ids, expert.response_mask) if not m])
+    agent_text = tok.decode([t for t, m in zip(expert.response_ids, expert.response_mask, strict=True) if m])
+    env_text = tok.decode([t for t, m in zip(expert.response_ids, expert.response_mask, strict=True) if not m])
     return {
         # verl stores a session's outputs as one batch keyed by the first output's fields: they must agree.
         "same_fields": sorted(expert.as_dict()) == sorted(live.as_dict()),
@@ -222,10 +222,10 @@ def _expected(rows, gamma, clip=(0.2, 0.28)):
     for lp, old, a, mask, expert, rl in rows:
         n_all += sum(mask)
         if expert:
-            nll -= sum(x for x, keep in zip(lp, mask) if keep)
+            nll -= sum(x for x, keep in zip(lp, mask, strict=True) if keep)
             n_e += sum(mask)
         elif rl:
-            ratios = [math.exp(x - o) for x, o, keep in zip(lp, old, mask) if keep]
+            ratios = [math.exp(x - o) for x, o, keep in zip(lp, old, mask, strict=True) if keep]
             losses = [max(-a * r, -a * min(max(r, 1 - clip[0]), 1 + clip[1])) for r in ratios]
             prompt_means.append(sum(losses) / len(losses))
             n_p += len(losses)
@@ -274,7 +274,7 @@ def _loss(config) -> dict:
     # A step where no prompt is eligible: the SFT term alone, still weighted gamma.
     td5, values5 = _batch(ROWS[2:])
     sft_only = JointLoss(actor, gamma, 4 / 6, 0.0)({"log_probs": values5}, td5)[0].item()
-    nll = -sum(lp for x in ROWS[3:] for lp, m in zip(x[0], x[3]) if m) / 4
+    nll = -sum(lp for x in ROWS[3:] for lp, m in zip(x[0], x[3], strict=True) if m) / 4
     out["sft_only"] = {"got": sft_only, "want": gamma * nll}
 
     # The step's shares, from the batch as TransferQueue returns it (nested rows) and as padded rows.

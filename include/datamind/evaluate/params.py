@@ -5,13 +5,15 @@ Kept free of heavy imports: the DAG file reads the defaults at parse time.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import json
+import os
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from datamind.ids import stable_id
-from datamind.stage_params import check_ranges, param
 from datamind.judge.consistency import REL_TOL
 from datamind.llm.serving import ENGINES as SERVE_ENGINES
+from datamind.stage_params import check_ranges, param
 from datamind.vocabulary import EVAL_SUITES
 
 SUITE_KINDS = EVAL_SUITES
@@ -42,7 +44,12 @@ class EvalParams:
         ".gguf file; auto picks by the checkpoint and the worker.",
     )
     # kind -> folder or file ("heldout" -> a version, "" = latest); its form default comes from the deployment
-    suites: dict = field(default_factory=dict)
+    suites: dict = param(
+        None,
+        "Suites",
+        factory=dict,
+        description='Suite kind -> folder or file, e.g. {"dabench": "/data/dabench", "heldout": ""}.',
+    )
     trials: int = param(3, "Trials per question", minimum=1, maximum=16)  # paper, appendix D: 3 trials
     temperature: float = param(0.7, "Temperature", minimum=0, maximum=2)
     top_p: float = param(0.95, "Top-p", minimum=0.01, maximum=1)
@@ -66,7 +73,7 @@ class EvalParams:
             raise ValueError("name at least one suite, e.g. {'dabench': '/data/dabench'}")
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> "EvalParams":
+    def from_dict(cls, raw: dict[str, Any] | None) -> EvalParams:
         raw = {k: v for k, v in (raw or {}).items() if v is not None and v != ""}
         extra = set(raw) - {f.name for f in fields(cls)}
         if extra:
@@ -80,3 +87,10 @@ class EvalParams:
     def eval_id(self) -> str:
         d = {k: v for k, v in asdict(self).items() if k not in self._NOT_IN_ID}
         return "eval-" + stable_id(d, length=12)
+
+
+def deployment_suites() -> dict:
+    """The suites a deployment evaluates on unless told otherwise: ``DATAMIND_BENCHMARKS`` (the JSON object
+    decontamination reads too), else the latest held-out split."""
+    raw = os.environ.get("DATAMIND_BENCHMARKS", "").strip()
+    return json.loads(raw) if raw else {"heldout": ""}

@@ -20,12 +20,12 @@ import json
 import posixpath
 from collections import Counter, defaultdict
 from dataclasses import asdict, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from datamind.evaluate import judges
-from datamind.evaluate.runner import Runner, Trial
 from datamind.evaluate.params import EvalParams
+from datamind.evaluate.runner import Runner, Trial
 from datamind.evaluate.suites import EvalItem, SuiteError, load_suite
 from datamind.ids import stable_id
 from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
@@ -146,9 +146,9 @@ def judge_trials(trials: list[Trial], text_judge, eval_id: str, model: str | Non
                 await client.aclose()  # its connections belong to this event loop
 
     verdicts = asyncio.run(main())
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = []
-    for t, v in zip(trials, verdicts):
+    for t, v in zip(trials, verdicts, strict=True):
         r = t.result
         rows.append(
             {
@@ -229,7 +229,7 @@ def evaluate(
         "trials": p.trials,
         "suites": summarize(rows, p.trials),
         "skipped": skipped,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     root.write_text(posixpath.join(folder, "summary.json"), json.dumps(summary, indent=2, sort_keys=True, default=str))
     root.write_text(posixpath.join(folder, "report.md"), render_report(summary, all_summaries(root)))

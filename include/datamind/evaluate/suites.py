@@ -13,7 +13,6 @@ from datamind.ingest.benchmarks import (  # noqa: F401 - the suite API in one pl
     load_tablebench,
 )
 
-
 # -- the project's own held-out split ----------------------------------------------------------
 
 

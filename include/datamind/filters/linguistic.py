@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from itertools import pairwise
 
 from datamind.llm.tags import extract_all
 
@@ -101,7 +102,7 @@ def check_text(
             return "mixed_scripts", f"{minority} of {total} letters are {others} in a {main} text"
     words = re.findall(r"\S+", text.lower())
     run = 1
-    for a, b in zip(words, words[1:]):
+    for a, b in pairwise(words):
         run = run + 1 if a == b else 1
         if run >= 8:
             return "repetition", f"the word {a!r} repeats {run} times in a row"

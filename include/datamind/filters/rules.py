@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from datamind.filters import coherence
+from datamind.filters import coherence, linguistic
 from datamind.filters import format as format_rule
-from datamind.filters import linguistic
 from datamind.filters.tokenizer import count_tokens, count_tokens_batch
 
 MAX_ANSWER_TOKENS = 1024  # paper: drop trajectories whose final answer exceeds 1,024 tokens
@@ -87,7 +86,7 @@ def apply_filters(
     counts = count_tokens_batch([r.get("final_answer") or "" for r in rows])
     kept: list[dict] = []
     dropped: list[tuple[dict, Finding]] = []
-    for row, n in zip(rows, counts):
+    for row, n in zip(rows, counts, strict=True):
         finding = (
             check_format(row, config)
             or check_length(row, config, n)

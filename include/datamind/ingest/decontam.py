@@ -130,7 +130,7 @@ class BenchmarkIndex:
         return json.dumps({**payload, "question_ngrams": self.question_ngrams}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "BenchmarkIndex":
+    def from_json(cls, text: str) -> BenchmarkIndex:
         d = json.loads(text)
         tables = [{**t, "rows": set(t["rows"])} for t in d["tables"]]
         return cls(d["ngram"], d["file_sha"], tables, d["question_ngrams"])
@@ -139,7 +139,6 @@ class BenchmarkIndex:
 def build_index(suites: dict[str, str], ngram: int = NGRAM, table_dir: str | None = None) -> BenchmarkIndex:
     """Tables and questions of every configured benchmark (the held-out split is ours: not a benchmark)."""
     from datamind.ingest.benchmarks import load_benchmark
-
     from datamind.ingest.parse_worker import IsolatedParser
     from datamind.settings import Limits
 

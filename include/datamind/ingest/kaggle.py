@@ -20,6 +20,7 @@ fetched for it are removed and the dataset is recorded as failed, so a rerun ret
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -29,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from datamind.ids import sha256_file
@@ -204,7 +205,7 @@ def _iso(value) -> str | None:
         return None
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value.isoformat().replace("+00:00", "Z")
     return str(value)
 
@@ -291,7 +292,7 @@ class _Crawl:
             else:
                 req.page = page_no
             try:
-                resp, _ = self._call(lambda: self.api.list_datasets(req), f"search {query!r} page {page_no}")
+                resp, _ = self._call(functools.partial(self.api.list_datasets, req), f"search {query!r} page {page_no}")
             except CallFailed as exc:
                 if exc.status in (401, 403):
                     raise KaggleAuthError(f"Kaggle refused the credentials (HTTP {exc.status})") from None
@@ -300,7 +301,7 @@ class _Crawl:
             datasets = [d for d in (resp.datasets or []) if d is not None]
             places = [self.cfg.in_window(d.last_updated) for d in datasets]
             log.info("query %r page %d: %d dataset(s)", query, page_no, len(datasets))
-            for ds, place in zip(datasets, places):
+            for ds, place in zip(datasets, places, strict=True):
                 if place == "in" and self._process(ds, query):
                     taken += 1
                     if taken >= self.cfg.max_datasets_per_query:
@@ -380,7 +381,7 @@ class _Crawl:
             req.dataset_version_number = int(version)
             req.page_size = 200
             req.page_token = token or ""
-            resp, _ = self._call(lambda: self.api.list_dataset_files(req), f"list files of {owner}/{slug}")
+            resp, _ = self._call(functools.partial(self.api.list_dataset_files, req), f"list files of {owner}/{slug}")
             if resp.error_message:
                 raise CallFailed(f"Kaggle: {resp.error_message}", 1)
             files.extend(f for f in (resp.dataset_files or []) if f is not None)
@@ -521,7 +522,7 @@ class _Crawl:
             "last_updated": _iso(ds.last_updated),
             "file_created": _iso(f.creation_date),
             "query": query,
-            "retrieved_at": _iso(datetime.now(timezone.utc)),
+            "retrieved_at": _iso(datetime.now(UTC)),
         }
 
 

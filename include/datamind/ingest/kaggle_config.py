@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+
+from datamind.stage_params import check_ranges, param
 
 # Sort orders the Kaggle dataset search accepts (kagglesdk ``DatasetSortBy`` members, lower camel case).
 SORT_ORDERS = ("hottest", "votes", "updated", "active", "published", "relevance", "usability", "downloadCount")
@@ -42,6 +45,9 @@ LICENSE_IDS = (
     "unknown",
 )
 DEFAULT_LICENSES = ("cc0", "cc-by", "cc-by-sa", "pddl", "odc-by", "odbl", "mit", "apache-2.0")
+# What the weekly crawl searches for unless its form says otherwise.
+DEFAULT_QUERIES = ("sales", "weather", "healthcare", "finance", "education")
+CRAWL_WINDOWS = ("auto", "interval", "none")
 
 
 def license_id(name: str | None) -> str:
@@ -96,18 +102,8 @@ def license_id(name: str | None) -> str:
     return "other"
 
 
-def _positive_int(name: str, value: Any) -> int:
-    try:
-        out = int(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"KaggleCrawlConfig.{name} must be an integer, got {value!r}") from exc
-    if out < 1:
-        raise ValueError(f"KaggleCrawlConfig.{name} must be >= 1, got {out}")
-    return out
-
-
 def _as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _iso_utc(name: str, value: Any) -> str | None:
@@ -127,8 +123,8 @@ def crawl_window(mode: str, run_type: str, start: datetime | None, end: datetime
     ``mode`` 'auto' windows scheduled and backfill runs by their data interval and leaves manual runs
     unwindowed (a person asking for a crawl wants what is there now); 'interval' always windows (an error
     without an interval); 'none' never does."""
-    if mode not in ("auto", "interval", "none"):
-        raise ValueError(f"crawl window must be 'auto', 'interval' or 'none', got {mode!r}")
+    if mode not in CRAWL_WINDOWS:
+        raise ValueError(f"crawl window must be one of {CRAWL_WINDOWS}, got {mode!r}")
     wanted = mode == "interval" or (mode == "auto" and run_type in ("scheduled", "backfill"))
     if not wanted:
         return {"updated_since": None, "updated_before": None}
@@ -140,30 +136,37 @@ def crawl_window(mode: str, run_type: str, start: datetime | None, end: datetime
 @dataclass(frozen=True)
 class KaggleCrawlConfig:
     """One crawl's search and limits. ``licenses`` is an allow-list of canonical ids (see ``LICENSE_IDS``)
-    or exact Kaggle license names; a dataset whose license is not on it is skipped, never downloaded."""
+    or exact Kaggle license names; a dataset whose license is not on it is skipped, never downloaded.
+    The form fields are ingest_kaggle's trigger form; the rest are set from Python."""
 
-    queries: tuple[str, ...] = ("sales", "survey", "finance")
-    licenses: tuple[str, ...] = DEFAULT_LICENSES
-    file_types: tuple[str, ...] = FILE_TYPES
-    max_dataset_bytes: int = 200 * 1024 * 1024
-    max_file_bytes: int = 64 * 1024 * 1024
+    queries: tuple[str, ...] = param(
+        DEFAULT_QUERIES,
+        "Search queries",
+        description="One Kaggle dataset search per entry.",
+        min_items=1,
+        min_length=1,
+    )
+    licenses: tuple[str, ...] = param(DEFAULT_LICENSES, "Allowed licenses", min_items=1, min_length=1)
+    file_types: tuple[str, ...] = param(FILE_TYPES, "File types", enum=FILE_TYPES, min_items=1)
     # Datasets downloaded (or attempted) per query; skipped ones do not count, pages bound the walk.
-    max_datasets_per_query: int = 20
-    max_pages: int = 5
-    page_size: int = 20
-    max_files_per_dataset: int = 20
-    sort_by: str = "votes"
+    max_datasets_per_query: int = param(20, "Datasets per query", minimum=1, maximum=500)
+    max_pages: int = param(5, "Result pages per query", minimum=1, maximum=100)
+    max_dataset_bytes: int = param(200 * 1024 * 1024, "Max dataset size (bytes)", minimum=1, section="Limits")
+    max_file_bytes: int = param(64 * 1024 * 1024, "Max file size (bytes)", minimum=1, section="Limits")
+    page_size: int = param(20, "Results per page", minimum=1, form=False)
+    max_files_per_dataset: int = param(20, "Files per dataset", minimum=1, form=False)
+    sort_by: str = param("votes", "Sort order", enum=SORT_ORDERS, form=False)
     # A crawl window (ISO 8601, UTC when no offset): only datasets last updated in [updated_since, updated_before)
     # are taken, so each interval of a scheduled crawl or a backfill fetches its own week. A window searches
     # newest-updated first (whatever sort_by says) so the walk can stop once it is past the window's start;
     # pages entirely newer than the window do not count against max_pages, up to max_skip_pages of them.
     updated_since: str | None = None
     updated_before: str | None = None
-    max_skip_pages: int = 100
-    retries: int = 4  # attempts per API call, the first included
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
-    request_timeout_s: float = 120.0
+    max_skip_pages: int = param(100, "Pages newer than the window", minimum=1, form=False)
+    retries: int = param(4, "Attempts per API call", minimum=1, form=False)  # the first included
+    backoff_base_s: float = param(1.0, "Backoff base (s)", minimum=0, form=False)
+    backoff_max_s: float = param(60.0, "Backoff cap (s)", minimum=0, form=False)
+    request_timeout_s: float = param(120.0, "Request timeout (s)", minimum=0.001, form=False)
 
     def __post_init__(self) -> None:
         for name in ("queries", "licenses", "file_types"):
@@ -172,26 +175,14 @@ class KaggleCrawlConfig:
                 value = (value,)
             object.__setattr__(self, name, tuple(str(v).strip() for v in value if str(v).strip()))
         object.__setattr__(self, "file_types", tuple(t.lower().lstrip(".") for t in self.file_types))
-        if not self.queries:
-            raise ValueError("KaggleCrawlConfig.queries must name at least one search query")
-        if not self.licenses:
-            raise ValueError("KaggleCrawlConfig.licenses must allow at least one license")
-        bad = [t for t in self.file_types if t not in FILE_TYPES]
-        if bad or not self.file_types:
-            raise ValueError(f"KaggleCrawlConfig.file_types must be a non-empty subset of {FILE_TYPES}, got {bad}")
-        if self.sort_by not in SORT_ORDERS:
-            raise ValueError(f"KaggleCrawlConfig.sort_by must be one of {SORT_ORDERS}, got {self.sort_by!r}")
-        for name in (
-            "max_dataset_bytes",
-            "max_file_bytes",
-            "max_datasets_per_query",
-            "max_pages",
-            "page_size",
-            "max_files_per_dataset",
-            "max_skip_pages",
-            "retries",
-        ):
-            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        for f in fields(self):
+            if f.type in ("int", "float"):  # JSON and environment values arrive as text too
+                value = getattr(self, f.name)
+                try:
+                    object.__setattr__(self, f.name, (int if f.type == "int" else float)(value))
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"KaggleCrawlConfig.{f.name} must be a number, got {value!r}") from exc
+        check_ranges(self)
         for name in ("updated_since", "updated_before"):
             object.__setattr__(self, name, _iso_utc(name, getattr(self, name)))
         if self.updated_since and self.updated_before and self.updated_since >= self.updated_before:
@@ -201,14 +192,9 @@ class KaggleCrawlConfig:
             )
         if self.windowed:
             object.__setattr__(self, "sort_by", "updated")
-        for name in ("backoff_base_s", "backoff_max_s", "request_timeout_s"):
-            value = float(getattr(self, name))
-            if value < 0 or (name == "request_timeout_s" and value == 0):
-                raise ValueError(f"KaggleCrawlConfig.{name} must be positive, got {value}")
-            object.__setattr__(self, name, value)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "KaggleCrawlConfig":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> KaggleCrawlConfig:
         """Build from DAG params (JSON); unknown keys are an error so a typo never silently uses a default."""
         data = dict(data or {})
         known = {f.name for f in fields(cls)}
@@ -287,7 +273,7 @@ class KaggleCredentials:
     @classmethod
     def from_connection(
         cls, login: str | None, password: str | None, extra: Mapping[str, Any] | str | None = None
-    ) -> "KaggleCredentials":
+    ) -> KaggleCredentials:
         """From an Airflow Connection's fields: login = username, password = key; an API token may sit
         in ``extra["api_token"]`` (or in password with an empty login)."""
         if isinstance(extra, str):
@@ -299,7 +285,7 @@ class KaggleCredentials:
         return cls(username=login, key=password if login else None, api_token=token, source="connection")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, home: str | None = None) -> "KaggleCredentials":
+    def from_env(cls, environ: Mapping[str, str] | None = None, home: str | None = None) -> KaggleCredentials:
         """The standard Kaggle places, in the client's own order: KAGGLE_API_TOKEN (value or file path),
         ~/.kaggle/access_token, KAGGLE_USERNAME + KAGGLE_KEY, then kaggle.json (KAGGLE_CONFIG_DIR or ~/.kaggle)."""
         env = os.environ if environ is None else environ

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow.compute as pc
@@ -23,8 +23,8 @@ from datamind.ingest.sources import SourceFile
 from datamind.schemas import CATALOG_FILES, REJECTIONS, rejection
 from datamind.settings import Limits
 from datamind.shards import read_table, shard_name, write_shard
-from datamind.storage import DataRoot
 from datamind.stages import STAGES
+from datamind.storage import DataRoot
 
 log = logging.getLogger(__name__)
 SOURCE = "kaggle"
@@ -43,7 +43,7 @@ def completed_versions(root: DataRoot, source: str = SOURCE) -> set[str]:
 
 
 def _failure_rows(result, run_id: str) -> list[dict[str, Any]]:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = []
     for kind, items in (("failed", result.failures), ("skipped", result.skipped)):
         for item in items:

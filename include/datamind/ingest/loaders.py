@@ -733,7 +733,7 @@ def _arrow_csv_columns(data: bytes, opts: dict[str, Any], types: list[str]) -> T
             ignore_empty_lines=True,
         ),
         convert_options=pcsv.ConvertOptions(
-            column_types={f: _ARROW_CSV_TYPES[t] for f, t in zip(fields, types)},
+            column_types={f: _ARROW_CSV_TYPES[t] for f, t in zip(fields, types, strict=True)},
             null_values=sorted(_PANDAS_NA),
             strings_can_be_null=True,
             quoted_strings_can_be_null=True,
@@ -771,7 +771,7 @@ def _same_columns(a: TableColumns, b: TableColumns) -> bool:
     the signs of zeros."""
     if a.names != b.names or a.n_rows != b.n_rows or len(a.values) != len(b.values):
         return False
-    for x, y in zip(a.values, b.values):
+    for x, y in zip(a.values, b.values, strict=True):
         if type(x) is not type(y) or x.dtype != y.dtype:
             return False
         if isinstance(x, np.ndarray):
@@ -1032,7 +1032,7 @@ def _cells_frame(body: list[list[Any]], ncols: int, per_cell: bool = False) -> p
         df = pd.DataFrame(body, columns=range(ncols), dtype=object)
         return df.map(lambda v: None if isinstance(v, str) and not v.strip() else v)
     columns = {}
-    for j, cells in enumerate(zip(*body)):
+    for j, cells in enumerate(zip(*body, strict=True)):
         values = np.empty(len(cells), dtype=object)
         values[:] = [None if isinstance(v, str) and not v.strip() else v for v in cells]
         columns[j] = _maybe_convert_objects(values)

@@ -74,7 +74,7 @@ class IsolatedParser:
         self._stderr: BinaryIO | None = None
         self.crashes = 0
 
-    def __enter__(self) -> "IsolatedParser":
+    def __enter__(self) -> IsolatedParser:
         return self
 
     def __exit__(self, *exc) -> None:

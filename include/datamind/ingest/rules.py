@@ -136,7 +136,7 @@ class Verdict:
         return self.status == ACCEPTED
 
     @classmethod
-    def reject(cls, code: str, reason: str) -> "Verdict":
+    def reject(cls, code: str, reason: str) -> Verdict:
         assert code in RULES, code
         return cls(REJECTED, code, reason)
 
@@ -243,7 +243,7 @@ def check_file(result: LoadResult, verdicts: list[Verdict], limits: Limits) -> V
         return Verdict.reject(result.error_code, result.error or RULES[result.error_code])
     if not result.tables:
         return Verdict.reject("no_tables", "the file parsed but holds no table")
-    passed = [t for t, v in zip(result.tables, verdicts) if v.accepted]
+    passed = [t for t, v in zip(result.tables, verdicts, strict=True) if v.accepted]
     if result.format == "sqlite" and passed:
         rows = sum(t.n_rows for t in passed)
         if rows < limits.min_rows:

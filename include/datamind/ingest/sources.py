@@ -16,8 +16,8 @@ import hashlib
 import io
 import os
 import posixpath
-import stat
 import re
+import stat
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -81,7 +81,7 @@ class SourceFile:
         }
 
     @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> "SourceFile":
+    def from_spec(cls, spec: dict[str, Any]) -> SourceFile:
         return cls(
             rel_path=spec["rel_path"],
             source_uri=spec["source_uri"],

@@ -29,9 +29,9 @@ import pyarrow.compute as pc
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest import sniff
+from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.ingest.loaders import LoadResult
 from datamind.ingest.parse_worker import IsolatedParser
-from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.ingest.rules import ACCEPTED, RULES, Verdict, check_file, check_tables
 from datamind.ingest.sources import SourceFile, SourceReadError, precheck_message
 from datamind.schemas import CATALOG_FILES
@@ -56,7 +56,9 @@ def _catalog_index(root: DataRoot) -> tuple[set[str], dict[str, str]]:
     accepted = t.filter(pc.equal(t.column("status"), ACCEPTED))
     accepted = accepted.sort_by([("rel_path", "ascending"), ("file_id", "ascending")])
     by_sha: dict[str, str] = {}
-    for sha, fid in zip(accepted.column("content_sha256").to_pylist(), accepted.column("file_id").to_pylist()):
+    for sha, fid in zip(
+        accepted.column("content_sha256").to_pylist(), accepted.column("file_id").to_pylist(), strict=True
+    ):
         by_sha.setdefault(sha, fid)
     return ids, by_sha
 
@@ -122,7 +124,7 @@ def _verdict_rows(result: LoadResult, verdicts: list[Verdict]) -> list[dict[str,
             "n_cols": int(t.n_cols),
             "read_options": json.dumps(t.read_options, sort_keys=True, ensure_ascii=False),
         }
-        for t, v in zip(result.tables, verdicts)
+        for t, v in zip(result.tables, verdicts, strict=True)
     ]
 
 
@@ -155,7 +157,7 @@ def ingest_file(
         "n_cols": 0,
         "staged_uri": None,
         "table_verdicts": [],
-        "ingested_at": dt.datetime.now(dt.timezone.utc),
+        "ingested_at": dt.datetime.now(dt.UTC),
         "run_id": run_id,
     }
     provenance = {**f.provenance, "original_filename": f.filename}
@@ -209,7 +211,7 @@ def ingest_file(
             return reject("benchmark_overlap", f"table {t.name!r} is benchmark table {hit}")
     verdicts = check_tables(result, limits)
     verdict = check_file(result, verdicts, limits)
-    passed = [t for t, v in zip(result.tables, verdicts) if v.accepted]
+    passed = [t for t, v in zip(result.tables, verdicts, strict=True) if v.accepted]
     row.update(
         format=catalog_format(result.format),
         encoding=result.encoding,

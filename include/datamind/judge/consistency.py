@@ -119,7 +119,7 @@ def equivalent(a: str | Parsed | None, b: str | Parsed | None, rel_tol: float = 
         return False, "an answer is empty"
     if pa.word_seq and pa.word_seq == pb.word_seq and len(pa.numbers) == len(pb.numbers):
         # Same labels in the same order ("A: 3, B: 5"): numbers must agree position by position.
-        if not all(_num_match(x, y, rel_tol) for x, y in zip(pa.numbers, pb.numbers)):
+        if not all(_num_match(x, y, rel_tol) for x, y in zip(pa.numbers, pb.numbers, strict=True)):
             na, nb = _fmt([v for v, _ in pa.numbers]), _fmt([v for v, _ in pb.numbers])
             return False, f"numbers differ position by position ({na} vs {nb})"
         return True, "same values and wording"

@@ -9,11 +9,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from datamind.ids import stable_id
-from datamind.stage_params import check_ranges, param
 from datamind.judge import selection
 from datamind.judge.consistency import REL_TOL
 from datamind.rollout.params import ORCHESTRATION_KEYS, RolloutParams
-
+from datamind.stage_params import check_ranges, param
 
 JUDGE_BACKENDS = ("offline", "llm")
 
@@ -46,7 +45,7 @@ class JudgeParams:
         RolloutParams.from_dict(self.rollout)  # validate early
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> "JudgeParams":
+    def from_dict(cls, raw: dict[str, Any] | None) -> JudgeParams:
         """From DAG params: judge fields, plus rollout fields either nested under ``rollout`` or flat
         (``backend``, ``n_samples``, ``max_turns``, ``temperature``...; flat ones win)."""
         raw = {k: v for k, v in (raw or {}).items() if k not in ORCHESTRATION_KEYS}

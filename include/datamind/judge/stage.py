@@ -24,7 +24,7 @@ import logging
 import posixpath
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow.compute as pc
@@ -33,22 +33,22 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.judge import selection
 from datamind.judge.answer import RuleAnswerJudge
-from datamind.judge.params import JUDGE_BACKENDS, JudgeParams  # noqa: F401 - part of the stage's API
 from datamind.judge.consistency import OfflineJudge
 from datamind.judge.llm_judge import LLMJudge
+from datamind.judge.params import JUDGE_BACKENDS, JudgeParams  # noqa: F401 - part of the stage's API
 from datamind.judge.reflection import Round, reflect
 from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.errors import EndpointUnavailable, LLMError, ParseFailure
-from datamind.rollout.protocol import attempt_digest
-from datamind.rollout.params import RolloutParams
-from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.progress import counted, progress_log
+from datamind.rollout.params import RolloutParams
+from datamind.rollout.protocol import attempt_digest
+from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.stage import sampling_state
 from datamind.rollout.tasks import QueryTask, TaskSources, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, write_shard
-from datamind.storage import DataRoot
 from datamind.stages import STAGES
+from datamind.storage import DataRoot
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +56,15 @@ STAGE = STAGES["judge_trajectories"].rejections
 REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
 
 
-def judged_dir(p: "JudgeParams") -> str:
+def judged_dir(p: JudgeParams) -> str:
     return posixpath.join(DIRS["judged"], p.partition)
 
 
-def rejections_dir(p: "JudgeParams") -> str:
+def rejections_dir(p: JudgeParams) -> str:
     return posixpath.join(REJECTIONS_DIR, p.partition)
 
 
-def reflected_dir(p: "JudgeParams") -> str:
+def reflected_dir(p: JudgeParams) -> str:
     return posixpath.join(DIRS["trajectories"], "reflect", p.partition)
 
 
@@ -242,7 +242,7 @@ class Rescue:
         self._pool: SandboxPool | None = None
         self._lock = asyncio.Lock()
 
-    def __enter__(self) -> "Rescue":
+    def __enter__(self) -> Rescue:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -507,7 +507,7 @@ def judge_shard(
     if not sid.isalnum():
         raise ValueError(f"shard_id must be alphanumeric (it names a file), got {sid!r}")
     t0 = time.perf_counter()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     qids = sorted(spec["query_ids"])
 
     by_query, tasks, rejections = _group(root, qids, run_id, now, spec.get("sources"), spec.get("task_sources"))
@@ -521,7 +521,7 @@ def judge_shard(
         outcomes = asyncio.run(_decide_all(todo, by_query, tasks, judge, p, rescue, llm_client))
     got = Collected(rejections=rejections)
     version = _judge_version(judge, p)
-    for qid, outcome in zip(todo, outcomes):
+    for qid, outcome in zip(todo, outcomes, strict=True):
         _collect(outcome, tasks[qid], p, version, run_id, now, got)
     paths = _write(root, p, sid, qids, got, rescue.reflected)
 

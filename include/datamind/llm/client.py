@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import httpx2
@@ -98,7 +98,7 @@ class LLMClient:
         return f"LLMClient(base_url={self.config.base_url!r}, cache={'on' if self.cache else 'off'})"
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def __aenter__(self) -> "LLMClient":
+    async def __aenter__(self) -> LLMClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -315,7 +315,7 @@ class LLMClient:
                 "sample_index": sample_index,
                 "params": params,
                 "messages": msgs,
-                "created_at": datetime.now(timezone.utc).isoformat(),
+                "created_at": datetime.now(UTC).isoformat(),
             }
             try:
                 await asyncio.to_thread(self.cache.put, key, record)

@@ -26,10 +26,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from datamind.stage_params import param
+
 ROLES: tuple[str, ...] = ("synthesizer", "expert", "judge", "agent")  # agent: the model under evaluation
 DEFAULT_CONN_ID = "datamind_llm"
 HTTP_BACKENDS = ("auto", "httpx", "aiohttp")
 GRAMMAR_FIELDS = {"": None, "llama.cpp": "grammar", "vllm": "guided_grammar"}  # dialect -> request body field
+
+
+@dataclass(frozen=True)
+class ConnectionForm:
+    """The field every LLM stage's form adds: the Airflow Connection of its endpoint. Only the orchestrator reads
+    it (the stage gets a client), so it is never part of a stage's parameters or fingerprint."""
+
+    llm_conn_id: str = param(DEFAULT_CONN_ID, "LLM Connection", section="LLM")
+
+
+CONNECTION_KEYS = frozenset(f.name for f in fields(ConnectionForm))
 
 
 @dataclass(frozen=True)
@@ -108,12 +121,12 @@ class LLMConfig:
     def price_for(self, model: str) -> Price | None:
         return self.prices.get(model)
 
-    def with_overrides(self, **overrides: Any) -> "LLMConfig":
+    def with_overrides(self, **overrides: Any) -> LLMConfig:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def from_connection_dict(cls, conn: Mapping[str, Any], *, conn_id: str = DEFAULT_CONN_ID) -> "LLMConfig":
+    def from_connection_dict(cls, conn: Mapping[str, Any], *, conn_id: str = DEFAULT_CONN_ID) -> LLMConfig:
         """From Airflow Connection fields (host, password, extra, optional schema/port/login)."""
         extra = _parse_extra(conn.get("extra"), conn_id)
         base_url = _base_url(
@@ -124,7 +137,7 @@ class LLMConfig:
         return cls._from_parts(base_url, conn.get("password") or extra.get("api_key") or "", extra, conn_id)
 
     @classmethod
-    def from_env(cls, conn_id: str = DEFAULT_CONN_ID, environ: Mapping[str, str] | None = None) -> "LLMConfig":
+    def from_env(cls, conn_id: str = DEFAULT_CONN_ID, environ: Mapping[str, str] | None = None) -> LLMConfig:
         """``AIRFLOW_CONN_<CONN_ID>`` (JSON form) when set, else ``DATAMIND_LLM_*`` variables.
 
         DATAMIND_LLM_BASE_URL, DATAMIND_LLM_API_KEY, DATAMIND_LLM_MODEL (all roles),
@@ -167,7 +180,7 @@ class LLMConfig:
         return cls._from_parts(base_url, env.get("DATAMIND_LLM_API_KEY", ""), extra, conn_id)
 
     @classmethod
-    def _from_parts(cls, base_url: str, api_key: str, extra: Mapping[str, Any], conn_id: str) -> "LLMConfig":
+    def _from_parts(cls, base_url: str, api_key: str, extra: Mapping[str, Any], conn_id: str) -> LLMConfig:
         models = {r: str(extra["model"]) for r in ROLES} if extra.get("model") else {}
         models.update({str(k): str(v) for k, v in (extra.get("models") or {}).items()})
         numeric = {

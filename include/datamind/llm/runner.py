@@ -56,7 +56,7 @@ def run_all(
     aws: Iterable[Awaitable[T]],
     *,
     limit: int | None = None,
-    client: "LLMClient | None" = None,
+    client: LLMClient | None = None,
     capture: tuple[type[Exception], ...] = PER_ITEM_ERRORS,
 ) -> list[T | Exception]:
     """Sync entry point: run :func:`gather_all` on a fresh event loop and return its list.

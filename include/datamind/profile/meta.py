@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from pandas.tseries.api import guess_datetime_format
 
 from datamind.ingest.loaders import TableColumns, arrow_kernel, frame_columns
@@ -431,7 +430,7 @@ def _moments(rows: np.ndarray, counts: np.ndarray) -> list[tuple[float | None, f
     finite_means, finite_stds = np.isfinite(means), np.isfinite(stds)
     return [
         (m if fm else None, s if fs else None)
-        for m, s, fm, fs in zip(means.tolist(), stds.tolist(), finite_means.tolist(), finite_stds.tolist())
+        for m, s, fm, fs in zip(means.tolist(), stds.tolist(), finite_means.tolist(), finite_stds.tolist(), strict=True)
     ]
 
 
@@ -519,7 +518,9 @@ def _profile_number_columns(columns: list[_NumberColumn], unique_cap: int) -> li
         block = np.full((len(members), int(lengths.max())), pad, dtype)
         for r, i in enumerate(members):
             block[r, : len(columns[i].values)] = columns[i].values
-        for i, prof in zip(members, _profile_number_block(block, lengths, [columns[i] for i in members], unique_cap)):
+        for i, prof in zip(
+            members, _profile_number_block(block, lengths, [columns[i] for i in members], unique_cap), strict=True
+        ):
             out[i] = prof
     return out
 
@@ -558,7 +559,13 @@ def _profile_number_block(
     tops: dict[int, list[Any]] = {}
     repeats = np.flatnonzero(usable & (n_unique < n_valid))
     if len(repeats) and width <= _RUNS_MAX_WIDTH:
-        tops.update(zip(repeats.tolist(), _top_of_runs(block[repeats], ordered[repeats], n_valid[repeats], unique_cap)))
+        tops.update(
+            zip(
+                repeats.tolist(),
+                _top_of_runs(block[repeats], ordered[repeats], n_valid[repeats], unique_cap),
+                strict=True,
+            )
+        )
     valid_rows: dict[int, np.ndarray] = {}
     for r in np.flatnonzero(usable & (n_null > 0)).tolist():
         valid_rows[r] = block[r, : lengths[r]][~missing[r, : lengths[r]]]
@@ -576,6 +583,7 @@ def _profile_number_block(
             n_unique.tolist(),
             n_null.tolist(),
             counters.tolist(),
+            strict=True,
         )
     ):
         if not use:
@@ -620,7 +628,7 @@ def _block_moments(
         laid = np.empty((len(rows), _width(block.shape[1])))
         laid[:, : block.shape[1]] = block[rows]
         _zero_tails(laid, lengths[rows])
-        out.update(zip(rows.tolist(), _moments(laid, lengths[rows])))
+        out.update(zip(rows.tolist(), _moments(laid, lengths[rows]), strict=True))
     by_width: dict[int, list[tuple[int, np.ndarray]]] = {}
     for r, values in valid_rows.items():
         by_width.setdefault(_width(len(values)), []).append((r, values))
@@ -629,7 +637,7 @@ def _block_moments(
         for i, (_, values) in enumerate(members):
             laid[i, : len(values)] = values
         counts = np.fromiter((len(v) for _, v in members), np.int64, len(members))
-        out.update(zip((r for r, _ in members), _moments(laid, counts)))
+        out.update(zip((r for r, _ in members), _moments(laid, counts), strict=True))
     return out
 
 
@@ -731,11 +739,11 @@ def profile_tables(
                 numbers.append(_NumberColumn(values, names[j], dtypes[j], descriptions[j]))
                 placed.append((t, j))
         frames.append((held.n_rows, names, columns, dtypes, descriptions, [None] * len(columns)))
-    for (t, j), prof in zip(placed, _profile_number_columns(numbers, unique_cap)):
+    for (t, j), prof in zip(placed, _profile_number_columns(numbers, unique_cap), strict=True):
         frames[t][5][j] = prof
     return [
         _table_profile(table, *frame, head_rows, unique_cap, unique_threshold, cell_chars)
-        for table, frame in zip(tables, frames)
+        for table, frame in zip(tables, frames, strict=True)
     ]
 
 

@@ -28,8 +28,8 @@ from datamind.roles import with_roles
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
 from datamind.shards import chunk, read_hinted, read_table, shard_name, shard_paths, write_shard
-from datamind.storage import DataRoot
 from datamind.stages import STAGES
+from datamind.storage import DataRoot
 
 STAGE = STAGES["profile_files"].rejections
 
@@ -44,7 +44,7 @@ def plan_profile(root: DataRoot, shard_size: int) -> list[dict[str, Any]]:
     where: dict[str, set[str]] = {}  # file_id -> the catalog/files shards holding it (handed to the shard)
     for path in shard_paths(root, DIRS["catalog_files"]):  # one pass over catalog/files: status and location
         t = read_table(root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "status"], paths=[path])
-        for fid, status in zip(t.column("file_id").to_pylist(), t.column("status").to_pylist()):
+        for fid, status in zip(t.column("file_id").to_pylist(), t.column("status").to_pylist(), strict=True):
             where.setdefault(fid, set()).add(path)
             if status == "accepted":
                 accepted.add(fid)
@@ -196,7 +196,7 @@ def profile_files(
                     tables, failure = _profiled_tables(wanted_, tables)
                 loaded.append((file_row_, tables, provenance))
                 failures.append(failure)
-            done = list(zip(profile_rows(loaded, run_id, now), failures))
+            done = list(zip(profile_rows(loaded, run_id, now), failures, strict=True))
         yield from done
         group, cells = [], 0
 
@@ -231,11 +231,11 @@ def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None
     ids = set(shard_spec["files"])
     catalog = read_hinted(root, CATALOG_FILES, DIRS["catalog_files"], "file_id", ids, shard_spec.get("sources"))
     by_id = {r["file_id"]: r for r in catalog.to_pylist()}
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     present = [by_id[fid] for fid in sorted(ids) if fid in by_id]
-    profiled = dict(zip((r["file_id"] for r in present), profile_files(root, present, run_id, now)))
+    profiled = dict(zip((r["file_id"] for r in present), profile_files(root, present, run_id, now), strict=True))
     for fid in sorted(ids):
         tables, reason = profiled.get(fid, ([], "file_id not found in catalog/files"))
         rows.extend(tables)

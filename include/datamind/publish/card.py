@@ -18,7 +18,6 @@ import pyarrow as pa
 import yaml
 
 from datamind.publish import promotion
-
 from datamind.schemas import DATASET
 
 FILES_DIR = "files"

@@ -58,7 +58,7 @@ def release_cost(root: DataRoot, samples: list[Mapping], prices: Mapping | None 
                 if price is None and (p or c):
                     priced = False
                 for target in (cell, total):
-                    for f, n in zip(_FIELDS, (p, c, cp, cc)):
+                    for f, n in zip(_FIELDS, (p, c, cp, cc), strict=True):
                         target[f] += n
                     if price is not None:
                         target["usd"] += price.cost(p - cp, c - cc)

@@ -33,3 +33,10 @@ class PublishParams:
 
     def filter_config(self) -> FilterConfig:
         return FilterConfig(self.max_answer_tokens, self.allow_void_turns, self.max_minority_script_share)
+
+
+@dataclass(frozen=True)
+class ReviewForm:
+    """What the reviewer of a release that missed its audit fills in beside Approve / Reject."""
+
+    comment: str = param("", "Comment", description="Why, for the release's card")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from datamind.publish.audit import missed_figures, verdicts
 from datamind.storage import DataRoot
@@ -78,7 +78,7 @@ def decide(
         "status": PROMOTED if approved else REJECTED,
         "decided_by": user,
         "comment": comment,
-        "decided_at": (now or datetime.now(timezone.utc)).isoformat(),
+        "decided_at": (now or datetime.now(UTC)).isoformat(),
     }
     vdir = posixpath.join(DIRS["dataset"], f"v{version}")
     card_rel = posixpath.join(vdir, CARD)

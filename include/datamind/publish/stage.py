@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import fsspec
 import pyarrow.parquet as pq
@@ -37,17 +37,16 @@ from datamind.assets import DIRS
 from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.judge.stage import committed_query_ids
-from datamind.publish import card
 from datamind.llm.config import prices_from_env
-from datamind.publish import promotion
-from datamind.publish.cost import release_cost
+from datamind.publish import card, promotion
 from datamind.publish.audit import AuditTally
+from datamind.publish.cost import release_cost
 from datamind.publish.params import PublishParams
-from datamind.stage_params import from_params
 from datamind.schemas import ALL, CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
 from datamind.shards import read_rows, read_table, shard_paths, table_to_parquet_bytes
-from datamind.storage import DataRoot
+from datamind.stage_params import from_params
 from datamind.stages import ITEM_COLUMN, PIPELINE, STAGES, contract
+from datamind.storage import DataRoot
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +255,7 @@ def publish_dataset(
     p = replace(p, **overrides) if overrides else p
     root = DataRoot.of(root)
     t0 = time.perf_counter()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     src = _source(root, p.judged_partition)
     # Rows are screened a few judged shards at a time and the kept ones spilled to local disk in sorted runs,
     # then merged back in sample_id order: memory holds a batch and a release part, not the dataset.
@@ -307,7 +306,7 @@ def _publish_screened(
     names = [part_name(i) for i in range(-(-len(kept) // shard_rows))]
     _clear_strays(root, vdir, keep=set(names) | {card.FILES_DIR, CARD})
     shard_info = []
-    for name, rows in zip(names, _parts_in_order(screened, shard_rows)):
+    for name, rows in zip(names, _parts_in_order(screened, shard_rows), strict=True):
         for r in rows:
             r["split"] = card.split_of(r["file_id"], test_fraction)
             if r.get("data_uri"):

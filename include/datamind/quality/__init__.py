@@ -6,8 +6,8 @@ Great Expectations (that happens inside ``validate_table``).
 """
 
 from datamind.quality.report_index import rebuild_index
-from datamind.quality.summaries import consistency_stats, drop_reasons, summarize
 from datamind.quality.suites import TABLE_NAMES, suite_for
+from datamind.quality.summaries import consistency_stats, drop_reasons, summarize
 from datamind.quality.validate import QualityError, QualityReport, validate_table
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import posixpath
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 from datamind.assets import DIRS
@@ -123,7 +123,7 @@ def _pipeline(summaries: list[dict]) -> str:
 
 def render_index(summaries: list[dict]) -> str:
     n_fail = sum(1 for s in summaries if not s.get("success"))
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     head = (
         "<tr><th>created</th><th>stage</th><th>run</th><th>table</th><th>rows</th><th>result</th>"
         "<th>expectations</th><th>open</th></tr>"

@@ -64,7 +64,7 @@ def is_blank(value) -> bool:
 
 
 def _rows(df: pd.DataFrame, columns: Sequence[str]):
-    return zip(*(df[c].tolist() for c in columns)) if len(df) else iter(())
+    return zip(*(df[c].tolist() for c in columns), strict=True) if len(df) else iter(())
 
 
 # -- catalog_files ------------------------------------------------------------------------------------------

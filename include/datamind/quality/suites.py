@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from datamind.vocabulary import EVAL_OUTCOMES, EVAL_SUITES
 from datamind import schemas
 from datamind.categories import CATEGORY_IDS
 from datamind.quality import semantic
 from datamind.quality.semantic import OK, RowCheck
 from datamind.settings import Limits
+from datamind.vocabulary import EVAL_OUTCOMES, EVAL_SUITES
 
 FILE_STATUSES = ("accepted", "rejected")
 FILE_FORMATS = ("csv", "xlsx", "sqlite", "unknown")

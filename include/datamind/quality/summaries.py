@@ -80,7 +80,7 @@ def consistency_stats(judged_query_ids: Iterable[str], kept: pd.DataFrame) -> Co
     first_round: dict[str, int] = {}
     if len(kept):
         rounds = kept["reflection_round"] if "reflection_round" in kept else pd.Series(0, index=kept.index)
-        for qid, rnd in zip(kept["query_id"].tolist(), rounds.tolist()):
+        for qid, rnd in zip(kept["query_id"].tolist(), rounds.tolist(), strict=True):
             r = 0 if is_missing(rnd) else int(rnd)
             first_round[qid] = min(r, first_round.get(qid, r))
     judged = {q for q in judged_query_ids if not is_missing(q)} | set(first_round)
@@ -103,7 +103,7 @@ def drop_reasons(rejections: pd.DataFrame, stage: str | None = None) -> list[dic
     if not len(rejections):
         return []
     df = rejections if stage is None else _where(rejections, "stage", stage)
-    counts = Counter(zip(map(_label, df["stage"].tolist()), map(_label, df["reason_code"].tolist())))
+    counts = Counter(zip(map(_label, df["stage"].tolist()), map(_label, df["reason_code"].tolist()), strict=True))
     ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     return [{"stage": s, "reason_code": r, "count": n} for (s, r), n in ordered]
 
@@ -127,7 +127,7 @@ def drop_examples(df: pd.DataFrame, item_column: str) -> dict[str, list[dict]]:
         return out
     reasons = df["reason"].tolist() if "reason" in df else [None] * len(df)
     items = df[item_column].tolist() if item_column in df else [None] * len(df)
-    for code, item, reason in zip(df["reason_code"].tolist(), items, reasons):
+    for code, item, reason in zip(df["reason_code"].tolist(), items, reasons, strict=True):
         bucket = out.setdefault(_label(code), [])
         if len(bucket) < _EXAMPLES_PER_REASON:
             bucket.append({"item": _label(item), "reason": _label(reason)[:_EXAMPLE_CHARS]})
@@ -138,7 +138,7 @@ def category_by_hop(df: pd.DataFrame) -> dict[str, dict[str, int]]:
     """``{category: {hop: n}}`` over the 18 categories (rows with none left out) and hops 1-5."""
     if not {"category", "hop"} <= set(df.columns):
         return {}
-    counts = Counter(zip(map(_label, df["category"].tolist()), map(_label, df["hop"].tolist())))
+    counts = Counter(zip(map(_label, df["category"].tolist()), map(_label, df["hop"].tolist()), strict=True))
     hops = [str(h) for h in range(MIN_HOP, MAX_HOP + 1)]
     cats = list(CATEGORY_IDS) + sorted({c for c, _ in counts} - set(CATEGORY_IDS))
     return {c: {h: counts.get((c, h), 0) for h in hops} for c in cats if any(counts.get((c, h)) for h in hops)}

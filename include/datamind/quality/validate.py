@@ -26,7 +26,7 @@ import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 import pyarrow as pa
@@ -35,8 +35,8 @@ from datamind import schemas
 from datamind.quality import gx_runner
 from datamind.quality.report_index import REPORTS, rebuild_index
 from datamind.quality.report_page import render_report
-from datamind.quality.summaries import format_summary, summarize
 from datamind.quality.suites import Suite, suite_for
+from datamind.quality.summaries import format_summary, summarize
 from datamind.settings import Limits
 from datamind.storage import DataRoot
 
@@ -49,7 +49,7 @@ _MAX_EXAMPLE_CHARS = 200
 class QualityError(RuntimeError):
     """Raised by ``validate_table(..., raise_on_failure=True)`` when an expectation fails."""
 
-    def __init__(self, report: "QualityReport") -> None:
+    def __init__(self, report: QualityReport) -> None:
         super().__init__(report.summary_text)
         self.report = report
 
@@ -311,7 +311,7 @@ def validate_table(
         "counts": dict(counts or {}),
         "origin": dict(origin or {}),
         **({"release": dict(release)} if release else {}),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "success": success,
         "statistics": stats,
         "failures": failures,

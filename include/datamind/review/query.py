@@ -154,7 +154,7 @@ def page(
             [*args, page_size, (number - 1) * page_size],
         )
         names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
         scope, scope_args = ("WHERE run_id = ?", [source.run_id]) if source.run_id is not None else ("", [])
         facets = {}
         for name in source.filters:
@@ -177,7 +177,7 @@ def item(root: DataRoot, source: Source, key: str) -> dict[str, Any] | None:
         cur = con.execute(f'SELECT * FROM t {where} "{source.key}" = ? LIMIT 1', [*args, key])
         names = [d[0] for d in cur.description]
         found = cur.fetchone()
-    return dict(zip(names, found)) if found else None
+    return dict(zip(names, found, strict=True)) if found else None
 
 
 def trajectories_of(root: DataRoot, query_id: str, limit: int = 6) -> list[dict[str, Any]]:
@@ -191,7 +191,7 @@ def trajectories_of(root: DataRoot, query_id: str, limit: int = 6) -> list[dict[
             "SELECT * FROM t WHERE query_id = ? ORDER BY reflection_round, sample_index LIMIT ?", [query_id, limit]
         )
         names = [d[0] for d in cur.description]
-        return [dict(zip(names, r)) for r in cur.fetchall()]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def judged_sample(root: DataRoot, sample_id: str) -> dict[str, Any] | None:

@@ -6,12 +6,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from datamind.ids import stable_id
+from datamind.llm.config import CONNECTION_KEYS
 from datamind.stage_params import check_ranges, param
 
 BACKENDS = ("offline", "llm")
 SANDBOX_MODES = ("chunked", "live")
 # DAG params that configure the task around the stage, not the stage itself.
-ORCHESTRATION_KEYS = frozenset({"llm_conn_id"})
+ORCHESTRATION_KEYS = CONNECTION_KEYS  # what the form carries for the orchestrator only
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class RolloutParams:
         check_ranges(self)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> "RolloutParams":
+    def from_dict(cls, raw: dict[str, Any] | None) -> RolloutParams:
         """From DAG params; keys that only the orchestrator reads (e.g. ``llm_conn_id``) are ignored."""
         raw = {k: v for k, v in (raw or {}).items() if k not in ORCHESTRATION_KEYS}
         known = {f.name for f in fields(cls)}

@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from datamind.ids import stable_id
@@ -27,8 +27,8 @@ from datamind.rollout.policies.offline_expert import (
     OfflineExpertPolicy,
     as_python,
     describe_program,
-    is_bare_sql,
     inspect_code,
+    is_bare_sql,
     localize,
     variant_programs,
 )
@@ -130,7 +130,7 @@ class SandboxPool:
         self._sandbox = sandbox
         self.threads = ThreadPoolExecutor(max_workers=params.exec_workers, thread_name_prefix="sandbox")
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         if self._sandbox is None:
             from datamind.sandbox import Sandbox, SandboxLimits
 
@@ -235,7 +235,7 @@ def trajectory_row(
         "completion_tokens": r.completion_tokens,
         "cached_prompt_tokens": r.cached_prompt_tokens,
         "cached_completion_tokens": r.cached_completion_tokens,
-        "created_at": now or datetime.now(timezone.utc),
+        "created_at": now or datetime.now(UTC),
         "run_id": run_id,
         "error": f"{r.error}: {r.error_detail}" if r.error else None,
         "sampling_params": json.dumps(params.to_dict(), sort_keys=True),

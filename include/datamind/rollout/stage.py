@@ -16,7 +16,7 @@ import posixpath
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from datamind.assets import DIRS
@@ -29,8 +29,8 @@ from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, tra
 from datamind.rollout.tasks import TaskError, TaskSources, load_tasks
 from datamind.schemas import REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, shard_paths, write_shard
-from datamind.storage import DataRoot
 from datamind.stages import STAGES
+from datamind.storage import DataRoot
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def sampling_state(root: DataRoot, max_attempts: int | None = None) -> SamplingS
     state = SamplingState()
     for path in shard_paths(root, DIRS["trajectories"]):
         t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=cols, paths=[path])
-        for q, i, r, status, error, ts, sp in zip(*(t.column(c).to_pylist() for c in cols)):
+        for q, i, r, status, error, ts, sp in zip(*(t.column(c).to_pylist() for c in cols), strict=True):
             if r != 0:
                 continue
             key = (q, int(i))
@@ -181,7 +181,7 @@ def sample_shard(
     if p.backend == "llm" and llm_client is None:
         raise ValueError("backend='llm' needs an llm_client")
     t0 = time.perf_counter()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     qids = sorted(spec["query_ids"])
     tasks, errors = load_tasks(root, qids, spec.get("task_sources"))
     rejections = [_rejection(q, e.code, str(e), run_id, now) for q, e in sorted(errors.items())]
@@ -209,7 +209,7 @@ def sample_shard(
 
     rows: list[dict] = []
     failed_queries: dict[str, str] = {}
-    for (task, i), res in zip(jobs, results):
+    for (task, i), res in zip(jobs, results, strict=True):
         if isinstance(res, TaskError):
             failed_queries.setdefault(task.query_id, f"{res.code}: {res}")
         elif isinstance(res, BaseException):

@@ -93,12 +93,12 @@ class TaskSources:
     file_paths: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, root: DataRoot) -> "TaskSources":
+    def build(cls, root: DataRoot) -> TaskSources:
         out = cls()
         cols = ["query_id", "parent_query_ids", "table_id", "file_id"]
         for path in shard_paths(root, DIRS["queries"]):
             t = read_table(root, QUERIES, DIRS["queries"], columns=cols, paths=[path])
-            for q, parents, table_id, file_id in zip(*(t.column(c).to_pylist() for c in cols)):
+            for q, parents, table_id, file_id in zip(*(t.column(c).to_pylist() for c in cols), strict=True):
                 out.query_path[q] = path
                 out.parents[q] = parents or []
                 out.table_of[q], out.file_of[q] = table_id, file_id

@@ -103,7 +103,7 @@ class SessionCgroups:
         self._oom_seen: dict[str, int] = {}
 
     @classmethod
-    def probe(cls) -> "SessionCgroups | None":
+    def probe(cls) -> SessionCgroups | None:
         """The memory and pids controllers we may use, each in the first hierarchy that lets us create a
         child; None when neither is usable."""
         taken: set[str] = set()
@@ -218,7 +218,7 @@ def _sweep_dead_zygotes(parent: Path) -> None:
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
             continue
         for session in stale.glob("s-*"):
-            kill_until_gone(lambda: {int(p) for p in _read(session / "cgroup.procs").split()}, rounds=200)
+            kill_until_gone(lambda s=session: {int(p) for p in _read(s / "cgroup.procs").split()}, rounds=200)
             _rmdir(str(session))
         _rmdir(str(stale))
 

@@ -516,7 +516,7 @@ class ZygoteClient:
         self._sock.settimeout(start_timeout_s)
         try:
             raw = self._sock.recv(_MAX_MSG)
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             self._proc.kill()
             raise SandboxUnavailable("sandbox zygote did not start in time") from exc
         if not raw:

@@ -126,7 +126,7 @@ class SandboxLimits:
             raise ValueError(f"SandboxLimits.isolation_mode must be auto|root|userns, got {self.isolation_mode!r}")
 
     @classmethod
-    def from_env(cls) -> "SandboxLimits":
+    def from_env(cls) -> SandboxLimits:
         """Deployment overrides through DATAMIND_SANDBOX_<FIELD> (e.g. DATAMIND_SANDBOX_MEMORY_MB)."""
         d = cls()
         kwargs: dict = {}

@@ -134,7 +134,7 @@ class Sandbox:
     # -- public -----------------------------------------------------------------------------------
     def session(
         self, data_files: list[str], workdir_parent: str | None = None, language: Literal["python", "sql"] = "python"
-    ) -> "Session":
+    ) -> Session:
         if self._closed:
             raise RuntimeError("sandbox is closed")
         if language not in ("python", "sql"):
@@ -175,14 +175,14 @@ class Sandbox:
             if self._own_root:
                 shutil.rmtree(self.workdir_root, ignore_errors=True)
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     # -- internals ----------------------------------------------------------------------------------
-    def _spawn(self, sess: "Session", kind: str) -> "_Cell":
+    def _spawn(self, sess: Session, kind: str) -> _Cell:
         out_host, out_cell = socket.socketpair()
         ctl_host, ctl_cell = socket.socketpair()
         request = {
@@ -341,7 +341,7 @@ def _drain(sock: socket.socket, output: bytearray, max_bytes: int, *, block: boo
             if not data:
                 break
             output += data
-    except (BlockingIOError, socket.timeout, OSError):
+    except (TimeoutError, BlockingIOError, OSError):
         pass
 
 
@@ -454,7 +454,7 @@ class Session:
         self.workspace.cleanup()
         self.sandbox._sessions.discard(self)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:

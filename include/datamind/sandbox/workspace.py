@@ -25,7 +25,7 @@ class Workspace:
     _stamps: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # ino, size, mtime, mode
 
     @classmethod
-    def create(cls, parent: str | os.PathLike, data_files: list[str], *, gid: int | None) -> "Workspace":
+    def create(cls, parent: str | os.PathLike, data_files: list[str], *, gid: int | None) -> Workspace:
         names = [os.path.basename(f) for f in data_files]
         if len(set(names)) != len(names):
             raise ValueError(f"data files must have distinct base names, got {names}")

@@ -46,7 +46,7 @@ def near_duplicates(
     for item in items:
         sh = shingles(text(item))
         best, best_sim = None, 0.0
-        for other, osh in zip(kept, kept_sh):
+        for other, osh in zip(kept, kept_sh, strict=True):
             sim = jaccard(sh, osh)
             if sim > best_sim:
                 best, best_sim = other, sim

@@ -23,14 +23,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from datamind import categories
+from datamind import categories, grounding
 from datamind.ids import stable_id
 from datamind.llm import LLMCallError, LLMClient, ParseFailure, extract_all, extract_tags
 from datamind.llm.grammars import grammar
+from datamind.llm.usage import cached_part
+from datamind.roles import ROLES, parse_overrides, table_roles
 from datamind.synth import rows as R
 from datamind.synth.offline.execute import ExecutionError
-from datamind import grounding
-from datamind.roles import ROLES, parse_overrides, table_roles
 from datamind.synth.offline.phrasing import scope_question
 from datamind.synth.prompts import (
     PromptError,
@@ -40,7 +40,6 @@ from datamind.synth.prompts import (
     render_query_prompt,
 )
 from datamind.synth.reference import ReferenceRunner, strip_fences
-from datamind.llm.usage import cached_part
 
 ROLE = "synthesizer"
 MIN_QUESTION_CHARS = 10
@@ -125,7 +124,7 @@ async def _ask(
     shape = grammar("synth_query", type_name=categories.get(category_id).name, lang=lang)
     tokens = [0, 0, 0, 0]  # prompt, completion, and the cached part of each
     error = ""
-    for attempt in range(repairs + 1):
+    for _ in range(repairs + 1):
         try:
             res = await client.chat_parsed(
                 ROLE, messages, parser, template_version=prompt.version, max_parse_retries=parse_retries, grammar=shape

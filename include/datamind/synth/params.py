@@ -58,7 +58,7 @@ class SynthParams:
             raise ValueError(f"need min_hops <= max_hops, got {self.min_hops}..{self.max_hops}")
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> "SynthParams":
+    def from_dict(cls, raw: dict[str, Any] | None) -> SynthParams:
         raw = dict(raw or {})
         known = {f.name for f in fields(cls)}
         extra = set(raw) - known

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from datamind.ids import stable_id
 from datamind.schemas import rejection
@@ -13,7 +13,7 @@ MAX_RAW_CHARS = 4000
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def query_id(

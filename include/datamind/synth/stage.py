@@ -24,10 +24,10 @@ from typing import Any
 
 from datamind.assets import DIRS
 from datamind.ids import stable_id
+from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.schemas import CATALOG_TABLES, QUERIES, REJECTIONS
 from datamind.shards import chunk, key_paths, read_hinted, read_rows, write_shard
 from datamind.storage import DataRoot
-from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.synth import rows as R
 from datamind.synth.params import SynthParams
 from datamind.synth.table import dedup_rows, synthesize_table_offline, verify_rows
@@ -274,7 +274,7 @@ def _synthesize_with_llm(
             box = stack.enter_context(Sandbox())
         outputs = asyncio.run(_llm_tables_together(llm_tables, params, run_id, llm_client, ReferenceRunner(box)))
     after = llm_client.usage.snapshot()
-    for t, out in zip(llm_tables, outputs):
+    for t, out in zip(llm_tables, outputs, strict=True):
         # before dedup: a root no hop was built on must not push out a model's question as its near duplicate
         rows = without_unused_seeds(t.roots + out.rows)
         kept, dropped = dedup_rows(rows, params.dedup_threshold, params.fingerprint, run_id)

@@ -201,7 +201,7 @@ def _synthesize_table_offline(
 
 
 def _offline_rows(
-    out: "TableOutput",
+    out: TableOutput,
     table: dict,
     source,
     view,
@@ -342,7 +342,7 @@ def verify_rows(
     ]
     results = run_in_subprocess(jobs, per_job_timeout_s=params.solution_timeout_s)
     bad: dict[str, str] = {}
-    for row, res in zip(checked, results):
+    for row, res in zip(checked, results, strict=True):
         if not res["ok"]:
             bad[row["query_id"]] = f"reference solution failed when run on its own: {res['error']}"[:1000]
         elif res["answer"] != row["reference_answer"]:

@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     cfg = cfg.with_overrides({k: v for k, v in flags.items() if v is not None} | _parse_set(args.set))
 
-    from datamind.train.trainer import TrainingError, train
+    from datamind.train.protocol import TrainingError
+    from datamind.train.trainer import train
 
     try:
         train(cfg)

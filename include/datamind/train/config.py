@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args, get_type_hints
 
 from datamind.ids import stable_id
+from datamind.stage_params import check_ranges, param
 
 Phase = Literal["sft", "sft+rl"]
 PHASES: tuple[str, ...] = get_args(Phase)
@@ -60,9 +61,6 @@ class RLConfig:
     exec_timeout_s: float = 30.0  # wall time per executed cell
     # Cells executing at once across the prompts of a rollout step (generation goes on meanwhile).
     exec_workers: int = 8
-    # "sandbox": datamind.sandbox, as in trajectory sampling; "subprocess": plain python, no isolation
-    # (trusted workers only; the trainer logs a warning).
-    executor: Literal["sandbox", "subprocess"] = "sandbox"
 
 
 @dataclass(frozen=True)
@@ -72,6 +70,9 @@ class RewardConfig:
     format_penalty: float = -0.1
     # "answer": tokens inside <answer> (the paper's wording); "response": every agent token.
     length_basis: Literal["answer", "response"] = "answer"
+
+
+DEFAULT_REWARD = RewardConfig()  # frozen: one shared instance is every caller's default
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,10 @@ class TrainConfig:
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None = None) -> "TrainConfig":
+    def from_dict(cls, data: dict[str, Any] | None = None) -> TrainConfig:
         return _build(cls, _nest(data or {}), "")
 
-    def with_overrides(self, overrides: dict[str, Any] | None) -> "TrainConfig":
+    def with_overrides(self, overrides: dict[str, Any] | None) -> TrainConfig:
         merged = _deep_merge(self.to_dict(), _nest(overrides or {}))
         return TrainConfig.from_dict(merged)
 
@@ -115,7 +116,7 @@ class TrainConfig:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2)
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         problems = []
         if not self.base_model_path:
             problems.append("base_model_path is required")
@@ -233,3 +234,86 @@ def derive_run_id(cfg: TrainConfig, dataset_version: str) -> str:
     if d["engine"] == "builtin":  # runs from before engines existed keep their ids
         del d["engine"], d["template"]
     return "train-" + stable_id(d, dataset_version, length=12)
+
+
+LAUNCHERS = ("local", "kubernetes", "ssh")
+
+
+@dataclass(frozen=True)
+class LaunchParams:
+    """train_agent's form: which model, phase and engine, the Table 2 overrides, and where the run goes. The
+    deployment's defaults (``from_env``) are what the form shows; the run builds its ``TrainConfig`` from them."""
+
+    base_model_path: str | None = param(
+        None,
+        "Base model path",
+        description="Local directory of a Hugging Face causal LM (as seen by the trainer); never downloaded.",
+    )
+    phase: str = param(
+        TrainConfig.phase,
+        "Phase",
+        enum=PHASES,
+        description="sft: supervised only. sft+rl: cold-start SFT, then SFT + DAPO.",
+    )
+    engine: str = param(
+        TrainConfig.engine,
+        "Engine",
+        enum=ENGINES,
+        description="builtin: the project's trainer (SFT and SFT+RL). llamafactory: SFT through LLaMA-Factory "
+        "(phase sft). verl: SFT + DAPO through verl from an SFT checkpoint as base model (phase sft+rl). "
+        "Each engine runs in its own environment on the GPU worker.",
+    )
+    template: str = param(
+        TrainConfig.template,
+        "Chat template (LLaMA-Factory)",
+        description="LLaMA-Factory's template for the base model, e.g. qwen for Qwen2.5.",
+    )
+    overrides: dict = param(
+        None,
+        "Config overrides",
+        factory=dict,
+        description='Nested or dotted keys over Table 2 defaults, e.g. {"rl.group_size": 8}.',
+    )
+    launcher: str = param(
+        "local",
+        "Launcher",
+        enum=LAUNCHERS,
+        description="Where training runs: this GPU worker, a Kubernetes pod, or a host over SSH.",
+    )
+    launcher_conn_id: str | None = param(
+        None,
+        "Launcher Connection",
+        description="Airflow Connection with the launcher's credentials (kubernetes, ssh); "
+        "leave empty for the local launcher.",
+    )
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+    @classmethod
+    def from_env(cls) -> LaunchParams:
+        """The deployment's defaults: ``DATAMIND_BASE_MODEL_PATH`` and ``DATAMIND_TRAIN_OVERRIDES`` (a JSON object;
+        the local cluster sets a few CPU steps on a tiny model)."""
+        import os
+
+        return cls(
+            base_model_path=os.environ.get("DATAMIND_BASE_MODEL_PATH") or None,
+            overrides=json.loads(os.environ.get("DATAMIND_TRAIN_OVERRIDES") or "{}"),
+        )
+
+    def train_config(self, export_dir: str, data_root: str) -> TrainConfig:
+        """The run's config: Table 2 defaults, the overrides, then this form's fields."""
+        return (
+            TrainConfig()
+            .with_overrides(dict(self.overrides or {}))
+            .with_overrides(
+                {
+                    "base_model_path": self.base_model_path or "",
+                    "phase": self.phase,
+                    "engine": self.engine,
+                    "template": self.template,
+                    "export_dir": export_dir,
+                    "data_root": data_root,
+                }
+            )
+        )

@@ -17,15 +17,22 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import fsspec
 
-from datamind.assets import DIRS
 from datamind.settings import Settings
 from datamind.storage import DataRoot
 from datamind.train.config import TrainConfig, derive_run_id
 from datamind.train.exports import MANIFEST_FILE
+from datamind.train.protocol import (
+    RunRecord,
+    RunResult,
+    TrainingError,
+    manifest_path,
+    progress_line,
+    result_line,
+    run_dir,
+)
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,7 @@ class Cluster:
         return max(1, self.nnodes * self.gpus_per_node)
 
     @classmethod
-    def from_env(cls, device: str = "auto") -> "Cluster":
+    def from_env(cls, device: str = "auto") -> Cluster:
         """This node's place, as a multi-node launcher (a Kubernetes job, SSH hosts) sets it in the environment:
         ``NNODES``, ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, ``NPROC_PER_NODE`` (at most the GPUs this
         node has; none, or ``device="cpu"``, trains on the CPU in one process)."""
@@ -57,6 +64,9 @@ class Cluster:
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=int(env.get("MASTER_PORT", "29500")),
         )
+
+
+ONE_PROCESS = Cluster()  # the default placement: frozen, so one shared instance serves every call
 
 
 def engine_env(env_dir: str | os.PathLike | None, variable: str, default: os.PathLike) -> str:
@@ -87,33 +97,15 @@ class Engine:
 
 def run_external(cfg: TrainConfig, engine: Engine, emit=print):
     """Run ``engine`` for ``cfg`` on this node and record it (see the module docstring)."""
-    from datamind.train.trainer import PROGRESS_PREFIX, RESULT_PREFIX, RunResult, TrainingError
-
     root = DataRoot(cfg.data_root or Settings.from_env().data_root)
     with fsspec.open(posixpath.join(cfg.export_dir.rstrip("/"), MANIFEST_FILE), "rt") as fh:
         version = json.load(fh)["dataset_version"]
     run_id = cfg.run_id or derive_run_id(cfg, version)
-    run_dir = posixpath.join(DIRS["runs"], "train", run_id)
     cluster = Cluster.from_env(cfg.device)
-    started = datetime.now(timezone.utc).isoformat()
-
-    def manifest(status: str, **extra) -> None:
-        if cluster.node_rank == 0:
-            doc = {
-                "run_id": run_id,
-                "status": status,
-                "engine": engine.name,
-                "dataset_version": version,
-                "export_dir": cfg.export_dir,
-                "config": cfg.to_dict(),
-                "started_at": started,
-                "updated_at": datetime.now(timezone.utc).isoformat(),
-                "world_size": cluster.world_size,
-                **extra,
-            }
-            root.write_text(posixpath.join(run_dir, "manifest.json"), json.dumps(doc, indent=2, sort_keys=True))
-
-    manifest("running")
+    record = RunRecord(
+        root, run_id, engine.name, version, cfg.export_dir, cfg.to_dict(), cluster.world_size, cluster.node_rank == 0
+    )
+    record.write("running")
     last: dict = {}
     with tempfile.TemporaryDirectory(prefix=f"datamind-{engine.name}-") as work:
         out = os.path.join(work, "output")
@@ -129,11 +121,11 @@ def run_external(cfg: TrainConfig, engine: Engine, emit=print):
             emit(line)
             if (fields := engine.progress(line)) is not None:
                 last = fields
-                emit(PROGRESS_PREFIX + json.dumps(fields, sort_keys=True))
+                emit(progress_line(fields))
         if proc.wait() != 0:
-            manifest("failed", error="\n".join(tail)[-2000:])
+            record.write("failed", error="\n".join(tail))
             raise TrainingError(f"{engine.name} exited with code {proc.returncode}: " + "\n".join(tail[-10:]))
-        final = posixpath.join(run_dir, "checkpoints", "final")
+        final = posixpath.join(run_dir(run_id), "checkpoints", "final")
         if cluster.node_rank == 0:
             model = engine.final_model(out)
             root.remove(final)
@@ -143,12 +135,12 @@ def run_external(cfg: TrainConfig, engine: Engine, emit=print):
     result = RunResult(
         run_id=run_id,
         checkpoint_uri=root.uri(final),
-        manifest_uri=root.uri(run_dir, "manifest.json"),
-        metrics_uri=root.uri(final, engine.metrics_file) if engine.metrics_file else root.uri(run_dir, "manifest.json"),
+        manifest_uri=root.uri(manifest_path(run_id)),
+        metrics_uri=root.uri(final, engine.metrics_file) if engine.metrics_file else root.uri(manifest_path(run_id)),
         dataset_version=version,
         final_metrics={k: v for k, v in last.items() if k != "phase"},
     )
-    manifest("succeeded", result=result.to_dict())
-    if cluster.node_rank == 0:
-        emit(RESULT_PREFIX + json.dumps(result.to_dict(), sort_keys=True))
+    record.write("succeeded", result=result)
+    if record.main:
+        emit(result_line(result))
     return result

@@ -21,15 +21,15 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from datamind.assets import DIRS
-from datamind.rollout.protocol import split_conversation
 from datamind.ids import sha256_bytes, stable_id
+from datamind.rollout.protocol import split_conversation
 from datamind.schemas import DATASET, REJECTIONS, RL_EXPORT, rejection
 from datamind.shards import read_rows, table_to_parquet_bytes, write_shard
-from datamind.storage import DataRoot
 from datamind.stages import STAGES
+from datamind.storage import DataRoot
 
 SFT_DATASET_NAME = "datamind_sft"
 SFT_FILE = "sft/datamind_sft.jsonl"
@@ -192,7 +192,7 @@ def export(
     # The manifest goes last: its presence means every file it lists is complete.
     root.write_text(posixpath.join(base, MANIFEST_FILE), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     if rejected:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         write_shard(
             root,
             REJECTIONS,

@@ -3,7 +3,7 @@
 All three run the same command, ``torchrun ... -m datamind.train train --config-json <cfg>``, and
 behind one interface: ``start(cfg)`` returns a ``RunHandle`` whose ``lines()`` streams the run's
 output and whose ``wait()`` fails with ``LaunchError`` on a non-zero exit or returns a
-``LaunchResult`` (checkpoint location and final metrics). The launcher kind is a setting; its
+``RunResult`` (checkpoint location and final metrics). The launcher kind is a setting; its
 credentials come as a plain Connection-like dict (``host``, ``login``, ``password``, ``port``,
 ``extra``), and never appear in commands, manifests, logs or exceptions.
 
@@ -32,29 +32,12 @@ import fsspec
 
 from datamind.settings import Settings
 from datamind.storage import DataRoot
-from datamind.train.config import TrainConfig, derive_run_id
-
-PROGRESS_PREFIX = "DATAMIND_PROGRESS "  # kept in sync with trainer.PROGRESS_PREFIX (no torch import here)
-RESULT_PREFIX = "DATAMIND_RESULT "
-LAUNCHERS = ("local", "kubernetes", "ssh")
+from datamind.train.config import LAUNCHERS, TrainConfig, derive_run_id
+from datamind.train.protocol import RESULT_PREFIX, RunResult, manifest_path, result
 
 
 class LaunchError(RuntimeError):
     """The run could not be started, or it ended without success."""
-
-
-@dataclass(frozen=True)
-class LaunchResult:
-    run_id: str
-    exit_code: int
-    checkpoint_uri: str
-    metrics_uri: str
-    manifest_uri: str
-    dataset_version: str
-    final_metrics: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 def prepare_config(cfg: TrainConfig) -> TrainConfig:
@@ -121,7 +104,7 @@ class RunHandle:
                 self._result_line = line
             yield line
 
-    def wait(self) -> LaunchResult:
+    def wait(self) -> RunResult:
         for _ in self.lines():
             pass
         code = self._exit_code()
@@ -132,29 +115,16 @@ class RunHandle:
             )
         return self._result(code)
 
-    def _result(self, code: int) -> LaunchResult:
+    def _result(self, code: int) -> RunResult:
         if self._result_line:
-            data = json.loads(self._result_line[len(RESULT_PREFIX) :])
+            data = result(self._result_line)
         else:  # output was lost (e.g. log stream cut): the manifest in the data root is the record
             root = DataRoot(self.cfg.data_root)
-            manifest = json.loads(root.read_text("runs", "train", self.cfg.run_id, "manifest.json"))
+            manifest = json.loads(root.read_text(manifest_path(self.cfg.run_id)))
             if manifest.get("status") != "succeeded":
                 raise LaunchError(f"run {self.cfg.run_id} exited 0 but its manifest says {manifest.get('status')!r}")
             data = manifest["result"]
-        return LaunchResult(
-            run_id=data["run_id"],
-            exit_code=code,
-            checkpoint_uri=data["checkpoint_uri"],
-            metrics_uri=data["metrics_uri"],
-            manifest_uri=data["manifest_uri"],
-            dataset_version=data["dataset_version"],
-            final_metrics=data.get("final_metrics") or {},
-        )
-
-
-def progress(line: str) -> dict | None:
-    """The metrics dict of a ``DATAMIND_PROGRESS`` line, else None."""
-    return json.loads(line[len(PROGRESS_PREFIX) :]) if line.startswith(PROGRESS_PREFIX) else None
+        return RunResult.from_dict(data, exit_code=code)
 
 
 class Launcher(Protocol):
@@ -163,7 +133,7 @@ class Launcher(Protocol):
     def start(self, cfg: TrainConfig) -> RunHandle: ...
 
 
-def run(launcher: Launcher, cfg: TrainConfig, on_line: Callable[[str], None] = print) -> LaunchResult:
+def run(launcher: Launcher, cfg: TrainConfig, on_line: Callable[[str], None] = print) -> RunResult:
     """Start, stream every output line to ``on_line``, wait; cancels the run if the caller is interrupted."""
     handle = launcher.start(cfg)
     try:

@@ -19,14 +19,14 @@ import re
 
 from datamind.settings import REPO_ROOT
 from datamind.train.config import TrainConfig
-from datamind.train.engines import Cluster, Engine, engine_env, run_external
+from datamind.train.engines import ONE_PROCESS, Cluster, Engine, engine_env, run_external
 from datamind.train.exports import DATASET_INFO_FILE, SFT_DATASET_NAME
 
 TRAIN_ENV = REPO_ROOT / ".venv-train"
 
 
 def sft_config(
-    cfg: TrainConfig, export_dir: str, output_dir: str, *, template: str = "default", cluster: Cluster = Cluster()
+    cfg: TrainConfig, export_dir: str, output_dir: str, *, template: str = "default", cluster: Cluster = ONE_PROCESS
 ) -> dict:
     """The YAML config (as a dict) for ``llamafactory-cli train``: full fine-tuning on the export's SFT file.
 
@@ -77,7 +77,7 @@ def sft_config(
 
 
 def command(
-    config_path: str, cluster: Cluster = Cluster(), env_dir: str | os.PathLike | None = None
+    config_path: str, cluster: Cluster = ONE_PROCESS, env_dir: str | os.PathLike | None = None
 ) -> tuple[list[str], dict]:
     """(argv, environment additions) that start LLaMA-Factory SFT on this node of ``cluster``."""
     cli = os.path.join(engine_env(env_dir, "DATAMIND_TRAIN_ENV", TRAIN_ENV), "bin", "llamafactory-cli")

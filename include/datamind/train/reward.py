@@ -11,9 +11,9 @@ from typing import Protocol
 from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
 from datamind.judge.consistency import REL_TOL
 from datamind.llm.errors import LLMError
-from datamind.train.config import RewardConfig
 from datamind.rollout.protocol import final_answer, format_ok
 from datamind.rollout.protocol import strict_turn as parse_turn
+from datamind.train.config import DEFAULT_REWARD, RewardConfig
 
 
 class Judge(Protocol):
@@ -83,7 +83,7 @@ def score(
     ground_truth: str,
     judge: Judge,
     count_tokens: Callable[[str], int],
-    cfg: RewardConfig = RewardConfig(),
+    cfg: RewardConfig = DEFAULT_REWARD,
 ) -> RewardBreakdown:
     """Reward of one trajectory (``messages`` = the generated turns, prompt excluded)."""
     r_format = int(format_ok(messages))

@@ -1,25 +1,21 @@
 """Multi-turn agent rollouts: the policy writes a turn, ``<code>`` runs, ``<interpreter>`` output comes back.
 
 ``Rollout`` is the seam the trainer depends on. ``AgentLoopRollout`` is the built-in loop, running
-code through any ``Executor``. The trainer's default is ``datamind.train.sandbox_exec.SandboxExecutor``
-(the trajectory stage's sandbox: one session per trajectory, closed through ``end_trajectory``).
-``SubprocessPythonExecutor`` -- a plain ``python`` child process per cell with a timeout and an output
-cap -- is *not* a security boundary (no network or filesystem isolation): trusted workers only.
+code through any ``Executor``; the trainer's is ``datamind.train.sandbox_exec.SandboxExecutor``, the
+trajectory stage's sandbox (one session per trajectory, closed through ``end_trajectory``), so RL
+rollouts run model-written code under the same isolation as every other trajectory.
 
-Code is kept as text, not as live interpreter state (the paper's "chunked code maintenance"): a cell
-runs after re-executing the earlier cells that succeeded, with their output silenced.
+The loop keeps each trajectory's successful cells (``ExecRequest.history``) so the executor can check that
+its session holds the same state (the paper's "chunked code maintenance": the sandbox's chunked mode
+re-executes them before each new cell).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import posixpath
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -92,83 +88,6 @@ class Rollout(Protocol):
     def __call__(
         self, prompt: RolloutPrompt, *, group_size: int, generate: GenerateFn, execute: Executor
     ) -> list[Trajectory]: ...
-
-
-# The child reads its cell from a file so no code is ever spliced into a command line.
-_RUNNER = r"""
-import contextlib, io, json, sys
-with open(sys.argv[1], encoding="utf-8") as fh:
-    cell = json.load(fh)
-scope = {"__name__": "__main__"}
-with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-    for src in cell["history"]:
-        try:
-            exec(compile(src, "<previous cell>", "exec"), scope)
-        except BaseException:
-            pass
-exec(compile(cell["code"], "<cell>", "exec"), scope)
-"""
-
-
-@dataclass
-class SubprocessPythonExecutor:
-    """Runs a cell with ``python`` in the trajectory's workdir; stdout and stderr become the observation."""
-
-    python: str = sys.executable
-    max_output_chars: int = 4000
-    memory_mb: int | None = 2048
-    extra_env: dict[str, str] = field(default_factory=dict)
-
-    def __call__(self, req: ExecRequest) -> ExecResult:
-        if req.language != "python":
-            raise ValueError(
-                f"SubprocessPythonExecutor runs Python only; a {req.language!r} trajectory needs "
-                "the sandbox executor (rl.executor='sandbox') for its SQL tools"
-            )
-        cell_path = os.path.join(req.workdir, ".cell.json")
-        with open(cell_path, "w", encoding="utf-8") as fh:
-            json.dump({"code": req.code, "history": list(req.history)}, fh)
-        # A clean environment: nothing of the worker's (credentials included) leaks into agent code.
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": req.workdir,
-            "LANG": "C.UTF-8",
-            "PYTHONHASHSEED": "0",
-            "MPLBACKEND": "Agg",
-            **self.extra_env,
-        }
-        proc = subprocess.Popen(
-            [self.python, "-I", "-c", _RUNNER, cell_path],
-            cwd=req.workdir,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=self._limits if self.memory_mb else None,
-        )
-        try:
-            out, _ = proc.communicate(timeout=req.timeout_s)
-            text, ok = out.decode("utf-8", "replace"), proc.returncode == 0
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            text, ok = f"TimeoutError: the cell ran longer than {req.timeout_s:g} s and was stopped", False
-        finally:
-            os.remove(cell_path)
-        return ExecResult(_clip(text, self.max_output_chars), ok)
-
-    def _limits(self) -> None:
-        import resource
-
-        cap = self.memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2  # keep the head (context) and the tail (where tracebacks end)
-    return f"{text[:half]}\n... [{len(text) - limit} characters omitted] ...\n{text[-half:]}"
 
 
 def interpreter_message(output: str) -> Message:
@@ -309,7 +228,7 @@ class AgentLoopRollout:
         texts = generate([g.prompt.messages + s.messages for g, s in active], min(self.max_turn_tokens, budget))
         stats.generate_calls += 1
         stats.generate_s += time.perf_counter() - t0
-        for (g, state), raw in zip(active, texts, strict=True):
+        for (_, state), raw in zip(active, texts, strict=True):
             self._turn(state, cut_at_stop(raw))
         for g in batch:
             g.turns += 1

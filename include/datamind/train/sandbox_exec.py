@@ -85,7 +85,7 @@ class SandboxExecutor:
         if sandbox is not None:
             sandbox.close()
 
-    def __enter__(self) -> "SandboxExecutor":
+    def __enter__(self) -> SandboxExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -111,8 +111,7 @@ class SandboxExecutor:
             except SandboxUnavailable as exc:
                 raise SandboxUnavailable(
                     f"{exc} -- rollouts execute model-written code and need the sandbox. On a host that cannot "
-                    "provide it, set DATAMIND_SANDBOX_ISOLATION=best_effort (degraded isolation, logged) or, "
-                    "on trusted workers only, rl.executor='subprocess' (no isolation)."
+                    "provide it, set DATAMIND_SANDBOX_ISOLATION=best_effort (degraded isolation, logged)."
                 ) from exc
             log.info("rollout sandbox started: mode %s, isolation layers %s", self.mode, self._sandbox.layers)
         return self._sandbox

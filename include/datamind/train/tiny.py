@@ -8,10 +8,9 @@ on a CPU. It learns nothing useful; it proves the plumbing (masks, losses, sched
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-
-import argparse
 from collections.abc import Iterable
 
 from datamind.train.tokenization import DEFAULT_CHAT_TEMPLATE

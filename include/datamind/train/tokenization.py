@@ -91,7 +91,7 @@ class Batch:
     agent_mask: torch.Tensor  # [B, T-1], aligned with token_logprobs targets
     env_mask: torch.Tensor  # [B, T-1]
 
-    def to(self, device) -> "Batch":
+    def to(self, device) -> Batch:
         return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.agent_mask, self.env_mask)))
 
 

@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 
 from datamind.settings import REPO_ROOT
 from datamind.train.config import TrainConfig
+from datamind.train.engines import ONE_PROCESS, Cluster, Engine, engine_env, run_external
 from datamind.train.exports import RL_FILE
-from datamind.train.engines import Cluster, Engine, engine_env, run_external
 
 VERL_ENV = REPO_ROOT / ".venv-verl"
 PLUGINS = Path(__file__).with_name("verl_plugins.py")
@@ -58,7 +58,7 @@ def prepare_rows(export_dir: str, out_path: str, with_expert: bool = True) -> in
     table = pq.read_table(posixpath.join(export_dir.rstrip("/"), RL_FILE))
     extra = table.column("extra_info").to_pylist()
     targets = table.column("target").to_pylist()
-    for e, target in zip(extra, targets):
+    for e, target in zip(extra, targets, strict=True):
         e["tools_kwargs"] = {
             TOOL_NAME: {"create_kwargs": {"data_uri": e.get("data_uri") or "", "data_format": e.get("data_format")}}
         }
@@ -82,7 +82,7 @@ def rl_config(
     tool_config_path: str,
     output_dir: str,
     *,
-    cluster: Cluster = Cluster(),
+    cluster: Cluster = ONE_PROCESS,
     rollout_engine: str = "vllm",
 ) -> dict:
     """The Hydra config (as a dict) ``python -m verl.trainer.main_ppo`` reads; it extends verl's ``ppo_trainer``."""

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn
@@ -181,7 +180,7 @@ def rl_weights(keys: list[str], extras: list[dict], n_tokens: list[int]) -> list
         info = [extras[i].get("reward_extra_info") or {} for i in members]
         correct = sum(1 for r in info if float(r.get("acc", 0.0)) > 0)
         if 0 < correct < len(members):
-            kept = [i for i, r in zip(members, info) if float(r.get("void", 0.0)) == 0 and n_tokens[i] > 0]
+            kept = [i for i, r in zip(members, info, strict=True) if float(r.get("void", 0.0)) == 0 and n_tokens[i] > 0]
             if kept:
                 eligible[uid] = kept
     total = sum(n_tokens[i] for kept in eligible.values() for i in kept)
@@ -303,7 +302,7 @@ class JointSFTTrainer(get_trainer_cls("sync")):
         extras, n_tokens = _extras(data), _token_counts(data)
         weights = rl_weights(list(batch.keys), extras, n_tokens)
         self._step_shares = token_shares(n_tokens, extras, weights)
-        rollouts = [w for w, e in zip(weights, extras) if not _is_expert(e)]
+        rollouts = [w for w, e in zip(weights, extras, strict=True) if not _is_expert(e)]
         metrics["actor/rl_sample_frac"] = sum(1 for w in rollouts if w > 0) / max(1, len(rollouts))
         written = TensorDict({RL_WEIGHT: torch.tensor(weights, dtype=torch.float32)}, batch_size=len(weights))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=written)

@@ -13,9 +13,9 @@ from typing import Any
 
 from datamind.llm.errors import EndpointUnavailable, LLMCallError
 from datamind.llm.grammars import grammar
+from datamind.llm.usage import cached_part
 from datamind.rollout import protocol
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply
-from datamind.llm.usage import cached_part
 
 
 def to_chat(messages: list[dict]) -> list[dict]:

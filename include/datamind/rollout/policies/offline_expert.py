@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamind.rollout import protocol
-from datamind.rollout.policies import narration
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply
+from datamind.rollout.policies import narration
 from datamind.synth.offline.phrasing import final_ask, without_format
 
 OFFLINE_MODEL = "offline-expert"

@@ -83,7 +83,7 @@ class Source:
             return None
         return ("table" if self.fmt == "sqlite" else "sheet", self.table_name)
 
-    def narrowed(self, text: str) -> "Source":
+    def narrowed(self, text: str) -> Source:
         """This source with only the parent joins whose columns ``text`` (a task's question and programs)
         names: a program joins what its question needs, nothing more."""
         used = [j for j in self.joins if j.alias in text]

@@ -21,7 +21,6 @@ from datamind.synth.offline.generators import (
 )
 from datamind.synth.offline.source import qi, ql
 
-
 # -- domain specific ---------------------------------------------------------------------------
 
 

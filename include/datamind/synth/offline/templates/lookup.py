@@ -22,7 +22,6 @@ from datamind.synth.offline.generators import (
 )
 from datamind.synth.offline.source import qi, ql
 
-
 # -- aggregation -------------------------------------------------------------------------------
 
 
