@@ -53,12 +53,13 @@ def publish_dataset():
         """Filter, write the new version atomically, validate it; its promotion is decided next."""
         from airflow.sdk.exceptions import AirflowFailException
 
+        from datamind import tables
         from datamind.assets import DIRS
         from datamind.pipeline import finalize_stage
         from datamind.publish import promotion
         from datamind.publish.stage import NothingToPublish
         from datamind.publish.stage import publish_dataset as publish_version
-        from datamind_airflow.reports_app import VIEWER, task_report_url
+        from datamind_airflow.urls import VIEWER, task_report_url
 
         context = get_current_context()
         params = context["params"]
@@ -94,7 +95,7 @@ def publish_dataset():
         return {
             **manifest,
             "quality": quality,
-            "gate": "audit_passed" if manifest["promotion"]["status"] == promotion.PROMOTED else "review",
+            "gate": "audit_passed" if tables.trainable(manifest) else "review",
             "review_body": promotion.review_body(manifest, report_url, viewer_url),
         }
 
@@ -116,6 +117,7 @@ def publish_dataset():
         """Record the decision in the release and announce it: only a promoted release wakes train_agent."""
         from airflow.sdk.exceptions import AirflowSkipException
 
+        from datamind import tables
         from datamind.publish import promotion
 
         if published.get("gate") is None:
@@ -134,7 +136,7 @@ def publish_dataset():
             )
             runtime.log_summary("Promotion decided", manifest["promotion"])
         release = promotion.release_summary(manifest)
-        if not promotion.trainable(manifest):
+        if not tables.trainable(manifest):
             raise AirflowSkipException(f"{release['version_id']} was rejected: kept readable, never trained on")
         # The release's one name travels with the Asset event, so train_agent and a person see the same id.
         version = release["version_id"]

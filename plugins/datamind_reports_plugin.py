@@ -5,7 +5,8 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
 
-from datamind_airflow.reports_app import PREFIX, VIEWER, create_app, task_report_url, viewer_run_url
+from datamind_airflow.reports_app import create_app
+from datamind_airflow.urls import PREFIX, VIEWER, task_report_url, viewer_run_url
 
 # Tasks that validate a stage's output and write a report (stages.sharded_stage, ingest, publish_dataset).
 REPORTING_TASKS = frozenset({"publish", "publish_catalog"})

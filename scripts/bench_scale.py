@@ -185,7 +185,13 @@ def clone_files(root: Path, rels: list[str], copies: range, ids: set[str]) -> No
 
     def remap(value, c):
         if isinstance(value, str):
-            return stable_id(value, c) if value in ids else value
+            if value in ids:
+                return stable_id(value, c)
+            # a commit record names its shard's files: the copy's record names the copies
+            head, sep, tail = value.rpartition("/part-")
+            if sep and tail.endswith(".parquet"):
+                return f"{head}{sep}{tail.removesuffix('.parquet')}c{c}.parquet"
+            return value
         if isinstance(value, list):
             return [remap(v, c) for v in value]
         if isinstance(value, dict):

@@ -1,5 +1,7 @@
 """Lower layers never import higher ones: the package's stages read bottom-up, and a change in a later
-stage cannot break an earlier one. Every import in every module counts, including those inside functions."""
+stage cannot break an earlier one. Every import in every module counts, including those inside functions.
+Stages talk through tables (``datamind.tables``), never through a sibling stage's module, and no two modules
+import each other, directly or round a circle."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ LAYERS = [
         "storage",
         "schemas",
         "shards",
+        "tables",
         "assets",
         "vocabulary",
         "progress",
@@ -68,4 +71,94 @@ def test_no_module_imports_a_higher_layer():
                 top = _top(name)
                 if top in LEVEL and LEVEL[top] > LEVEL[own]:
                     violations.append(f"{rel}:{node.lineno} ({own}) imports {name} ({top})")
+    assert not violations, "\n".join(violations)
+
+
+PLUGIN = PKG.parents[1] / "plugins" / "datamind_airflow"
+
+
+def _runtime_imports(path: Path, module: str, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that ``module`` (at ``path``) imports when it runs: ``if TYPE_CHECKING:``
+    blocks are annotations. ``from pkg import name`` imports ``pkg.name`` when that is a module, else ``pkg``."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and getattr(block.test, "id", "") == "TYPE_CHECKING"
+        for stmt in block.body
+        for n in ast.walk(stmt)
+    }
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            out.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+    return (out & modules) - {module}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for folder in (PKG, PLUGIN):
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder.parent).with_suffix("")
+            out[".".join(rel.parts).removesuffix(".__init__")] = path
+    return out
+
+
+def test_no_import_circles():
+    """Tarjan's strongly connected components over runtime imports between the package's and the plugin's
+    modules: a component of more than one module is a circle."""
+    mods = _modules()
+    graph = {name: _runtime_imports(path, name, set(mods)) for name, path in mods.items()}
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, circles
+
+
+def test_no_stage_imports_a_sibling_stage_module():
+    """A stage's ``stage`` module (the one that writes its table) is imported by its own package's DAG only:
+    other stages read that table through ``datamind.tables``."""
+    violations = []
+    for path in sorted(PKG.rglob("*.py")):
+        own = path.relative_to(PKG).parts[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if len(parts) >= 3 and parts[0] == "datamind" and parts[2] == "stage" and parts[1] != own:
+                    violations.append(f"{path.relative_to(PKG)}:{node.lineno} imports {name}")
     assert not violations, "\n".join(violations)

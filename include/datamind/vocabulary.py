@@ -16,3 +16,8 @@ EVAL_OUTCOMES = (
     "endpoint_error",
     "not_run",
 )
+# Failures of the platform, not of the agent: a trajectory that ended with one is sampled again (up to the
+# sampling parameters' max_attempts) and never published.
+TRANSIENT_LLM_ERRORS = frozenset({"llm_retries_exhausted", "llm_rate_limited", "llm_endpoint_unavailable"})
+SANDBOX_FAILURE = "sandbox_failure"
+TRANSIENT_ERRORS = TRANSIENT_LLM_ERRORS | {SANDBOX_FAILURE}

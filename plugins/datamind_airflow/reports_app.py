@@ -24,7 +24,8 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-PREFIX = "/datamind"
+from datamind_airflow.urls import PREFIX, VIEWER
+
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._+=-][A-Za-z0-9._+= -]*$")
 
 
@@ -130,9 +131,6 @@ def create_app() -> FastAPI:
     return app
 
 
-VIEWER = f"{PREFIX}/viewer"
-
-
 def _chosen(request: Request, source) -> tuple[dict[str, str], str, int]:
     params = request.query_params
     chosen = {k: params[k] for k in source.filters if params.get(k)}  # anything else in the query is ignored
@@ -197,13 +195,3 @@ def _viewer_routes(app: FastAPI) -> None:
         judged = query.judged_sample(root, key) if row.get("stage") == query.PUBLISH_REJECTIONS else None
         shown = [] if judged is not None or not row.get("query_id") else query.trajectories_of(root, row["query_id"])
         return pages.rejection_page(links, run_id, row, judged, shown)
-
-
-def viewer_run_url(run_id: str, kind: str) -> str:
-    from datamind.quality.viewer_links import Links
-
-    return Links(VIEWER).run(run_id, kind)
-
-
-def task_report_url(dag_id: str, run_id: str, task_id: str) -> str:
-    return f"{PREFIX}/task/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/{quote(task_id, safe='')}"

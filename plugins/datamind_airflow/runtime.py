@@ -114,7 +114,7 @@ def announce(asset, result: dict[str, Any], version: str | None = None) -> None:
         raise AirflowSkipException(f"nothing new for {asset.name}: downstream DAGs are not triggered")
 
     from datamind.pipeline import asset_event_extra
-    from datamind_airflow.reports_app import task_report_url
+    from datamind_airflow.urls import task_report_url
 
     context = get_current_context()
     ti = context["ti"]

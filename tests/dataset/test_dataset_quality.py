@@ -13,12 +13,13 @@ from datamind.ingest.stage import ingest_shard, plan_ingest
 from datamind.judge.stage import judge_shard, plan_judging
 from datamind.profile.stage import plan_profile, profile_shard
 from datamind.publish.audit import audit_version, sample_figures
-from datamind.publish.stage import publish_dataset, read_manifest
+from datamind.publish.stage import publish_dataset
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET
 from datamind.shards import read_rows
 from datamind.storage import DataRoot
 from datamind.synth.stage import plan_synthesis, synthesize_shard
+from datamind.tables import read_manifest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 SYNTH = {"queries_per_category": 1, "n_chains": 3, "verify_solutions": False}

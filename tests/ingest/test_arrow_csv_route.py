@@ -12,14 +12,9 @@ import json
 import pandas as pd
 import pytest
 
-from datamind.ingest.loaders import (
-    TableColumns,
-    _verified_column_types,
-    frame_columns,
-    load_recorded,
-    load_table,
-    load_tables,
-)
+from datamind.ingest.loaders import TableColumns, load_recorded, load_table, load_tables
+from datamind.ingest.loaders.arrow_csv import _verified_column_types
+from datamind.ingest.loaders.common import frame_columns
 from datamind.profile.meta import TableToProfile, profile_table, profile_tables
 from datamind.settings import Limits
 

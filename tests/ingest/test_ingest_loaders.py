@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from ingest_builders import make_sqlite, table_rows, write_csv, xlsx_bytes
 
-from datamind.ingest.loaders import load_table, load_tables, name_index
+from datamind.ingest.loaders import load_table, load_tables
+from datamind.ingest.loaders.common import name_index
 from datamind.settings import Limits
 
 

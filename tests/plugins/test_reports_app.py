@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from datamind.quality import validate_table
 from datamind.storage import DataRoot
-from datamind_airflow import reports_app
+from datamind_airflow import reports_app, urls
 
 RUN = "manual__2026-11-24T07:00:00+00:00"
 
@@ -57,9 +57,9 @@ def test_index_report_and_files_are_served_from_the_data_root(client, report):
 
 
 def test_a_tasks_link_lands_on_its_report(client, report):
-    url = reports_app.task_report_url("synthesize_queries", RUN, "publish")
-    assert url.startswith(reports_app.PREFIX + "/task/")
-    hop = client.get(url.removeprefix(reports_app.PREFIX), follow_redirects=False)
+    url = urls.task_report_url("synthesize_queries", RUN, "publish")
+    assert url.startswith(urls.PREFIX + "/task/")
+    hop = client.get(url.removeprefix(urls.PREFIX), follow_redirects=False)
     assert hop.status_code == 307 and hop.headers["location"].endswith(
         "/synth_rejections/" + report.report_dir.split("/")[-1] + "/"
     )
@@ -76,7 +76,7 @@ def test_nothing_is_served_without_a_login(root, report, monkeypatch):
     monkeypatch.setenv("DATAMIND_DATA_ROOT", root.url)
     anonymous = TestClient(reports_app.create_app())
     assert anonymous.get("/reports/").status_code == 401
-    assert anonymous.get(reports_app.task_report_url("d", RUN, "publish").removeprefix("/datamind")).status_code == 401
+    assert anonymous.get(urls.task_report_url("d", RUN, "publish").removeprefix("/datamind")).status_code == 401
 
 
 def test_the_link_shows_only_on_tasks_that_write_a_report():

@@ -8,8 +8,8 @@ import pytest
 from review.release_builder import write_release
 
 from datamind.publish import promotion
-from datamind.publish.stage import read_manifest, trainable_manifest
 from datamind.storage import DataRoot
+from datamind.tables import read_manifest, trainable_manifest
 
 
 @pytest.fixture()

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from datamind.assets import DIRS
-from datamind.publish.stage import dataset_glob, publish_dataset, read_manifest
+from datamind.publish.stage import dataset_glob, publish_dataset
 from datamind.rollout import protocol as p
 from datamind.schemas import DATASET, REJECTIONS
 from datamind.shards import read_rows, write_shard
 from datamind.storage import DataRoot
+from datamind.tables import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -195,7 +195,7 @@ def test_a_dead_endpoint_fails_the_shard_and_leaves_it_to_be_retried(root, catal
     (spec,) = plan_synthesis(root, 10, PARAMS)
     with pytest.raises(EndpointUnavailable):
         synthesize_shard(root, spec, PARAMS, "run-1", llm_client=client_factory())
-    assert not root.exists("queries") or root.glob("queries", "**", "*.summary.json") == []
+    assert not root.exists("queries") or root.glob("queries", "**", "_commits", "*.json") == []  # no commit
     assert plan_synthesis(root, 10, PARAMS) == [spec]  # still pending
     # the key never leaks into what was written or raised
     for path in root.glob("**", "*"):

@@ -49,9 +49,12 @@ def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(ro
     for r in rows:  # lineage resolves inside the output
         assert all(p in by_id for p in r["parent_query_ids"]) and r["root_query_id"] in by_id
 
-    for s in summaries:  # summary JSON next to its Parquet shard
-        parquet = s["outputs"]["queries"]
-        assert os.path.exists(parquet.replace(".parquet", ".summary.json"))
+    for s in summaries:  # each shard's commit record names its Parquet shard and carries its summary
+        (parquet,) = [root.path(p) for p in s["files"]["queries"]]
+        record = json.loads(
+            root.read_text(output_dir(SynthParams.from_dict(PARAMS)), "_commits", f"{s['shard_id']}.json")
+        )
+        assert record["items"] == sorted(s["table_ids"]) and record["n_queries"] == s["n_queries"]
         meta = pq.read_schema(parquet).metadata
         assert meta[b"datamind.table"] == b"queries" and meta[b"datamind.schema_version"] == QUERIES.version.encode()
 

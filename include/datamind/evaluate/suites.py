@@ -22,9 +22,9 @@ def _user_turn(messages) -> str | None:
 
 def load_heldout(root, version: int | None = None) -> Loaded:
     """Test-split samples of a published dataset version (the latest complete one by default)."""
-    from datamind.publish.stage import read_manifest
     from datamind.schemas import DATASET
     from datamind.shards import read_rows
+    from datamind.tables import read_manifest
 
     manifest = read_manifest(root, version)
     if manifest is None:

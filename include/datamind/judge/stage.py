@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from datamind import tables
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.judge import selection
@@ -43,7 +44,6 @@ from datamind.progress import counted, progress_log
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
-from datamind.rollout.stage import sampling_state
 from datamind.rollout.tasks import QueryTask, TaskSources, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, write_shard
@@ -53,7 +53,7 @@ from datamind.storage import DataRoot
 log = logging.getLogger(__name__)
 
 STAGE = STAGES["judge_trajectories"].rejections
-REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
+REJECTIONS_DIR = tables.judge_rejections_dir()
 
 
 def judged_dir(p: JudgeParams) -> str:
@@ -65,7 +65,7 @@ def rejections_dir(p: JudgeParams) -> str:
 
 
 def reflected_dir(p: JudgeParams) -> str:
-    return posixpath.join(DIRS["trajectories"], "reflect", p.partition)
+    return tables.reflected_dir(p.partition)
 
 
 RAW_LIMIT = 4000
@@ -80,40 +80,6 @@ def _p(params: dict | JudgeParams | None) -> JudgeParams:
     return params if isinstance(params, JudgeParams) else JudgeParams.from_dict(params)
 
 
-COMMITS = "_commits"
-
-
-def commits_dir(judged: str) -> str:
-    return posixpath.join(judged, COMMITS)
-
-
-def committed_query_ids(root: DataRoot, judged: str) -> set[str] | None:
-    """Queries whose judging shard committed (its outputs all written), or None for a partition written
-    before shards recorded commits (then every written row counts, as it did)."""
-    rel = commits_dir(judged)
-    if not root.exists(rel):
-        return None
-    done: set[str] = set()
-    for path in root.glob(rel, "*.json"):
-        done.update(json.loads(root.read_text(root.rel(path)))["query_ids"])
-    return done
-
-
-def judged_query_ids(root: DataRoot, p: JudgeParams) -> set[str]:
-    committed = committed_query_ids(root, judged_dir(p))
-    if committed is not None:
-        # a shard killed between its writes is not done: its queries are judged again, and the rerun's
-        # files replace the partial ones (same shard, same names)
-        return committed
-    done = set(read_table(root, DATASET, judged_dir(p), columns=["query_id"]).column("query_id").to_pylist())
-    done |= {
-        q
-        for q in read_table(root, REJECTIONS, rejections_dir(p), columns=["query_id"]).column("query_id").to_pylist()
-        if q
-    }
-    return done
-
-
 def plan_judging(
     root: DataRoot | str, shard_size: int | None = None, params: dict | JudgeParams | None = None
 ) -> list[dict]:
@@ -122,8 +88,9 @@ def plan_judging(
     root = DataRoot.of(root)
     p = _p(params)
     # Queries with a trajectory still to be sampled again (a transient LLM failure) wait for it.
-    state = sampling_state(root)
-    todo = sorted(state.done - judged_query_ids(root, p), key=lambda q: (min(state.files.get(q) or [""]), q))
+    state = tables.sampling_state(root, RolloutParams.attempts_allowed)
+    done = tables.judged(root, p.partition).migrate().done()
+    todo = sorted(state.done - done, key=lambda q: (min(state.files.get(q) or [""]), q))
     index = TaskSources.build(root) if todo else None
     return [
         # the shard's trajectory, query and catalog files travel with it: a task reads those, not every shard
@@ -146,20 +113,22 @@ class Outcome:
     no_reflection: str | None = None  # why an inconsistent query could not be reflected in this run
 
 
-def _rej(
-    item: str,
-    query_id: str,
-    code: str,
-    reason: str,
-    run_id: str | None,
-    now: datetime,
-    raw: str | None = None,
-    file_id: str | None = None,
-) -> dict:
-    # item: a trajectory id, or the query id for a query-level outcome
-    return rejection(
-        STAGE, item, code, reason, file_id=file_id, query_id=query_id, raw=raw, run_id=run_id, created_at=now
-    )
+@dataclass(frozen=True)
+class _Rejections:
+    """What every rejection of one judging shard shares: its run and its time."""
+
+    run_id: str | None
+    now: datetime
+
+    def query(self, qid: str, code: str, reason: str, *, raw: str | None = None, file_id: str | None = None) -> dict:
+        return self.trajectory(qid, qid, code, reason, raw=raw, file_id=file_id)
+
+    def trajectory(
+        self, item: str, qid: str, code: str, reason: str, *, raw: str | None = None, file_id: str | None = None
+    ) -> dict:
+        return rejection(
+            STAGE, item, code, reason, file_id=file_id, query_id=qid, raw=raw, run_id=self.run_id, created_at=self.now
+        )
 
 
 CHECK_VERIFIED, CHECK_UNVERIFIED, CHECK_REFUTED = "verified", "consistent_unverified", "refuted"
@@ -329,8 +298,7 @@ async def _judge_query(
 def _group(
     root: DataRoot,
     qids: list[str],
-    run_id: str | None,
-    now: datetime,
+    reject: _Rejections,
     sources: list[str] | None,
     task_sources: dict[str, list[str]] | None = None,
 ) -> tuple[dict[str, list[dict]], dict[str, QueryTask], list[dict]]:
@@ -345,9 +313,9 @@ def _group(
     rejections = []
     for qid in qids:
         if qid not in by_query:
-            rejections.append(_rej(qid, qid, "no_trajectories", "no round-0 trajectories for this query", run_id, now))
+            rejections.append(reject.query(qid, "no_trajectories", "no round-0 trajectories for this query"))
         elif qid in errors:
-            rejections.append(_rej(qid, qid, errors[qid].code, str(errors[qid]), run_id, now))
+            rejections.append(reject.query(qid, errors[qid].code, str(errors[qid])))
     return by_query, tasks, rejections
 
 
@@ -399,8 +367,7 @@ def _collect(
     task: QueryTask,
     p: JudgeParams,
     jversion: str,
-    run_id: str | None,
-    now: datetime,
+    reject: _Rejections,
     into: Collected,
 ) -> None:
     """The rows one query's outcome produces: its kept samples, and a rejection for every other trajectory."""
@@ -408,11 +375,11 @@ def _collect(
     if isinstance(outcome, BaseException):
         code = getattr(outcome, "reason_code", "judge_failed") if isinstance(outcome, LLMError) else "judge_failed"
         log.warning("judging %s failed: %s", qid, outcome, exc_info=outcome)
-        into.rejections.append(_rej(qid, qid, code, f"{type(outcome).__name__}: {outcome}", run_id, now, file_id=fid))
+        into.rejections.append(reject.query(qid, code, f"{type(outcome).__name__}: {outcome}", file_id=fid))
         return
     if outcome.failure:
         code, reason, raw = outcome.failure
-        into.rejections.append(_rej(qid, qid, code, reason, run_id, now, raw, fid))
+        into.rejections.append(reject.query(qid, code, reason, raw=raw, file_id=fid))
         return
     final = outcome.rounds[-1]
     into.consistent_round0 += outcome.rounds[0].verdict.consistent
@@ -424,26 +391,26 @@ def _collect(
         # The ablation strategies without a consistency filter keep every answer, refuted ones marked.
         if check == CHECK_REFUTED and selection.needs_consistency(p.strategy):
             into.rejections.append(
-                _rej(row["trajectory_id"], qid, "refuted_by_reference", why, run_id, now, row["final_answer"], fid)
+                reject.trajectory(
+                    row["trajectory_id"], qid, "refuted_by_reference", why, raw=row["final_answer"], file_id=fid
+                )
             )
             continue
         into.verified += check == CHECK_VERIFIED
-        into.judged.append(dataset_row(row, task, final.verdict, p, jversion, now, check))
+        into.judged.append(dataset_row(row, task, final.verdict, p, jversion, reject.now, check))
     for rnd in outcome.rounds:
         for row in rnd.candidates:
             if row["trajectory_id"] in kept:
                 continue
             code, reason = _why_not_kept(row, rnd, outcome, p)
             into.rejections.append(
-                _rej(
+                reject.trajectory(
                     row["trajectory_id"],
                     qid,
                     code,
                     f"round {rnd.round}: {reason}",
-                    run_id,
-                    now,
-                    row["final_answer"],
-                    fid,
+                    raw=row["final_answer"],
+                    file_id=fid,
                 )
             )
 
@@ -465,14 +432,7 @@ def _write(
     """Write the shard's three outputs, then commit them together with one marker (a kill before the marker
     leaves the queries planned again, and the rerun's files replace these under the same names)."""
     name = f"part-{sid}.parquet"
-    protocol_mark = posixpath.join(commits_dir(judged_dir(p)), "PROTOCOL")
-    if not root.exists(protocol_mark):  # from now on this partition counts committed shards only
-        earlier = sorted(judged_query_ids(root, p))  # a partition written before commits were recorded
-        if earlier:
-            root.write_text(
-                posixpath.join(commits_dir(judged_dir(p)), "legacy.json"), json.dumps({"query_ids": earlier})
-            )
-        root.write_text(protocol_mark, "a judging shard is done when _commits/<shard>.json exists\n")
+    partition = tables.judged(root, p.partition).begin()
     paths = {
         "reflected": write_shard(
             root, TRAJECTORIES, reflected_dir(p), sorted(reflected, key=lambda r: r["trajectory_id"]), name
@@ -482,7 +442,7 @@ def _write(
             root, REJECTIONS, rejections_dir(p), sorted(got.rejections, key=lambda r: r["item_id"]), name
         ),
     }
-    root.write_text(posixpath.join(commits_dir(judged_dir(p)), f"{sid}.json"), json.dumps({"query_ids": qids, **paths}))
+    partition.commit(sid, qids, paths)
     params_file = posixpath.join(judged_dir(p), "params.json")
     if not root.exists(params_file):
         root.write_text(params_file, json.dumps(p.to_dict(), sort_keys=True, indent=2))
@@ -510,7 +470,8 @@ def judge_shard(
     now = datetime.now(UTC)
     qids = sorted(spec["query_ids"])
 
-    by_query, tasks, rejections = _group(root, qids, run_id, now, spec.get("sources"), spec.get("task_sources"))
+    reject = _Rejections(run_id, now)
+    by_query, tasks, rejections = _group(root, qids, reject, spec.get("sources"), spec.get("task_sources"))
     judge = (
         OfflineJudge(p.rel_tol)
         if p.judge == "offline"
@@ -522,7 +483,7 @@ def judge_shard(
     got = Collected(rejections=rejections)
     version = _judge_version(judge, p)
     for qid, outcome in zip(todo, outcomes, strict=True):
-        _collect(outcome, tasks[qid], p, version, run_id, now, got)
+        _collect(outcome, tasks[qid], p, version, reject, got)
     paths = _write(root, p, sid, qids, got, rescue.reflected)
 
     summary = {

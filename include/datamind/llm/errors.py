@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from datamind.schemas import rejection
+from datamind.vocabulary import TRANSIENT_LLM_ERRORS
 
 RAW_LIMIT = 20_000  # characters of raw model output kept in a rejection row
 
@@ -23,7 +24,7 @@ class LLMError(Exception):
 
 
 # Failure codes that say nothing about the item itself: a later run with a healthy endpoint may succeed.
-TRANSIENT_REASONS = frozenset({"llm_retries_exhausted", "llm_rate_limited", "llm_endpoint_unavailable"})
+TRANSIENT_REASONS = TRANSIENT_LLM_ERRORS
 
 
 class EndpointUnavailable(LLMError):

@@ -29,6 +29,7 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -37,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pandas.tseries.api import guess_datetime_format
 
-from datamind.ingest.loaders import TableColumns, arrow_kernel, frame_columns
+from datamind.ingest.loaders.common import TableColumns, arrow_kernel, frame_columns
 
 _DATEISH = re.compile(
     r"^\s*(\d{4}[-/.]\d{1,2}([-/.]\d{1,2})?|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}|"
@@ -340,17 +341,13 @@ def _top_order(counts: np.ndarray, cap: int) -> np.ndarray:
     return kept[np.argsort(-counts[kept], kind="stable")]
 
 
-def profile_column(
-    arr: pa.Array, name: str, dtype: str, unique_cap: int = 10, description: str | None = None
-) -> dict[str, Any]:
-    """One ``COLUMN_PROFILE`` dict for a column given as an Arrow array."""
-    n_null = arr.null_count
-    vals = _DROP_NULL(arr) if n_null else arr
+def _column_profile(name: str, dtype: str, description: str | None, **stats: Any) -> dict[str, Any]:
+    """A ``COLUMN_PROFILE`` dict: the one layout both routes (per column and per block) fill in."""
     prof: dict[str, Any] = {
         "name": name,
         "dtype": dtype,
         "kind": "text",
-        "n_null": int(n_null),
+        "n_null": 0,
         "n_unique": 0,
         "min": None,
         "max": None,
@@ -359,6 +356,22 @@ def profile_column(
         "unique_values": [],
         "description": description,
     }
+    prof.update(stats)
+    return prof
+
+
+def _integer_kind(name: str, all_distinct: bool, counter: Callable[[], bool]) -> str:
+    """An integer column is an id when every value differs and it is named like one or counts 1, 2, 3, ..."""
+    return "id" if all_distinct and (bool(_IDNAME.search(name)) or counter()) else "integer"
+
+
+def profile_column(
+    arr: pa.Array, name: str, dtype: str, unique_cap: int = 10, description: str | None = None
+) -> dict[str, Any]:
+    """One ``COLUMN_PROFILE`` dict for a column given as an Arrow array."""
+    n_null = arr.null_count
+    vals = _DROP_NULL(arr) if n_null else arr
+    prof = _column_profile(name, dtype, description, n_null=int(n_null))
     typ = arr.type
     if len(vals) == 0:
         prof["kind"] = "numeric" if pa.types.is_integer(typ) or pa.types.is_floating(typ) else "text"
@@ -370,8 +383,7 @@ def profile_column(
     prof["n_unique"] = n_unique
     numbers = None
     if pa.types.is_integer(typ):
-        ids = n_unique == len(vals) and (bool(_IDNAME.search(name)) or _is_counter(vals))
-        prof["kind"] = "id" if ids else "integer"
+        prof["kind"] = _integer_kind(name, n_unique == len(vals), lambda: _is_counter(vals))
         numbers = vals
     elif pa.types.is_floating(typ) or pa.types.is_decimal(typ):
         prof["kind"] = "numeric"
@@ -592,25 +604,23 @@ def _profile_number_block(
         top = tops.get(r)
         if top is None:  # all distinct: the first values in order of appearance
             top = (valid_rows[r] if nulls else block[r, :length])[:unique_cap].tolist()
-        kind = "numeric"
-        if not floating:
-            kind = "id" if distinct == valid and (counter or bool(_IDNAME.search(c.name))) else "integer"
+        kind = "numeric" if floating else _integer_kind(c.name, distinct == valid, lambda counter=counter: counter)
         mean, std = moments[r]
         out.append(
-            {
-                "name": c.name,
-                "dtype": c.dtype,
-                "kind": kind,
-                "n_null": nulls,
-                "n_unique": distinct,
-                "min": _text(lows[r]),
-                "max": _text(highs[r]),
-                "mean": mean,
-                "std": std,
+            _column_profile(
+                c.name,
+                c.dtype,
+                c.description,
+                kind=kind,
+                n_null=nulls,
+                n_unique=distinct,
+                min=_text(lows[r]),
+                max=_text(highs[r]),
+                mean=mean,
+                std=std,
                 # Numbers print short and without blanks: nothing to cut.
-                "unique_values": [_float_text(v) for v in top] if floating else list(map(str, top)),
-                "description": c.description,
-            }
+                unique_values=[_float_text(v) for v in top] if floating else list(map(str, top)),
+            )
         )
     return out
 

@@ -23,7 +23,7 @@ from datamind.categories import CATEGORY_IDS
 from datamind.filters.coherence import unchanged_fix
 from datamind.rollout.policies.narration import placeholder_headers, read_view
 from datamind.rollout.protocol import strict_turn
-from datamind.synth.offline.compose import LITERAL_CHECK
+from datamind.synth.offline.steps import LITERAL_CHECK
 
 # Imports a model cannot have at test time: the pipeline's own code.
 _INTERNAL = re.compile(r"^\s*(?:from|import)\s+(?:datamind|datamind_airflow|airflow)\b", re.MULTILINE)
@@ -319,10 +319,10 @@ def missed_figures(figures: dict) -> list[str]:
 def audit_version(root, version: int | None = None) -> dict:
     """Audit a published version under a data root (the newest complete one by default)."""
     from datamind.assets import DIRS
-    from datamind.publish.stage import read_manifest
     from datamind.schemas import DATASET, QUERIES
     from datamind.shards import read_rows
     from datamind.storage import DataRoot
+    from datamind.tables import read_manifest
 
     root = root if isinstance(root, DataRoot) else DataRoot(str(root))
     manifest = read_manifest(root, version)

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 from datamind.publish.audit import missed_figures, verdicts
 from datamind.storage import DataRoot
+from datamind.tables import AWAITING, PROMOTED, REJECTED
 
-PROMOTED, AWAITING, REJECTED = "promoted", "awaiting_approval", "rejected"
 APPROVE_EVERY_ENV = "DATAMIND_APPROVE_EVERY_RELEASE"
 CARD_START, CARD_END = "<!-- promotion -->", "<!-- /promotion -->"
 
@@ -40,11 +40,6 @@ def initial(audit: dict, approve_every: bool | None = None) -> dict:
     return {"status": AWAITING, "by": None, "reason": reason, "failing": failing}
 
 
-def trainable(manifest: dict) -> bool:
-    """Releases published before promotion existed carry none: they were trained on as they were."""
-    return (manifest.get("promotion") or {"status": PROMOTED})["status"] == PROMOTED
-
-
 def card_section(promotion: dict | None) -> str:
     p = promotion or {"status": PROMOTED, "by": "audit", "reason": "published before promotion was recorded"}
     lines = [CARD_START, "## Promotion", ""]
@@ -64,7 +59,7 @@ def decide(
     """Record a person's decision on a release awaiting approval; returns its manifest. Deciding again on
     a release already decided changes nothing (a retried task, a second click)."""
     from datamind.assets import DIRS
-    from datamind.publish.stage import CARD, MANIFEST, read_manifest
+    from datamind.tables import CARD, MANIFEST, read_manifest
 
     root = DataRoot.of(root)
     manifest = read_manifest(root, version)

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import posixpath
-import re
 import tempfile
 import time
 from collections import Counter
@@ -33,10 +32,10 @@ from datetime import UTC, datetime
 import fsspec
 import pyarrow.parquet as pq
 
+from datamind import tables
 from datamind.assets import DIRS
 from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
-from datamind.judge.stage import committed_query_ids
 from datamind.llm.config import prices_from_env
 from datamind.publish import card, promotion
 from datamind.publish.audit import AuditTally
@@ -47,14 +46,11 @@ from datamind.shards import read_rows, read_table, shard_paths, table_to_parquet
 from datamind.stage_params import from_params
 from datamind.stages import ITEM_COLUMN, PIPELINE, STAGES, contract
 from datamind.storage import DataRoot
+from datamind.tables import CARD, MANIFEST, judged_partitions, read_manifest, versions
 
 log = logging.getLogger(__name__)
 
 STAGE = STAGES["publish_dataset"].rejections
-MANIFEST = "manifest.json"
-CARD = "README.md"
-_VDIR = re.compile(r"^v(\d+)$")
-_PARTITION = re.compile(r"^params=[0-9a-f]+$")
 
 
 def part_name(i: int) -> str:
@@ -67,52 +63,6 @@ def content_version(sample_ids: list[str], test_fraction: float = 0.1) -> str:
         h.update(sid.encode())
         h.update(b"\n")
     return h.hexdigest()[:16]
-
-
-def versions(root: DataRoot) -> list[tuple[int, bool]]:
-    """(N, complete) for every ``dataset/v<N>`` directory, ascending."""
-    base = root.path(DIRS["dataset"])
-    if not root.fs.exists(base):
-        return []
-    out = []
-    for entry in root.fs.ls(base, detail=False):
-        m = _VDIR.match(posixpath.basename(entry.rstrip("/")))
-        if m:
-            out.append((int(m.group(1)), root.exists(DIRS["dataset"], m.group(0), MANIFEST)))
-    return sorted(out)
-
-
-def read_manifest(root: DataRoot | str, version: int | None = None) -> dict | None:
-    """The manifest of ``v<version>``, or of the newest complete release."""
-    root = DataRoot.of(root)
-    if version is None:
-        complete = [n for n, ok in versions(root) if ok]
-        if not complete:
-            return None
-        version = complete[-1]
-    try:
-        return json.loads(root.read_text(DIRS["dataset"], f"v{version}", MANIFEST))
-    except FileNotFoundError:
-        return None
-
-
-def trainable_manifest(root: DataRoot | str) -> dict | None:
-    """The newest complete release that may be trained on (promoted by its audit or by a person)."""
-    root = DataRoot.of(root)
-    for number, complete in reversed(versions(root)):
-        manifest = read_manifest(root, number) if complete else None
-        if manifest is not None and promotion.trainable(manifest):
-            return manifest
-    return None
-
-
-def judged_partitions(root: DataRoot) -> list[str]:
-    """The ``params=<fp>`` partitions of ``judged`` (one per judging configuration)."""
-    base = root.path(DIRS["judged"])
-    if not root.fs.exists(base):
-        return []
-    names = (posixpath.basename(e.rstrip("/")) for e in root.fs.ls(base, detail=False))
-    return sorted(n for n in names if _PARTITION.match(n))
 
 
 def _source(root: DataRoot, partition: str | None) -> tuple[str, str | None]:
@@ -198,7 +148,8 @@ def _screen(
     """Screen the judged rows of one partition a few shards at a time: the committed ones not seen before
     (reruns of a judging shard rewrite identical ids)."""
     src, partition = source
-    committed = committed_query_ids(root, src)  # rows of a judging shard killed before it committed are out
+    # rows of a judging shard killed before it committed are out
+    committed = tables.judged(root, partition).done() if partition else None
     screener = _Screener(root, config, spill, run_id, now)
     seen: set[str] = set()
     batch: list[dict] = []
@@ -356,7 +307,7 @@ def _publish_screened(
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
     _commit(root, vdir, final)
-    root.write_text(posixpath.join(DIRS["dataset"], "LATEST"), f"v{number}\n")
+    tables.mark_latest(root, number)
     log.info(
         "published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(names), len(rejections)
     )
@@ -439,9 +390,10 @@ def _items(root: DataRoot, table: str) -> set[str]:
 def _synthesis_skips(root: DataRoot) -> Counter:
     """What synthesis skipped by reason (a table no template fits writes no row and no rejection)."""
     skips: Counter = Counter()
-    for path in root.glob(DIRS["queries"], "*", "part-*.summary.json"):
-        for reasons in json.loads(root.read_text(root.rel(path))).get("skips", {}).values():
-            skips.update(reasons)
+    for fingerprint in tables.partitions(root, "queries"):
+        for record in tables.queries(root, fingerprint.removeprefix("params=")).records().values():
+            for reasons in (record.get("skips") or {}).values():
+                skips.update(reasons)
     return skips
 
 

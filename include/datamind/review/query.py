@@ -202,7 +202,7 @@ def judged_sample(root: DataRoot, sample_id: str) -> dict[str, Any] | None:
 
 def releases(root: DataRoot) -> list[dict[str, Any]]:
     """Every complete release, newest first: version id, samples, audit misses, promotion."""
-    from datamind.publish.stage import read_manifest, versions
+    from datamind.tables import read_manifest, versions
 
     out = []
     for number, complete in reversed(versions(root)):
@@ -224,7 +224,7 @@ def releases(root: DataRoot) -> list[dict[str, Any]]:
 
 
 def manifest(root: DataRoot, version_id: str) -> dict[str, Any] | None:
-    from datamind.publish.stage import read_manifest
+    from datamind.tables import read_manifest
 
     m = _VERSION.match(version_id)
     return read_manifest(root, int(m.group(1))) if m else None

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from datamind.rollout import protocol
+from datamind.vocabulary import SANDBOX_FAILURE
 
 STATUS_ANSWERED = "answered"
 STATUS_MAX_TURNS = "max_turns"
 STATUS_ERROR = "error"
-# The sandbox failed (a cell could not be set up, the zygote died), not the agent's code: the trajectory is
+# A trajectory whose sandbox failed (a cell could not be set up, the zygote died) ends with SANDBOX_FAILURE:
 # the platform's failure, sampled again by a later run and never published or shown to a model.
-SANDBOX_FAILURE = "sandbox_failure"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -64,6 +65,11 @@ class RolloutParams:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @staticmethod
+    def attempts_allowed(recorded: str | None) -> int:
+        """``max_attempts`` of the parameters a trajectory row recorded (``sampling_params`` JSON)."""
+        return (RolloutParams.from_dict(json.loads(recorded)) if recorded else RolloutParams()).max_attempts
 
     def sampling(self) -> dict[str, Any]:
         """The parameters sent to the expert model."""

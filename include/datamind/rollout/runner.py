@@ -33,8 +33,8 @@ from datamind.rollout.policies.offline_expert import (
     variant_programs,
 )
 from datamind.rollout.tasks import QueryTask, TaskError, build_prompts
-from datamind.synth.offline.compose import threshold_check
 from datamind.synth.offline.source import default_read_suffices, reading_block
+from datamind.synth.offline.steps import threshold_check
 
 log = logging.getLogger(__name__)
 

@@ -4,38 +4,36 @@ Inputs: ``queries`` (question, category, chain lineage, reference programs), ``c
 ``catalog_files`` (the staged data file of each query).  Output: one ``trajectories`` shard per planned
 shard, named after the query ids it covers, so a retried or rerun task rewrites the same file; queries
 that cannot be sampled go to ``rejections/rollout`` under the same shard name.  Nothing is written until
-the whole shard is done, and each write is atomic, so a killed task leaves no partial shard.
+the whole shard is done, each write is atomic, and the shard then commits (``datamind.tables``): a task
+killed between its writes leaves files that are not part of the table, and its queries are sampled again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import posixpath
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from datamind import tables
 from datamind.assets import DIRS
 from datamind.ids import stable_id
-from datamind.llm.errors import TRANSIENT_REASONS, EndpointUnavailable
+from datamind.llm.errors import EndpointUnavailable
 from datamind.progress import counted, progress_log
-from datamind.rollout.agent import SANDBOX_FAILURE
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import TaskError, TaskSources, load_tasks
 from datamind.schemas import REJECTIONS, TRAJECTORIES, rejection
-from datamind.shards import chunk, read_table, shard_paths, write_shard
+from datamind.shards import chunk, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
+from datamind.tables import SamplingState
 
 log = logging.getLogger(__name__)
 
 STAGE = STAGES["sample_trajectories"].rejections
-REJECTIONS_DIR = posixpath.join(DIRS["rejections"], STAGE)
+REJECTIONS_DIR = tables.rollout_rejections_dir()
 
 
 def shard_id(query_ids: list[str], resample: dict[str, dict[int, int]] | None = None) -> str:
@@ -46,63 +44,11 @@ def shard_id(query_ids: list[str], resample: dict[str, dict[int, int]] | None = 
     return stable_id(sorted(query_ids), sorted((q, sorted(a.items())) for q, a in resample.items()))
 
 
-@dataclass
-class SamplingState:
-    """What the trajectories and rollout rejections say, read in one pass."""
-
-    done: set[str] = field(default_factory=set)  # queries whose round 0 is final (or that were rejected)
-    # query -> {sample_index: attempts so far} for trajectories that failed transiently and may be redone
-    resample: dict[str, dict[int, int]] = field(default_factory=dict)
-    # query -> the trajectory shards holding its round-0 rows: a judging shard reads only these
-    files: dict[str, set[str]] = field(default_factory=dict)
-
-
-def _is_transient(status: str | None, error: str | None) -> bool:
-    return status == "error" and (error or "").split(":", 1)[0].strip() in (*TRANSIENT_REASONS, SANDBOX_FAILURE)
-
-
 def sampling_state(root: DataRoot, max_attempts: int | None = None) -> SamplingState:
-    """Round-0 outcome per query. A trajectory is the latest row of its (query, sample index): a re-sampled
-    one supersedes the attempt before it. One whose latest attempt failed for a transient cause (endpoint gave
-    up, rate limits) and has attempts left keeps its query out of ``done``, listed in ``resample``.
-    ``max_attempts`` defaults to what each row's own sampling parameters recorded."""
-    cols = ["query_id", "sample_index", "reflection_round", "status", "error", "created_at", "sampling_params"]
-    latest: dict[tuple[str, int], tuple] = {}
-    attempts: Counter = Counter()
-    limits: dict[str | None, int] = {}
-    state = SamplingState()
-    for path in shard_paths(root, DIRS["trajectories"]):
-        t = read_table(root, TRAJECTORIES, DIRS["trajectories"], columns=cols, paths=[path])
-        for q, i, r, status, error, ts, sp in zip(*(t.column(c).to_pylist() for c in cols), strict=True):
-            if r != 0:
-                continue
-            key = (q, int(i))
-            attempts[key] += 1
-            state.files.setdefault(q, set()).add(path)
-            if key not in latest or ts > latest[key][2]:
-                latest[key] = (status, error, ts, sp)
-    for (q, i), (status, error, _, sp) in latest.items():
-        if max_attempts is not None:
-            cap = max_attempts
-        else:
-            if sp not in limits:
-                limits[sp] = (
-                    RolloutParams.from_dict(json.loads(sp)).max_attempts if sp else RolloutParams().max_attempts
-                )
-            cap = limits[sp]
-        if _is_transient(status, error) and attempts[(q, i)] < cap:
-            state.resample.setdefault(q, {})[i] = attempts[(q, i)]
-        else:
-            state.done.add(q)
-    state.done -= set(state.resample)
-    rej = read_table(root, REJECTIONS, REJECTIONS_DIR, columns=["query_id"])
-    state.done.update(q for q in rej.column("query_id").to_pylist() if q)
-    return state
-
-
-def sampled_query_ids(root: DataRoot) -> set[str]:
-    """Queries already handled: their round 0 is final, or they have a rollout rejection."""
-    return sampling_state(root).done
+    """Round-0 outcome per query (``tables.sampling_state``); ``max_attempts`` defaults to what each row's own
+    sampling parameters recorded."""
+    cap = RolloutParams.attempts_allowed if max_attempts is None else (lambda _sp: max_attempts)
+    return tables.sampling_state(root, cap)
 
 
 def plan_sampling(
@@ -117,6 +63,7 @@ def plan_sampling(
     size = shard_size or p.shard_size
     index = TaskSources.build(root)  # one pass over the inputs: each shard reads only the files its tasks are in
     ids = sorted(index.query_path, key=lambda q: (index.query_path[q], q))
+    tables.trajectories(root).migrate()
     state = sampling_state(root, p.max_attempts)  # one pass over the output, never one per query
     todo = [q for q in ids if q not in state.done and q not in state.resample]
     specs = [
@@ -226,8 +173,10 @@ def sample_shard(
     if not sid.isalnum():
         raise ValueError(f"shard_id must be alphanumeric (it names a file), got {sid!r}")
     name = f"part-{sid}.parquet"
+    partition = tables.trajectories(root).begin()
     path = write_shard(root, TRAJECTORIES, DIRS["trajectories"], sorted(rows, key=lambda r: r["trajectory_id"]), name)
     rej_path = write_shard(root, REJECTIONS, REJECTIONS_DIR, rejections, name)
+    partition.commit(sid, qids, {"trajectories": path, "rejections": rej_path})
     answered = sum(r["status"] == "answered" for r in rows)
     summary = {
         "shard_id": sid,

@@ -3,12 +3,14 @@
 Input: catalog_tables rows (schemas.CATALOG_TABLES). Output, per parameter set (fingerprint ``fp``):
 
     queries/params=<fp>/part-<shard_id>.parquet          schemas.QUERIES
-    queries/params=<fp>/part-<shard_id>.summary.json     counts per category and hop, skips, rejections
+    queries/params=<fp>/_commits/<shard_id>.json         the shard's tables, files and summary (counts per
+                                                         category and hop, skips, rejections)
     rejections/synthesis/params=<fp>/part-<shard_id>.parquet   schemas.REJECTIONS
 
-The summary is written last and marks the shard done: ``plan_synthesis`` leaves out tables already
-listed in a summary for the same parameters, and ``synthesize_shard`` returns the stored summary
-without doing any work when it exists, so reruns neither duplicate rows nor call the LLM again.
+The commit record (``datamind.tables``) is written last and marks the shard done: ``plan_synthesis`` leaves
+out tables a committed shard covers for the same parameters, and ``synthesize_shard`` returns the stored
+summary without doing any work when its shard committed, so reruns neither duplicate rows nor call the LLM
+again.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from datamind import tables
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest.decontam import BenchmarkIndex, load_index
@@ -40,16 +43,11 @@ def output_dir(params: SynthParams) -> str:
 
 
 def rejections_dir(params: SynthParams) -> str:
-    return posixpath.join(DIRS["rejections"], R.STAGE, f"params={params.fingerprint}")
+    return tables.synthesis_rejections_dir(params.fingerprint)
 
 
 def _params(params: SynthParams | dict | None) -> SynthParams:
     return params if isinstance(params, SynthParams) else SynthParams.from_dict(params)
-
-
-def _summary_paths(root: DataRoot, params: SynthParams) -> list[str]:
-    out = output_dir(params)
-    return root.glob(out, "part-*.summary.json") if root.exists(out) else []
 
 
 def catalog_by_id(
@@ -72,10 +70,7 @@ def catalog_by_id(
 def plan_synthesis(root: DataRoot, shard_size: int, params: SynthParams | dict | None = None) -> list[dict[str, Any]]:
     """Shard specs over catalog tables not yet synthesized with these parameters."""
     params = _params(params)
-    done: set[str] = set()
-    for path in _summary_paths(root, params):
-        with root.open(path) as fh:
-            done.update(json.load(fh)["table_ids"])
+    done = tables.queries(root, params.fingerprint).migrate().done()
     where = key_paths(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id")  # every shard of each table
     todo = sorted(set(where) - done)
     return [
@@ -175,11 +170,11 @@ def synthesize_shard(
         raise ValueError("backend 'llm' needs an llm_client")
     shard_id = shard_spec["shard_id"]
     name = f"part-{shard_id}"
-    summary_rel = posixpath.join(output_dir(params), f"{name}.summary.json")
-    if root.exists(summary_rel):
-        summary = json.loads(root.read_text(summary_rel))
-        log.info("synthesis shard %s already done (%d queries); nothing to do", shard_id, summary["n_queries"])
-        return {**summary, "reused": True}
+    partition = tables.queries(root, params.fingerprint)
+    committed = partition.record(shard_id)
+    if committed is not None:
+        log.info("synthesis shard %s already done (%d queries); nothing to do", shard_id, committed["n_queries"])
+        return {**committed, "reused": True}
 
     catalog = catalog_by_id(root, shard_spec["table_ids"], shard_spec.get("sources"))
     work = _ShardWork()
@@ -192,15 +187,15 @@ def synthesize_shard(
         work.queries = without_unused_seeds(work.queries)
     n_verified = _verify_solutions(root, catalog, params, run_id, work)
 
+    partition.begin()
     q_path = write_shard(root, QUERIES, output_dir(params), work.queries, f"{name}.parquet")
     r_path = write_shard(root, REJECTIONS, rejections_dir(params), work.rejections, f"{name}.parquet")
     table_ids = list(shard_spec["table_ids"])
     summary = _summary(
         shard_id, params, run_id, table_ids, work.queries, work.rejections, work.skips, dict(work.llm_stats)
     )
-    summary["outputs"] = {"queries": q_path, "rejections": r_path}
     summary["n_verified_solutions"] = n_verified
-    root.write_text(summary_rel, json.dumps(summary, indent=2, sort_keys=True, default=str))
+    summary = partition.commit(shard_id, table_ids, {"queries": q_path, "rejections": r_path}, **summary)
     log.info(
         "synthesis shard %s: %d tables, %d queries %s, %d rejections %s, skips %s",
         shard_id,
@@ -346,14 +341,12 @@ def summarize_run(root: DataRoot, params: SynthParams | dict | None, run_id: str
     }
     counters = {k: Counter() for k in ("by_category", "by_hop", "by_backend", "rejections", "llm")}
     skips: dict[str, Counter] = defaultdict(Counter)
-    for path in _summary_paths(root, params):
-        with root.open(path) as fh:
-            s = json.load(fh)
+    for s in tables.queries(root, params.fingerprint).records().values():
         if run_id is not None and s.get("run_id") != run_id:
             continue
         total["n_shards"] += 1
         for k in ("n_tables", "n_queries", "n_rejections"):
-            total[k] += s[k]
+            total[k] += s.get(k, 0)
         for k, counter in counters.items():
             counter.update(s.get(k) or {})
         for cat, reasons in (s.get("skips") or {}).items():

@@ -196,23 +196,36 @@ def _synthesize_table_offline(
     tables = _tables_of(table, source)
     version = OFFLINE_TEMPLATES_VERSION
     with tempfile.TemporaryDirectory(prefix="synth-variants-") as scratch:
-        _offline_rows(out, table, source, view, tables, version, params, run_id, with_singles, chain_roots, scratch)
+        job = _OfflineJob(table, source, view, tables, version, params, run_id, with_singles, chain_roots, scratch)
+        _offline_rows(out, job)
     return out
 
 
-def _offline_rows(
-    out: TableOutput,
-    table: dict,
-    source,
-    view,
-    tables: list[str],
-    version: str,
-    params: SynthParams,
-    run_id: str | None,
-    with_singles: bool,
-    chain_roots: Collection[str] | None,
-    scratch: str,
-) -> None:
+@dataclass(frozen=True)
+class _OfflineJob:
+    """One table's offline synthesis: the table, its loaded view, what to make and where to try variants."""
+
+    table: dict
+    source: Source
+    view: TableView
+    tables: list[str]  # the tables a question may name
+    version: str  # the offline templates' version
+    params: SynthParams
+    run_id: str | None
+    with_singles: bool
+    chain_roots: Collection[str] | None  # the categories a chain's first hop may have (None: any)
+    scratch: str  # a folder to run reference variants in
+
+
+def _offline_rows(out: TableOutput, job: _OfflineJob) -> None:
+    table, source, view, tables, version = job.table, job.source, job.view, job.tables, job.version
+    params, run_id, with_singles, chain_roots, scratch = (
+        job.params,
+        job.run_id,
+        job.with_singles,
+        job.chain_roots,
+        job.scratch,
+    )
     fp = params.fingerprint
     terms = glossary(table.get("column_profiles"))  # units and scales from the column descriptions
     tid = table["table_id"]

@@ -124,7 +124,7 @@ def export(
     id (``v<N>``, the same name as its folder).  Only its ``train`` split is exported: the held-out ``test``
     files are for evaluation."""
     if dataset_dir is None:
-        from datamind.publish.stage import read_manifest, trainable_manifest  # a release's layout is publishing's
+        from datamind.tables import read_manifest, trainable_manifest
 
         manifest = trainable_manifest(root)
         if manifest is None:
