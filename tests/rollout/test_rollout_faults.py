@@ -19,10 +19,10 @@ from test_rollout_llm_e2e import fake_models
 from datamind.assets import DIRS
 from datamind.judge.stage import plan_judging
 from datamind.llm import LLMClient, LLMConfig, ResponseCache
-from datamind.llm.errors import TRANSIENT_REASONS
 from datamind.rollout.stage import REJECTIONS_DIR, plan_sampling, sample_shard, sampling_state
 from datamind.schemas import REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
+from datamind.vocabulary import TRANSIENT_LLM_ERRORS
 
 ROLLOUT = {"backend": "llm", "n_samples": 3, "max_turns": 5, "max_attempts": 3, "concurrency": 8}
 N_QUERIES = 8
@@ -115,7 +115,7 @@ def test_twenty_percent_faults_lose_nothing_and_a_healthy_rerun_finishes(root, t
     transient = {
         (r["query_id"], r["sample_index"])
         for r in rows
-        if r["status"] == "error" and r["error"].split(":", 1)[0] in TRANSIENT_REASONS
+        if r["status"] == "error" and r["error"].split(":", 1)[0] in TRANSIENT_LLM_ERRORS
     }
     assert {(q, i) for q, idx in state.resample.items() for i in idx} == transient
     # Queries still waiting for a re-sample are not judged yet; the others are.

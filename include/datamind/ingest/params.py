@@ -20,6 +20,15 @@ def shard_size(default: int, unit: str):
     return param(default, f"{unit} per task instance", minimum=1, maximum=1000, section="Limits")
 
 
+def source_name(default: str):
+    return param(
+        default,
+        "Source name",
+        description="Short name recorded as the files' source; part of every file_id.",
+        pattern=SOURCE_NAME_PATTERN,
+    )
+
+
 @dataclass(frozen=True)
 class FilesSource:
     """ingest_files: any directory, glob, archive or fsspec URL, and more of them for a backfill."""
@@ -30,12 +39,7 @@ class FilesSource:
         description="Directory, glob (e.g. /data/*.csv), .zip archive, or fsspec URL (s3://bucket/prefix).",
         min_length=1,
     )
-    source_name: str = param(
-        "samples",
-        "Source name",
-        description="Short name recorded as the files' source; part of every file_id.",
-        pattern=SOURCE_NAME_PATTERN,
-    )
+    source_name: str = source_name("samples")
     more_source_uris: tuple[str, ...] = param(
         (),
         "More source URIs",
@@ -59,7 +63,7 @@ class BirdSource:
         description="Directory or archive (.zip) holding <db_id>/<db_id>.sqlite folders; fsspec URLs work too.",
         min_length=1,
     )
-    source_name: str = param("bird", "Source name", pattern=SOURCE_NAME_PATTERN)
+    source_name: str = source_name("bird")
     sample_size: int | None = param(
         None, "Databases to sample", minimum=1, description="Leave empty to take every database."
     )

@@ -11,7 +11,8 @@ from typing import Any
 from datamind.ids import stable_id
 from datamind.judge import selection
 from datamind.judge.consistency import REL_TOL
-from datamind.rollout.params import ORCHESTRATION_KEYS, RolloutParams
+from datamind.llm.config import CONNECTION_KEYS
+from datamind.rollout.params import RolloutParams
 from datamind.stage_params import check_ranges, param
 
 JUDGE_BACKENDS = ("offline", "llm")
@@ -48,7 +49,7 @@ class JudgeParams:
     def from_dict(cls, raw: dict[str, Any] | None) -> JudgeParams:
         """From DAG params: judge fields, plus rollout fields either nested under ``rollout`` or flat
         (``backend``, ``n_samples``, ``max_turns``, ``temperature``...; flat ones win)."""
-        raw = {k: v for k, v in (raw or {}).items() if k not in ORCHESTRATION_KEYS}
+        raw = {k: v for k, v in (raw or {}).items() if k not in CONNECTION_KEYS}
         own = {f.name for f in fields(cls)}
         rollout_fields = {f.name for f in fields(RolloutParams)}
         rollout = dict(raw.pop("rollout", None) or {})

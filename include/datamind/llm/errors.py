@@ -14,17 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from datamind.schemas import rejection
-from datamind.vocabulary import TRANSIENT_LLM_ERRORS
 
 RAW_LIMIT = 20_000  # characters of raw model output kept in a rejection row
 
 
 class LLMError(Exception):
     reason_code = "llm_error"
-
-
-# Failure codes that say nothing about the item itself: a later run with a healthy endpoint may succeed.
-TRANSIENT_REASONS = TRANSIENT_LLM_ERRORS
 
 
 class EndpointUnavailable(LLMError):

@@ -13,7 +13,6 @@ from datamind.stage_params import check_ranges, param
 BACKENDS = ("offline", "llm")
 SANDBOX_MODES = ("chunked", "live")
 # DAG params that configure the task around the stage, not the stage itself.
-ORCHESTRATION_KEYS = CONNECTION_KEYS  # what the form carries for the orchestrator only
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ class RolloutParams:
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> RolloutParams:
         """From DAG params; keys that only the orchestrator reads (e.g. ``llm_conn_id``) are ignored."""
-        raw = {k: v for k, v in (raw or {}).items() if k not in ORCHESTRATION_KEYS}
+        raw = {k: v for k, v in (raw or {}).items() if k not in CONNECTION_KEYS}
         known = {f.name for f in fields(cls)}
         extra = set(raw) - known
         if extra:

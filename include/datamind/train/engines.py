@@ -25,10 +25,10 @@ from datamind.storage import DataRoot
 from datamind.train.config import TrainConfig, derive_run_id
 from datamind.train.exports import MANIFEST_FILE
 from datamind.train.protocol import (
+    MANIFEST_NAME,
     RunRecord,
     RunResult,
     TrainingError,
-    manifest_path,
     progress_line,
     result_line,
     run_dir,
@@ -103,7 +103,14 @@ def run_external(cfg: TrainConfig, engine: Engine, emit=print):
     run_id = cfg.run_id or derive_run_id(cfg, version)
     cluster = Cluster.from_env(cfg.device)
     record = RunRecord(
-        root, run_id, engine.name, version, cfg.export_dir, cfg.to_dict(), cluster.world_size, cluster.node_rank == 0
+        root=root,
+        run_id=run_id,
+        engine=engine.name,
+        dataset_version=version,
+        export_dir=cfg.export_dir,
+        config=cfg.to_dict(),
+        world_size=cluster.world_size,
+        main=cluster.node_rank == 0,
     )
     record.write("running")
     last: dict = {}
@@ -132,11 +139,12 @@ def run_external(cfg: TrainConfig, engine: Engine, emit=print):
             for name in sorted(os.listdir(model)):
                 if os.path.isfile(os.path.join(model, name)):
                     root.put_file(os.path.join(model, name), posixpath.join(final, name))
+    manifest_uri = record.uri(MANIFEST_NAME)
     result = RunResult(
         run_id=run_id,
         checkpoint_uri=root.uri(final),
-        manifest_uri=root.uri(manifest_path(run_id)),
-        metrics_uri=root.uri(final, engine.metrics_file) if engine.metrics_file else root.uri(manifest_path(run_id)),
+        manifest_uri=manifest_uri,
+        metrics_uri=root.uri(final, engine.metrics_file) if engine.metrics_file else manifest_uri,
         dataset_version=version,
         final_metrics={k: v for k, v in last.items() if k != "phase"},
     )

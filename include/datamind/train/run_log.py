@@ -19,7 +19,7 @@ from typing import Any
 from datamind.schemas import TRAIN_METRICS
 from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot
-from datamind.train.protocol import RunRecord, RunResult, progress_line, run_dir
+from datamind.train.protocol import MANIFEST_NAME, RunRecord, RunResult, progress_line, run_dir
 
 
 class RunLog:
@@ -93,7 +93,7 @@ class RunLog:
         return RunResult(
             run_id=self.run_id,
             checkpoint_uri=self.record.uri("checkpoints", "final"),
-            manifest_uri=self.record.uri("manifest.json"),
+            manifest_uri=self.record.uri(MANIFEST_NAME),
             metrics_uri=self.record.uri("metrics.parquet"),
             dataset_version=self.record.dataset_version,
             final_metrics=final,

@@ -168,14 +168,14 @@ class Trainer:
             raise TrainingError(f"export {cfg.export_dir} has no samples")
         version = export_manifest["dataset_version"]
         record = RunRecord(
-            self.root,
-            cfg.run_id or derive_run_id(cfg, version),
-            "builtin",
-            version,
-            cfg.export_dir,
-            cfg.to_dict(),
-            self.dist.world,
-            self.dist.main,
+            root=self.root,
+            run_id=cfg.run_id or derive_run_id(cfg, version),
+            engine="builtin",
+            dataset_version=version,
+            export_dir=cfg.export_dir,
+            config=cfg.to_dict(),
+            world_size=self.dist.world,
+            main=self.dist.main,
         )
         self.log = RunLog(self.root, record, self.dist, self.emit, cfg.log_every)
         self.log.manifest("running")

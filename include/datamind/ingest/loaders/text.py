@@ -8,6 +8,7 @@ import io
 import logging
 import os
 import re
+from itertools import islice
 from typing import Any
 
 from datamind.ingest import sniff
@@ -67,12 +68,7 @@ def _skip_records(text: str, n: int, delimiter: str, quotechar: str) -> tuple[li
         return [], text
     lines = io.StringIO(text)
     reader = csv.reader(lines, delimiter=delimiter, quotechar=quotechar)
-    records = []
-    for _ in range(n):
-        try:
-            records.append(next(reader))
-        except StopIteration:
-            break
+    records = list(islice(reader, n))
     consumed = reader.line_num
     pos = 0
     for _ in range(consumed):
@@ -124,12 +120,7 @@ def _skip_byte_records(data: bytes, pos: int, n: int, sep: str, quote_: str) -> 
             at = end
 
     reader = csv.reader(lines(), delimiter=sep, quotechar=quote_)
-    records = []
-    for _ in range(n):
-        try:
-            records.append(next(reader))
-        except StopIteration:
-            break
+    records = list(islice(reader, n))
     for _ in range(reader.line_num):
         nl = data.find(b"\n", pos)
         if nl < 0:
