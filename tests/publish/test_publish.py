@@ -191,6 +191,41 @@ def test_the_card_is_parsed_as_hubs_read_it_and_counts_each_row_once(root):
     assert m["by_split"] == {split: 6} and "| `f1` | x.csv |" in text and f"| {split} | 6 |" in text
 
 
+def test_held_out_files_are_stable_as_the_corpus_grows_and_a_small_corpus_still_holds_out_several():
+    from datamind.publish.card import held_out_files
+
+    big = [f"file{i:05d}" for i in range(4000)]
+    held = held_out_files(big, 0.1, 2)
+    assert 320 < len(held) < 480  # a tenth of the files, by hash: the minimum plays no part here
+    grown = held_out_files([*big, *(f"new{i}" for i in range(4000))], 0.1, 2)
+    assert held <= grown  # a file held out stays held out when files arrive: no test table moves to train
+    assert held_out_files(big, 0.0, 2) == frozenset()  # no held-out split asked for: none
+
+    six = [f"f{i}" for i in range(6)]
+    assert len(held_out_files(six, 0.1, 2)) >= 2  # topped up: one file's quirks never make the whole split
+    assert len(held_out_files(six, 0.1, 5)) == 3  # never past half of the files
+    assert held_out_files(["only"], 0.1, 2) == frozenset()  # one file: it cannot be both trained and tested on
+    assert held_out_files(six, 0.1, 2) == held_out_files(list(reversed(six)), 0.1, 2)  # order does not matter
+
+
+def test_a_release_over_few_files_holds_out_whole_files_and_its_hash_follows_the_split(root):
+    rows = [judged_row(i) for i in range(12)]
+    for r in rows:  # six source files, two samples each
+        n = int(r["sample_id"][1:]) // 2
+        r["file_id"], r["data_uri"] = f"f{n}", f"raw/f{n}/x{n}.csv"
+        root.write_text(r["data_uri"], "a,b\n1,2\n")
+    write_judged(root, rows)
+    m = publish_dataset(root, "run-split", min_test_files=2)
+    assert len(m["held_out_files"]) >= 2 and m["by_split"]["test"] == 2 * len(m["held_out_files"])
+    import duckdb
+
+    got = duckdb.sql(f"SELECT DISTINCT file_id FROM '{dataset_glob(root, m['version'])}' WHERE split = 'test'")
+    assert {r[0] for r in got.fetchall()} == set(m["held_out_files"])
+    m2 = publish_dataset(root, "run-split-2", min_test_files=3)  # same samples, other sides: new content
+    assert m2["content_hash"] != m["content_hash"] and m2["version"] == m["version"] + 1
+    assert len(m2["held_out_files"]) == 3
+
+
 def test_publish_screens_in_bounded_batches_and_merges_the_runs_in_id_order(root, tmp_path, monkeypatch):
     import random
 

@@ -24,11 +24,23 @@ FILES_DIR = "files"
 SPLITS = ("train", "test")
 
 
-def split_of(file_id: str, test_fraction: float) -> str:
-    """Held-out split by source file: every sample of a file lands on the same side, so no table is
-    seen in training and tested on (deterministic in the file id; ``test_fraction`` in [0, 1))."""
-    bucket = int.from_bytes(hashlib.sha256(f"split|{file_id}".encode()).digest()[:8], "big") / 2**64
-    return "test" if bucket < test_fraction else "train"
+def _bucket(file_id: str) -> float:
+    return int.from_bytes(hashlib.sha256(f"split|{file_id}".encode()).digest()[:8], "big") / 2**64
+
+
+def held_out_files(file_ids, test_fraction: float, min_files: int = 0) -> frozenset[str]:
+    """The files whose samples form the held-out ``test`` split: every sample of a file lands on one side,
+    so no table is trained on and then tested on.
+
+    A file is held out when its hash bucket falls under ``test_fraction``, which keeps a file on its side as
+    the corpus grows.  A small corpus can leave one file or none there, and one file's quirks (its encoding,
+    its format) are then what a held-out evaluation measures; so the next-lowest buckets top the split up to
+    ``min_files``, never past half the files.  ``test_fraction`` 0 holds nothing out."""
+    ids = sorted(set(file_ids), key=lambda f: (_bucket(f), f))
+    if not ids or test_fraction <= 0:
+        return frozenset()
+    under = [f for f in ids if _bucket(f) < test_fraction]
+    return frozenset(ids[: max(len(under), min(min_files, len(ids) // 2))])
 
 
 def carried_path(file_id: str, data_uri: str) -> str:
@@ -148,6 +160,7 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
                 "template_versions": manifest.get("template_versions"),
                 "filters": manifest.get("filters"),
                 "test_fraction": manifest.get("test_fraction"),
+                "min_test_files": manifest.get("min_test_files"),
             },
             indent=2,
             sort_keys=True,

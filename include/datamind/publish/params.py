@@ -19,6 +19,11 @@ class PublishParams:
         "judging configurations (e.g. selection strategies) were run side by side.",
     )
     test_fraction: float = param(0.1, "Held-out share", minimum=0, maximum=0.5, description="Split by file.")
+    min_test_files: int = param(
+        2, "Held-out files at least", minimum=0, maximum=1000,
+        description="A small corpus still holds out this many files (never past half of them), so a held-out "
+        "evaluation measures more than one file's quirks.",
+    )  # fmt: skip
     # paper, section 3.4: answers over 1,024 tokens are filtered out
     max_answer_tokens: int = param(MAX_ANSWER_TOKENS, "Answer length limit (tokens)", minimum=1, maximum=32768,
                                    section="Rule filters")  # fmt: skip

@@ -57,8 +57,9 @@ def part_name(i: int) -> str:
     return f"part-{i:05d}.parquet"
 
 
-def content_version(sample_ids: list[str], test_fraction: float = 0.1) -> str:
-    h = hashlib.sha256(f"dataset-schema={DATASET.version}\ntest_fraction={test_fraction}\n".encode())
+def content_version(sample_ids: list[str], held_out: frozenset[str] = frozenset()) -> str:
+    """Same samples on the same sides of the split: same content (and no new release)."""
+    h = hashlib.sha256(f"dataset-schema={DATASET.version}\nheld_out={','.join(sorted(held_out))}\n".encode())
     for sid in sorted(sample_ids):
         h.update(sid.encode())
         h.update(b"\n")
@@ -235,9 +236,10 @@ def _publish_screened(
         latest = read_manifest(root)
         kept_as = f"dataset/LATEST stays v{latest['version']}" if latest else "there is no release yet"
         raise NothingToPublish(f"nothing to publish, no release written ({kept_as}): {why_nothing(root, screened)}")
+    held_out = card.held_out_files((r["file_id"] for r in kept), test_fraction, p.min_test_files)
     for r in kept:  # the release's own view of each row: its split, and its data file inside the folder
-        r["split"] = card.split_of(r["file_id"], test_fraction)
-    digest = content_version([r["sample_id"] for r in kept], test_fraction)
+        r["split"] = "test" if r["file_id"] in held_out else "train"
+    digest = content_version([r["sample_id"] for r in kept], held_out)
 
     existing = versions(root)
     latest = read_manifest(root)
@@ -259,7 +261,7 @@ def _publish_screened(
     shard_info = []
     for name, rows in zip(names, _parts_in_order(screened, shard_rows), strict=True):
         for r in rows:
-            r["split"] = card.split_of(r["file_id"], test_fraction)
+            r["split"] = "test" if r["file_id"] in held_out else "train"
             if r.get("data_uri"):
                 r["data_uri"] = carried[r["file_id"]]
         data = table_to_parquet_bytes(DATASET.to_table(rows))
@@ -288,6 +290,8 @@ def _publish_screened(
         "by_split": _count(kept, "split"),
         "by_answer_check": _count(kept, "answer_check"),
         "test_fraction": test_fraction,
+        "min_test_files": p.min_test_files,
+        "held_out_files": sorted(held_out),
         "files": {s["file_id"]: {"path": s["path"], "sha256": s["sha256"], "bytes": s["bytes"]} for s in sources},
         "judged_partition": partition,
         "judge_params": screened.judge_params,
