@@ -105,32 +105,38 @@ def _params(stage: str) -> dict:
     return {"shard_size": SHARDS[stage]} if stage in SHARDS else {}
 
 
-def plan(stage: str, root, src: Path) -> list[dict]:
+def plan(stage: str, root, src: Path, params: dict | None = None) -> list[dict]:
+    """The stage's planner as its DAG calls it (``params``: the DAG form's values; default this bench's)."""
+    params = _params(stage) if params is None else params
     if stage == "ingest":
         from datamind.ingest.sources import list_source_files
         from datamind.ingest.stage import plan_ingest
 
-        return plan_ingest(root, list_source_files(str(src)), "bench", SHARDS["ingest"])
+        return plan_ingest(root, list_source_files(str(src)), "bench", params.get("shard_size", 50))
     if stage == "profile":
+        from datamind.profile.params import ProfileParams
         from datamind.profile.stage import plan_profile
 
-        return plan_profile(root, SHARDS["profile"])
+        return plan_profile(root, params.get("shard_size", ProfileParams().shard_size))
     if stage == "synth":
+        from datamind.synth.params import SynthParams
         from datamind.synth.stage import plan_synthesis
 
-        return plan_synthesis(root, SHARDS["synth"], _params("synth"))
+        return plan_synthesis(root, params.get("shard_size", SynthParams().shard_size), params)
     if stage == "rollout":
         from datamind.rollout.stage import plan_sampling
 
-        return plan_sampling(root, SHARDS["rollout"], _params("rollout"))
+        return plan_sampling(root, params.get("shard_size"), params)
     if stage == "judge":
         from datamind.judge.stage import plan_judging
 
-        return plan_judging(root, SHARDS["judge"], _params("judge"))
+        return plan_judging(root, params.get("shard_size"), params)
     return [{"publish": True}]  # publishing has no plan: it streams every judged row into one release
 
 
-def process(stage: str, root, spec: dict, run_id: str) -> dict:
+def process(stage: str, root, spec: dict, run_id: str, params: dict | None = None) -> dict:
+    """One shard of the stage as its mapped task runs it."""
+    params = _params(stage) if params is None else params
     if stage == "ingest":
         from datamind.ingest.stage import ingest_shard
 
@@ -142,18 +148,18 @@ def process(stage: str, root, spec: dict, run_id: str) -> dict:
     if stage == "synth":
         from datamind.synth.stage import synthesize_shard
 
-        return synthesize_shard(root, spec, _params("synth"), run_id)
+        return synthesize_shard(root, spec, params, run_id)
     if stage == "rollout":
         from datamind.rollout.stage import sample_shard
 
-        return sample_shard(root, spec, _params("rollout"), run_id)
+        return sample_shard(root, spec, params, run_id)
     if stage == "judge":
         from datamind.judge.stage import judge_shard
 
-        return judge_shard(root, spec, _params("judge"), run_id)
+        return judge_shard(root, spec, params, run_id)
     from datamind.publish.stage import publish_dataset
 
-    return publish_dataset(root, run_id)
+    return publish_dataset(root, run_id, **params)
 
 
 def spec_items(stage: str, spec: dict) -> int:

@@ -168,3 +168,29 @@ def test_a_sandbox_failure_is_recorded_and_sampled_again_never_kept(root, tmp_pa
         sample_shard(root, spec, params, "run-healthy", sandbox=sandbox)
     final = sampling_state(root)
     assert final.resample == {} and final.done == {queries()[0]["query_id"]}
+
+
+def test_the_offline_policy_runs_live_interpreters_and_writes_the_chunked_transcripts(sampled, sandbox, tmp_path):
+    """auto mode: the offline expert answers each turn at once, so a live interpreter per trajectory costs no
+    memory held while a model thinks; what a sample shows must not depend on the mode, only its speed."""
+    from datamind.storage import DataRoot
+
+    assert RolloutParams().resolved_sandbox_mode == "live"
+    assert RolloutParams(backend="llm").resolved_sandbox_mode == "chunked"  # a model's turns take seconds
+    assert RolloutParams(sandbox_mode="chunked").fingerprint() != RolloutParams().fingerprint()
+    live_root, specs, _ = sampled  # sampled with the defaults: live sessions
+    chunked = DataRoot(str(tmp_path / "data"))
+    build_corpus(chunked, str(tmp_path))
+    sample_shard(chunked, specs[0], {"sandbox_mode": "chunked"}, "run-chunked", sandbox=sandbox)
+
+    def transcripts(root):
+        return {
+            (q, t["sample_index"]): (t["messages"], t["final_answer"], t["status"], t["n_void_turns"])
+            for q, ts in _by_query(root).items()
+            for t in ts
+        }
+
+    live, replayed = transcripts(live_root), transcripts(chunked)
+    assert len(live) == 16 and live == replayed
+    ids = {r["trajectory_id"] for r in read_rows(live_root, TRAJECTORIES, DIRS["trajectories"])}
+    assert ids.isdisjoint(r["trajectory_id"] for r in read_rows(chunked, TRAJECTORIES, DIRS["trajectories"]))

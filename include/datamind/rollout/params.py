@@ -11,7 +11,7 @@ from datamind.llm.config import CONNECTION_KEYS
 from datamind.stage_params import check_ranges, param
 
 BACKENDS = ("offline", "llm")
-SANDBOX_MODES = ("chunked", "live")
+SANDBOX_MODES = ("auto", "chunked", "live")
 # DAG params that configure the task around the stage, not the stage itself.
 
 
@@ -34,11 +34,12 @@ class RolloutParams:
         2, "Sandbox executions at once", minimum=1, maximum=64, section="Sandbox", description="Per shard."
     )
     sandbox_mode: str = param(
-        "chunked",
+        "auto",
         "Sandbox mode",
         enum=SANDBOX_MODES,
         section="Sandbox",
-        description="chunked: each cell replays the trajectory's earlier cells; live: one kernel per trajectory.",
+        description="chunked: each cell replays the trajectory's earlier cells, nothing held while a model "
+        "thinks; live: one interpreter per trajectory; auto: live for the offline policy, chunked for a model.",
     )
     max_consecutive_void: int = param(
         3, "Void turns before stopping", minimum=1, maximum=20, section="Sandbox",
@@ -77,8 +78,18 @@ class RolloutParams:
             out["seed"] = self.seed
         return out
 
+    @property
+    def resolved_sandbox_mode(self) -> str:
+        """The mode sessions run in.  The offline policy answers each turn at once, so a live interpreter is
+        held only while its trajectory runs (and its transcripts are the chunked ones: 651 of 651 equal on the
+        bundled samples); a model's turn takes seconds, and chunked mode holds nothing meanwhile."""
+        if self.sandbox_mode != "auto":
+            return self.sandbox_mode
+        return "live" if self.backend == "offline" else "chunked"
+
     def fingerprint(self) -> str:
         d = {k: v for k, v in self.to_dict().items() if k not in self._NOT_IN_FINGERPRINT}
+        d["sandbox_mode"] = self.resolved_sandbox_mode
         if self.backend == "offline":  # sampling parameters do not influence a replay
             for k in ("temperature", "top_p", "max_tokens", "seed"):
                 d.pop(k)

@@ -134,7 +134,7 @@ class SandboxPool:
         if self._sandbox is None:
             from datamind.sandbox import Sandbox, SandboxLimits
 
-            self._sandbox = Sandbox(limits=SandboxLimits.from_env(), mode=self.params.sandbox_mode)
+            self._sandbox = Sandbox(limits=SandboxLimits.from_env(), mode=self.params.resolved_sandbox_mode)
             self._sandbox.__enter__()
         return self
 
@@ -146,7 +146,7 @@ class SandboxPool:
     @contextlib.asynccontextmanager
     async def session(self, task: QueryTask) -> AsyncIterator[Any]:
         loop = asyncio.get_running_loop()
-        cm = self._sandbox.session([task.data_path], language=task.language)
+        cm = self._sandbox.session([task.data_path], language=task.language, mode=self.params.resolved_sandbox_mode)
         sess = await loop.run_in_executor(self.threads, cm.__enter__)
         try:
             yield sess

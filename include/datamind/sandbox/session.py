@@ -133,10 +133,18 @@ class Sandbox:
 
     # -- public -----------------------------------------------------------------------------------
     def session(
-        self, data_files: list[str], workdir_parent: str | None = None, language: Literal["python", "sql"] = "python"
+        self,
+        data_files: list[str],
+        workdir_parent: str | None = None,
+        language: Literal["python", "sql"] = "python",
+        mode: Literal["chunked", "live"] | None = None,
     ) -> Session:
+        """A new trajectory's session, in ``mode`` (default: the sandbox's)."""
         if self._closed:
             raise RuntimeError("sandbox is closed")
+        mode = mode or self.mode
+        if mode not in ("chunked", "live"):
+            raise ValueError(f"mode must be 'chunked' or 'live', got {mode!r}")
         if language not in ("python", "sql"):
             raise ValueError(f"language must be 'python' or 'sql', got {language!r}")
         parent = Path(workdir_parent).resolve() if workdir_parent else self.workdir_root
@@ -156,7 +164,7 @@ class Sandbox:
         gid = ident if ident is not None else self._client.ready.get("cell_gid")
         workspace = Workspace.create(parent, list(data_files), gid=gid)
         self._n_sessions += 1
-        sess = Session(self, workspace, language, ident, db_path, f"s-{self._n_sessions}")
+        sess = Session(self, workspace, language, ident, db_path, f"s-{self._n_sessions}", mode)
         self._sessions.add(sess)
         return sess
 
@@ -353,9 +361,16 @@ class Session:
     """One trajectory: a working directory, its history of successful chunks, and (live mode) an interpreter."""
 
     def __init__(
-        self, sandbox: Sandbox, workspace: Workspace, language: str, uid: int | None, db_path: str | None, sid: str
+        self,
+        sandbox: Sandbox,
+        workspace: Workspace,
+        language: str,
+        uid: int | None,
+        db_path: str | None,
+        sid: str,
+        mode: str = "chunked",
     ) -> None:
-        self.sandbox, self.workspace, self.language = sandbox, workspace, language
+        self.sandbox, self.workspace, self.language, self.mode = sandbox, workspace, language, mode
         self.uid, self.db_path, self.sid = uid, db_path, sid
         self.history: list[str] = []  # successful chunks, prints stripped
         self._kernel: _Cell | None = None
@@ -382,7 +397,7 @@ class Session:
                 0,
             )
         prelude = "\n".join(self.history)
-        if self.sandbox.mode == "chunked":
+        if self.mode == "chunked":
             self.workspace.reset()
             cell = self.sandbox._spawn(self, "oneshot")
             outcome, raw, maxrss, _ = cell.request(prelude, code, limits)

@@ -1,0 +1,174 @@
+"""The whole offline chain over a folder of data files, stage by stage as the DAGs run it: samples per second,
+and where the seconds go.
+
+    python scripts/bench_chain.py ../shared/data/dabench/da-dev-tables
+    python scripts/bench_chain.py FOLDER --profile rollout      # also cProfile one shard of a stage
+    python scripts/bench_chain.py FOLDER --repeat 3              # medians over three fresh runs
+
+Each stage runs its planner, then its shards on ``--workers`` processes (the DAGs map shards over two task
+instances at a time), then its finaliser (the Great Expectations report), with every parameter at the DAG
+form's default. Airflow's own cost per task instance is not in these figures (``airflow dags test`` adds about
+8 s per DAG and 0.1 s per task instance here); everything the stage's code does is.
+
+It prints, per run, each stage's seconds and share of the whole, the published samples, and samples/s; with
+``--repeat`` the medians; with ``--profile`` the functions where one shard of that stage spends its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import io
+import json
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "include"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_scale import STAGES, plan, process  # noqa: E402  (the same calls as the DAG tasks, one home)
+
+# The DAG whose publish task finalises each stage (the stage catalog names the table it validates).
+DAG_OF = {
+    "ingest": "ingest_files",
+    "profile": "profile_files",
+    "synth": "synthesize_queries",
+    "rollout": "sample_trajectories",
+    "judge": "judge_trajectories",
+}
+
+
+def _shard(args: tuple) -> dict:
+    stage, root_dir, spec, run_id, params = args
+    from datamind.storage import DataRoot
+
+    return process(stage, DataRoot(root_dir), spec, run_id, params)
+
+
+def _finalise(stage: str, root, summaries: list[dict], run_id: str) -> None:
+    from datamind.assets import DIRS
+    from datamind.pipeline import finalize_stage
+    from datamind.stages import STAGES as CATALOG
+    from datamind.stages import contract
+
+    if stage == "publish":
+        return  # publishing validates its release inside publish_dataset
+    writes = CATALOG[DAG_OF[stage]].writes
+    label = "ingest_bench" if stage == "ingest" else DAG_OF[stage]  # ingest reports per source
+    finalize_stage(root, contract(writes), label, summaries, run_id, rel_dir=DIRS[writes])
+
+
+def run_chain(src: Path, work: Path, workers: int, profile: str | None, overrides: dict[str, dict]) -> dict:
+    from datamind.storage import DataRoot
+
+    root_dir = work / "root"
+    root = DataRoot(str(root_dir))
+    seconds: dict[str, float] = {}
+    manifest: dict = {}
+    profiled = ""
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for stage in STAGES:
+            run_id = f"bench-chain-{stage}"
+            t0 = time.perf_counter()
+            params = overrides.get(stage, {})
+            specs = plan(stage, root, src, params)
+            jobs = [(stage, str(root_dir), s, run_id, params) for s in specs]
+            if stage == "publish":
+                manifest = process(stage, root, specs[0], run_id, params)
+            else:
+                if profile == stage and specs:
+                    prof = cProfile.Profile()
+                    first = prof.runcall(_shard, jobs[0])
+                    out = io.StringIO()
+                    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(35)
+                    profiled = out.getvalue()
+                    summaries = [first, *pool.map(_shard, jobs[1:])]
+                else:
+                    summaries = list(pool.map(_shard, jobs))
+                _finalise(stage, root, summaries, run_id)
+            seconds[stage] = time.perf_counter() - t0
+            print(f"  {stage:<8} {seconds[stage]:7.1f} s", file=sys.stderr)
+    return {"seconds": seconds, "manifest": manifest, "profile": profiled}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("source", type=Path, help="a folder of CSV / XLSX / SQLite files")
+    ap.add_argument("--workers", type=int, default=2, help="shards at a time (the DAGs' parallel shards)")
+    ap.add_argument("--repeat", type=int, default=1, help="fresh runs; medians are printed")
+    ap.add_argument("--profile", choices=STAGES[:-1], help="cProfile the first shard of this stage")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="STAGE.KEY=JSON",
+        help="a form value other than the default, e.g. rollout.sandbox_mode='\"live\"' (repeatable)",
+    )  # fmt: skip
+    ap.add_argument("--keep", type=Path, help="keep the data roots under this folder")
+    ap.add_argument("--json", default="", help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    if not args.source.is_dir():
+        ap.error(f"{args.source} is not a folder")
+    overrides: dict[str, dict] = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        stage, _, name = key.partition(".")
+        if stage not in STAGES or not name or not value:
+            ap.error(f"--set {item!r}: expected STAGE.KEY=JSON with STAGE one of {', '.join(STAGES)}")
+        try:
+            overrides.setdefault(stage, {})[name] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides.setdefault(stage, {})[name] = value  # a bare word is a string
+
+    runs = []
+    for i in range(args.repeat):
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="bench-chain-", dir=args.keep))
+        print(f"run {i + 1}/{args.repeat} into {work}", file=sys.stderr)
+        t0 = time.perf_counter()
+        r = run_chain(args.source, work, args.workers, args.profile if i == 0 else None, overrides)
+        r["total"] = time.perf_counter() - t0
+        runs.append(r)
+        if args.keep is None:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+
+    m = runs[0]["manifest"]
+    samples = m.get("n_samples", 0)
+    total = statistics.median(r["total"] for r in runs)
+    print(f"\nchain over {args.source} ({args.workers} workers, {args.repeat} run(s), medians; settings {overrides})")
+    print(f"{'stage':<8} {'seconds':>8} {'share':>7}")
+    for stage in STAGES:
+        s = statistics.median(r["seconds"][stage] for r in runs)
+        print(f"{stage:<8} {s:8.1f} {100 * s / total:6.1f}%")
+    print(f"{'total':<8} {total:8.1f}")
+    hashes = sorted({r["manifest"].get("content_hash") for r in runs})
+    print(f"\nsamples published: {samples} (content hash {', '.join(map(str, hashes))})")
+    print(f"samples/s: {samples / total:.2f}")
+    if runs[0]["profile"]:
+        print(f"\ncProfile of one {args.profile} shard (cumulative):\n{runs[0]['profile']}")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "runs": [{"seconds": r["seconds"], "total": r["total"]} for r in runs],
+                    "samples": samples,
+                    "content_hash": hashes,
+                    "source_digest": hashlib.sha256(
+                        "\n".join(sorted(p.name for p in args.source.iterdir())).encode()
+                    ).hexdigest()[:16],
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
