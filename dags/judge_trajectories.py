@@ -28,7 +28,7 @@ import pendulum
 from airflow.sdk import dag
 
 from datamind.judge.params import JudgeParams
-from datamind.llm.config import ConnectionForm
+from datamind.llm.config import ConnectionForm, RequestForm
 from datamind.rollout.params import RolloutParams
 from datamind_airflow import DAG_DEFAULTS, wakes_on
 from datamind_airflow.forms import form_params
@@ -58,6 +58,7 @@ def process(root, spec, params, run_id, llm_client):
         "backend": form_params(RolloutParams)["backend"],
         **form_params(JudgeParams),
         **form_params(ConnectionForm),
+        **form_params(RequestForm),
     },
     **DAG_DEFAULTS,
 )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag
 
-from datamind.llm.config import ConnectionForm
+from datamind.llm.config import ConnectionForm, RequestForm
 from datamind.synth.params import SynthParams
 from datamind_airflow import DAG_DEFAULTS, wakes_on
 from datamind_airflow.forms import form_params
@@ -45,7 +45,7 @@ def process(root, spec, params, run_id, llm_client):
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "synthesis"],
-    params={**form_params(SynthParams), **form_params(ConnectionForm)},
+    params={**form_params(SynthParams), **form_params(ConnectionForm), **form_params(RequestForm)},
     **DAG_DEFAULTS,
 )
 def synthesize_queries():

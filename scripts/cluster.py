@@ -288,7 +288,12 @@ def stop(directory: str) -> list[str]:
 
 def _alive(entry: Path) -> bool:
     try:
-        os.killpg(int(entry.read_text()), 0)
+        pid = int(entry.read_text())
+        try:  # a leader this process started stays a zombie, and its group "alive", until it is reaped
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        os.killpg(pid, 0)
         return True
     except (ProcessLookupError, ValueError, FileNotFoundError):
         return False

@@ -24,6 +24,7 @@ DIRS = {
     "rejections": "rejections",
     "reports": "reports",
     "llm_cache": "cache/llm",
+    "llm_batches": "cache/llm_batches",  # batch mode: submissions, held answers, failed requests
     "exports": "exports",
     "runs": "runs",
 }

@@ -147,3 +147,31 @@ class DataRoot:
             self.fs.get_file(path, tmp)
             os.replace(tmp, local)
         return local
+
+
+class ScratchRoot(DataRoot):
+    """A data root read as it is and written nowhere: a dry run's writes stay in memory and vanish with it
+    (batch mode's collecting passes, ``datamind.llm.batch``)."""
+
+    def __init__(self, base: DataRoot) -> None:
+        super().__init__(base.url)
+        self.written: dict[str, bytes | None] = {}  # rel path -> bytes, None once removed
+
+    def exists(self, *parts: str) -> bool:
+        rel = posixpath.join(*parts)
+        return self.written[rel] is not None if rel in self.written else super().exists(*parts)
+
+    def read_bytes(self, *parts: str) -> bytes:
+        rel = posixpath.join(*parts)
+        if rel in self.written:
+            if self.written[rel] is None:
+                raise FileNotFoundError(self.path(rel))
+            return self.written[rel]
+        return super().read_bytes(*parts)
+
+    def write_bytes(self, rel_path: str, data: bytes) -> str:
+        self.written[rel_path] = bytes(data)
+        return self.path(rel_path)
+
+    def remove(self, rel_path: str) -> None:
+        self.written[rel_path] = None

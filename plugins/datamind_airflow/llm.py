@@ -13,16 +13,23 @@ from datamind_airflow import runtime
 log = logging.getLogger(__name__)
 
 
-def _client(conn_id: str, models: dict[str, str] | None = None):
-    """An LLMClient for the Connection ``conn_id`` (else ``DATAMIND_LLM_*``), ``models`` overriding its roles.
+def llm_config(conn_id: str):
+    """The LLMConfig of Connection ``conn_id`` (else ``DATAMIND_LLM_*``).
 
     The Connection holds the base URL as host, the API key as password and
     ``{"models": {"synthesizer": ..., "expert": ..., "judge": ..., "agent": ...}}`` plus tuning in extra.
     """
-    from datamind.llm import LLMClient, LLMConfig, ResponseCache
+    from datamind.llm import LLMConfig
 
     conn = runtime.connection_dict(conn_id)
-    config = LLMConfig.from_connection_dict(conn, conn_id=conn_id) if conn else LLMConfig.from_env(conn_id)
+    return LLMConfig.from_connection_dict(conn, conn_id=conn_id) if conn else LLMConfig.from_env(conn_id)
+
+
+def _client(conn_id: str, models: dict[str, str] | None = None):
+    """An LLMClient for the Connection ``conn_id``, ``models`` overriding its roles."""
+    from datamind.llm import LLMClient, ResponseCache
+
+    config = llm_config(conn_id)
     if models:
         config = config.with_overrides(models={**config.models, **models})
     # Responses are cached under the shared data root: a retry, rerun or backfill never pays twice.

@@ -14,21 +14,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
 from airflow.sdk import get_current_context, task
+from airflow.sdk.bases.decorator import task_decorator_factory
 
 from datamind.assets import DIRS
+from datamind.llm.config import CONNECTION_KEYS, DEFAULT_CONN_ID, RequestForm
 from datamind.stages import STAGES, contract
 from datamind_airflow import announces, runtime
-
-# Params that choose infrastructure (which Connection), not what a stage computes.
-INFRA_PARAMS = {"llm_conn_id"}
 
 PlanFn = Callable[[Any, dict[str, Any]], list[dict[str, Any]]]
 ProcessFn = Callable[[Any, dict[str, Any], dict[str, Any], str, Any], dict[str, Any]]
 
 
 def stage_params() -> dict[str, Any]:
-    return {k: v for k, v in get_current_context()["params"].items() if k not in INFRA_PARAMS}
+    return {k: v for k, v in get_current_context()["params"].items() if k not in CONNECTION_KEYS}
 
 
 def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shards: int = 2):
@@ -43,12 +43,19 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
         runtime.log_summary(f"{stage}: plan", {"shards": len(specs)})
         return specs
 
-    @task(task_id="process_shard", max_active_tis_per_dagrun=parallel_shards)
+    @_shard_task(task_id="process_shard", max_active_tis_per_dagrun=parallel_shards)
     def process_task(spec: dict) -> dict:
         from datamind_airflow.llm import client_for
 
-        with client_for(dict(get_current_context()["params"])) as client:
-            summary = process(runtime.data_root(), spec, stage_params(), runtime.run_id(), client)
+        params = dict(get_current_context()["params"])
+        root, run_id = runtime.data_root(), runtime.run_id()
+        with client_for(params) as client:
+            if client is None or params.get("request_mode", "online") == "online":
+                summary = process(root, spec, stage_params(), run_id, client)
+            else:
+                summary = _batched(
+                    stage, spec, lambda r, c: process(r, spec, stage_params(), run_id, c), client, params
+                )
         runtime.log_summary(f"{stage}: shard {spec.get('shard_id')}", summary)
         return summary
 
@@ -71,3 +78,33 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
         return result
 
     return publish_task(process_task.expand(spec=plan_task()))
+
+
+def _batched(stage: str, spec: dict, run_shard, client, params: dict) -> dict:
+    """Batch mode: step the shard; while its batch runs, defer to the triggerer (the task resumes here)."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from datamind.llm.batch import step
+    from datamind_airflow.batch import BatchTrigger
+
+    s = step(run_shard, runtime.data_root(), client, f"{stage}:{spec.get('shard_id')}")
+    for b in s.absorbed:
+        runtime.log_summary(f"{stage}: batch {b['batch_id']} taken in", b)
+    if s.summary is not None:
+        return {**s.summary, "batches": len(s.absorbed)}
+    doc = s.submission
+    runtime.log_summary(f"{stage}: waiting for batch {doc['batch_id']}", {"requests": len(doc["requests"])})
+    poll_s = float(params.get("batch_poll_s") or RequestForm().batch_poll_s)
+    trigger = BatchTrigger(params.get("llm_conn_id") or DEFAULT_CONN_ID, doc["batch_id"], poll_s=poll_s)
+    raise TaskDeferred(trigger=trigger, method_name="resume")
+
+
+class ShardOperator(_PythonDecoratedOperator):
+    """A shard's task; after a deferral (batch mode) it runs the shard function again, which steps on."""
+
+    def resume(self, context, event: dict | None = None):
+        return self.execute(context)
+
+
+def _shard_task(**kwargs):
+    return lambda fn: task_decorator_factory(python_callable=fn, decorated_operator_class=ShardOperator, **kwargs)

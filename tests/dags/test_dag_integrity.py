@@ -111,12 +111,17 @@ FORMS = {
         "datamind.ingest.params:KaggleRun",
     ],
     "profile_files": ["datamind.profile.params:ProfileParams"],
-    "synthesize_queries": ["datamind.synth.params:SynthParams", "datamind.llm.config:ConnectionForm"],
+    "synthesize_queries": [
+        "datamind.synth.params:SynthParams",
+        "datamind.llm.config:ConnectionForm",
+        "datamind.llm.config:RequestForm",
+    ],
     "sample_trajectories": ["datamind.rollout.params:RolloutParams", "datamind.llm.config:ConnectionForm"],
     "judge_trajectories": [
         "datamind.rollout.params:RolloutParams[backend]",
         "datamind.judge.params:JudgeParams",
         "datamind.llm.config:ConnectionForm",
+        "datamind.llm.config:RequestForm",
     ],
     "publish_dataset": ["datamind.publish.params:PublishParams"],
     "train_agent": ["datamind.train.config:LaunchParams"],

@@ -96,3 +96,29 @@ def test_llm_backend_through_the_dag_and_cached_rerun(airflow_db, seeded_root, m
     for path in seeded_root.rglob("*"):
         if path.is_file():
             assert API_KEY.encode() not in path.read_bytes(), path
+
+
+def test_batch_mode_through_the_dag_waits_on_the_trigger_and_writes_the_online_rows(
+    airflow_db, seeded_root, monkeypatch, caplog
+):
+    """request_mode=batch: the shard submits its requests to the Batch API, defers to the trigger (run in line
+    by dag.test, as the triggerer runs it), resumes, and writes what the online run wrote; no online call."""
+    with FakeOpenAIServer(responder=reply, api_key=API_KEY) as server:
+        server.batch_delay_s = 1.0  # still running when the task first looks: it defers
+        conn = {"conn_type": "http", "host": server.base_url, "password": API_KEY,
+                "extra": {"models": {"synthesizer": "synth-e2e"}, "max_retries": 1}}  # fmt: skip
+        monkeypatch.setenv("AIRFLOW_CONN_DATAMIND_LLM", json.dumps(conn))
+        conf = {"backend": "llm", "categories": ["ranking", "counting"], "queries_per_category": 1, "n_chains": 0,
+                "request_mode": "batch", "batch_poll_s": 0.2}  # fmt: skip
+        run = _run(conf)
+        assert run.state == "success"
+        assert server.request_count == 0 and len(server.batches) == 1
+        (shard,) = [t for t in run.get_task_instances() if t.task_id == "process_shard"]
+        assert shard.state == "success" and shard.try_number == 1  # resumed after the deferral, not retried
+        rows = duckdb.sql(f"SELECT category, model, question FROM '{seeded_root}/queries/**/*.parquet'").fetchall()
+        assert {r[0] for r in rows} == {"ranking", "counting"} and {r[1] for r in rows} == {"synth-e2e"}
+        assert "running trigger in line" in caplog.text  # it deferred, and the trigger fired
+    assert API_KEY not in caplog.text
+    for path in seeded_root.rglob("*"):
+        if path.is_file():
+            assert API_KEY.encode() not in path.read_bytes(), path

@@ -9,6 +9,12 @@ Scripting, in order of precedence for each ``POST /v1/chat/completions``:
   2. ``responder(body) -> str | Fault`` decides by request content (e.g. by prompt text);
   3. otherwise the reply is ``default_reply``.
 
+The Batch API too (``/v1/files``, ``/v1/batches``): an uploaded JSONL of chat-completions requests is answered
+line by line as above once ``batch_delay_s`` has passed since the batch was created (polling sees
+``validating``, ``in_progress``, then ``completed`` with output and error files); ``batch_outcome(line)`` may
+return ``"failed"`` (a 400 line in the error file) or ``"expired"`` for a line, and ``expire_batches`` ends
+every batch ``expired`` unanswered.
+
 Usage fields are deterministic so tests can compute expected tokens by hand:
 prompt_tokens = whitespace-separated words over all message contents, completion_tokens = words in the reply.
 
@@ -117,6 +123,13 @@ class FakeOpenAIServer:
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
         self._handlers: set[asyncio.Task] = set()
+        # Batch API state
+        self.batch_delay_s = 0.0
+        self.batch_outcome: Callable[[dict], str | None] | None = None
+        self.expire_batches = False
+        self.files: dict[str, dict] = {}
+        self.batches: dict[str, dict] = {}
+        self.batch_bodies: list[dict] = []  # every request body that arrived inside a batch
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> FakeOpenAIServer:
@@ -163,8 +176,14 @@ class FakeOpenAIServer:
             self.faults_served.clear()
             self._count = 0
             self._max_in_flight = 0
+            self.files.clear()
+            self.batches.clear()
+            self.batch_bodies.clear()
         self.responder = None
         self.latency_s = 0.0
+        self.batch_delay_s = 0.0
+        self.batch_outcome = None
+        self.expire_batches = False
 
     @property
     def request_count(self) -> int:
@@ -212,6 +231,9 @@ class FakeOpenAIServer:
                 method, path, headers, body = request
                 if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
                     await _respond(writer, 401, {"error": {"message": "invalid api key", "type": "auth"}})
+                    continue
+                if path.split("?")[0].rstrip("/").split("/v1", 1)[-1].startswith(("/files", "/batches")):
+                    await self._batch_api(method, path, headers, body, writer)
                     continue
                 keep_alive = await self._dispatch(method, path, body, reader, writer)
                 if not keep_alive or headers.get("connection", "").lower() == "close":
@@ -261,6 +283,102 @@ class FakeOpenAIServer:
             return await _serve_fault(outcome, reader, writer)
         await _respond(writer, 200, completion_body(body, outcome))
         return True
+
+    # -- the Batch API ---------------------------------------------------------------------------------
+    async def _batch_api(self, method: str, path: str, headers: dict, raw: bytes, writer) -> None:
+        route, _, query = path.partition("?")
+        parts = route.rstrip("/").split("/v1", 1)[-1].strip("/").split("/")
+        args = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+        with self._lock:
+            if method == "POST" and parts == ["files"]:
+                fields = _multipart(headers.get("content-type", ""), raw)
+                fid = f"file-{len(self.files) + 1:04d}"
+                data = fields["file"][1]
+                self.files[fid] = {"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                                   "filename": fields["file"][0], "purpose": fields["purpose"][1].decode(),
+                                   "status": "processed", "data": data}  # fmt: skip
+                status, payload = 200, {k: v for k, v in self.files[fid].items() if k != "data"}
+            elif method == "GET" and len(parts) == 3 and parts[0] == "files" and parts[2] == "content":
+                f = self.files.get(parts[1])
+                if f is None:
+                    status, payload = 404, {"error": {"message": "no such file", "type": "not_found"}}
+                else:
+                    status, payload = 200, f["data"]
+            elif method == "POST" and parts == ["batches"]:
+                req = json.loads(raw)
+                if req.get("input_file_id") not in self.files:
+                    status, payload = 400, {"error": {"message": "unknown input file", "type": "invalid_request"}}
+                else:
+                    bid = f"batch_{len(self.batches) + 1:04d}"
+                    self.batches[bid] = {
+                        "id": bid, "object": "batch", "endpoint": req["endpoint"], "errors": None,
+                        "input_file_id": req["input_file_id"], "completion_window": req["completion_window"],
+                        "status": "validating", "output_file_id": None, "error_file_id": None,
+                        "created_at": int(time.time()), "metadata": req.get("metadata") or {},
+                        "request_counts": {"total": 0, "completed": 0, "failed": 0}, "_t0": time.monotonic(),
+                    }  # fmt: skip
+                    status, payload = 200, self._batch_view(bid)
+            elif method == "GET" and parts == ["batches"]:
+                ids = sorted(self.batches, reverse=True)
+                if "after" in args and args["after"] in ids:
+                    ids = ids[ids.index(args["after"]) + 1 :]
+                page = ids[: int(args.get("limit", 20))]
+                status, payload = 200, {"object": "list", "data": [self._batch_view(b) for b in page],
+                                        "first_id": page[0] if page else None, "last_id": page[-1] if page else None,
+                                        "has_more": len(ids) > len(page)}  # fmt: skip
+            elif method == "GET" and len(parts) == 2 and parts[0] == "batches" and parts[1] in self.batches:
+                status, payload = 200, self._batch_view(parts[1])
+            elif method == "POST" and len(parts) == 3 and parts[2] == "cancel" and parts[1] in self.batches:
+                self.batches[parts[1]]["status"] = "cancelled"
+                status, payload = 200, self._batch_view(parts[1])
+            else:
+                status, payload = 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}}
+        if isinstance(payload, bytes):
+            await _respond_raw(writer, status, payload, {})
+        else:
+            await _respond(writer, status, payload)
+
+    def _batch_view(self, bid: str) -> dict:
+        b = self.batches[bid]
+        if b["status"] in ("validating", "in_progress"):
+            if time.monotonic() - b["_t0"] >= self.batch_delay_s:
+                self._finish_batch(b)
+            else:
+                b["status"] = "in_progress" if b["status"] == "validating" else b["status"]
+        return {k: v for k, v in b.items() if not k.startswith("_")}
+
+    def _finish_batch(self, b: dict) -> None:
+        lines = [json.loads(x) for x in self.files[b["input_file_id"]]["data"].decode().splitlines() if x.strip()]
+        out, err = [], []
+        for i, line in enumerate(lines):
+            self.batch_bodies.append(line["body"])
+            fate = "expired" if self.expire_batches else (self.batch_outcome(line) if self.batch_outcome else None)
+            rid = f"batch_req_{b['id']}_{i}"
+            if fate == "expired":
+                expired = {"code": "batch_expired", "message": "not answered within the window"}
+                err.append({"id": rid, "custom_id": line["custom_id"], "response": None, "error": expired})
+            elif fate == "failed":
+                err.append({"id": rid, "custom_id": line["custom_id"], "error": None, "response": {
+                    "status_code": 400, "request_id": rid,
+                    "body": {"error": {"message": "scripted failure", "type": "invalid_request_error"}}}})  # fmt: skip
+            else:
+                reply = self._reply_for(line["body"])
+                text = reply if isinstance(reply, str) else self.default_reply
+                out.append({"id": rid, "custom_id": line["custom_id"], "error": None, "response": {
+                    "status_code": 200, "request_id": rid, "body": completion_body(line["body"], text)}})  # fmt: skip
+        for name, rows in (("output_file_id", out), ("error_file_id", err)):
+            if rows:
+                fid = f"file-{len(self.files) + 1:04d}"
+                data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+                self.files[fid] = {"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                                   "filename": f"{b['id']}_{name}.jsonl", "purpose": "batch_output",
+                                   "status": "processed", "data": data}  # fmt: skip
+                b[name] = fid
+        if self.expire_batches:
+            b["status"] = "expired"
+        else:
+            b["status"] = "completed"
+        b["request_counts"] = {"total": len(lines), "completed": len(out), "failed": len(err)}
 
     def _reply_for(self, body: dict) -> str | Fault:
         if self.responder is None:
@@ -329,6 +447,18 @@ async def _serve_fault(fault: Fault, reader: asyncio.StreamReader, writer: async
         )
         return True
     raise ValueError(f"unknown fault {fault.kind!r}")
+
+
+def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """name -> (filename, bytes) of a multipart/form-data body (what files.create uploads)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    msg = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    return {
+        part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
+        for part in msg.iter_parts()
+    }
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:

@@ -11,10 +11,11 @@ from rollout.corpus import build_corpus, expected, queries
 
 from datamind.assets import DIRS
 from datamind.judge.stage import judge_shard, plan_judging
+from datamind.llm import LLMClient, LLMConfig, ResponseCache
 from datamind.publish.stage import publish_dataset
 from datamind.rollout import protocol
 from datamind.rollout.stage import plan_sampling, sample_shard
-from datamind.schemas import DATASET, TRAJECTORIES
+from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
 
 EXP = expected()
@@ -198,3 +199,49 @@ def test_judge_defaults_handle_llm_sampled_trajectories_without_losing_them(
     rej = [r for r in read_rows(root, REJECTIONS, rejections_dir(JudgeParams())) if r["query_id"] == "q3"]
     assert len(rej) == 3 and {r["reason_code"] for r in rej} == {"inconsistent"}
     assert all("not reflected: sampled by an LLM" in r["reason"] for r in rej)
+
+
+def test_judging_in_batch_mode_keeps_the_online_verdicts_row_for_row(tmp_path, server, sandbox):
+    """The model-as-judge through the Batch API: the judged rows and rejections of the online run, from the
+    same requests (a reflection round's second verdict waits for the first)."""
+    from datamind.llm.batch import run_batched
+    from datamind.storage import DataRoot
+
+    server.responder = fake_models
+    params = {"judge_backend": "llm", "reflection_rounds": 1}
+
+    def client(root):
+        cfg = LLMConfig(base_url=server.base_url, api_key="sk-test", models={"judge": "judge-model"}, max_retries=0)
+        return LLMClient(cfg, cache=ResponseCache(root))
+
+    def sampled(name):
+        root = DataRoot(str(tmp_path / name / "data"))
+        build_corpus(root, str(tmp_path / name))
+        for spec in plan_sampling(root, 10, {}):
+            sample_shard(root, spec, {}, "run", sandbox=sandbox)
+        return root
+
+    def rows_of(root):
+        drop = ("run_id", "created_at")
+        return {
+            d: sorted(
+                json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True, default=str)
+                for r in read_rows(root, schema, d)
+            )  # fmt: skip
+            for d, schema in ((DIRS["judged"], DATASET), ("rejections/judge", REJECTIONS))
+        }
+
+    online, batched = sampled("online"), sampled("batch")
+    (spec,) = plan_judging(online, 10, params)
+    judge_shard(online, spec, params, "run", llm_client=client(online), sandbox=sandbox)
+    asked_online = server.request_count
+    server.reset()
+    server.responder = fake_models
+    summary = run_batched(
+        lambda r, c: judge_shard(r, spec, params, "run", llm_client=c, sandbox=sandbox), batched, client(batched),
+        spec["shard_id"], poll_s=0.01,
+    )  # fmt: skip
+    assert server.request_count == 0 and asked_online > 0
+    assert rows_of(batched) == rows_of(online) and rows_of(online)[DIRS["judged"]]
+    assert sum(b["requests"] for b in summary["batches"]) == len(server.batch_bodies) == asked_online
+    assert len(summary["batches"]) == 2  # round 0's verdicts, then the reflection round's

@@ -318,3 +318,48 @@ def test_llm_questions_a_database_cannot_answer_are_rejected_with_their_reason(
     reasons = Counter(r["reason_code"] for r in read_rows(root, REJECTIONS, "rejections"))
     # asked of both tables: shops has no amount, so its "average amount" is ungrounded too
     assert reasons["identifier_as_measure"] == 2 and reasons["ungrounded_question"] == 5
+
+
+def test_batch_mode_writes_the_online_rows(tmp_path, small_csv, llm_server):
+    """Synthesis in batch mode (the OpenAI Batch API on the loopback server): every query and rejection of
+    the online run, row for row, from one batch per step (hops, repairs and re-asks each need the answer before)."""
+    from datamind.llm.batch import run_batched
+    from datamind.storage import DataRoot
+
+    def client(root):
+        cfg = LLMConfig(base_url=llm_server.base_url, api_key="sk-test", models={"synthesizer": "synth-model"},
+                        max_retries=0)  # fmt: skip
+        return LLMClient(cfg, cache=ResponseCache(root))
+
+    def rows_of(root):
+        drop = ("run_id", "created_at")
+        return {
+            name: sorted(
+                (
+                    json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True, default=str)
+                    for r in read_rows(root, schema, name)
+                ),
+            )  # fmt: skip
+            for name, schema in (("queries", QUERIES), ("rejections", REJECTIONS))
+        }
+
+    online, batched = DataRoot(str(tmp_path / "online")), DataRoot(str(tmp_path / "batch"))
+    for r in (online, batched):
+        write_catalog(r, catalog_rows(small_csv))
+    llm_server.responder = responder
+    (spec,) = plan_synthesis(online, 10, PARAMS)
+    synthesize_shard(online, spec, PARAMS, "run", llm_client=client(online))
+    online_requests = llm_server.request_count
+
+    llm_server.reset()
+    llm_server.responder = responder
+    summary = run_batched(
+        lambda r, c: synthesize_shard(r, spec, PARAMS, "run", llm_client=c), batched, client(batched), spec["shard_id"],
+        poll_s=0.01,
+    )  # fmt: skip
+    assert llm_server.request_count == 0  # no online request at all
+    assert rows_of(batched) == rows_of(online)
+    assert rows_of(online)["queries"] and rows_of(online)["rejections"]
+    sent = sum(b["requests"] for b in summary["batches"])
+    assert sent == len(llm_server.batch_bodies) == online_requests  # each request asked once, as online
+    assert len(summary["batches"]) >= 3  # a chain's hops and the repairs each waited for the step before

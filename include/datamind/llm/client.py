@@ -93,6 +93,8 @@ class LLMClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._openai: openai.AsyncOpenAI | None = None
         self._pending: dict[str, asyncio.Future] = {}
+        # Batch mode (datamind.llm.batch): a cache miss is handed to the collector instead of the endpoint.
+        self.collector: Any | None = None
 
     def __repr__(self) -> str:
         return f"LLMClient(base_url={self.config.base_url!r}, cache={'on' if self.cache else 'off'})"
@@ -172,6 +174,9 @@ class LLMClient:
                 record = await asyncio.to_thread(self.cache.get, key)
             if record is not None:
                 return self._from_cache(record, key)
+        if self.collector is not None:  # a held answer, else BatchPending (or the failure once retries are spent)
+            return self._from_cache(self.collector.miss(key, request_body(model, msgs, merged), template_version,
+                                                        sample_index), key)  # fmt: skip
         self._http()  # bind per-loop state before touching _pending
         pending = self._pending.get(key)
         if pending is not None:  # the same request is already in flight: wait for it, pay once
@@ -266,25 +271,26 @@ class LLMClient:
 
     # -- internals ---------------------------------------------------------------------------
     def _from_cache(self, record: Mapping[str, Any], key: str) -> ChatResult:
+        # An answer a batch of this very shard paid for counts as this run's call, as an online answer does.
+        paid = self.collector is not None and key in self.collector.paid
+        pt, ct = int(record.get("prompt_tokens") or 0), int(record.get("completion_tokens") or 0)
         res = ChatResult(
             text=record["text"],
             model=record["model"],
-            prompt_tokens=int(record.get("prompt_tokens") or 0),
-            completion_tokens=int(record.get("completion_tokens") or 0),
-            cached=True,
+            prompt_tokens=pt,
+            completion_tokens=ct,
+            cached=not paid,
             latency_s=float(record.get("latency_s") or 0.0),
             finish_reason=record.get("finish_reason"),
-            cost_usd=self._cost(
-                record["model"], record.get("prompt_tokens") or 0, record.get("completion_tokens") or 0
-            ),
+            cost_usd=self._cost(record["model"], pt, ct, batch=paid),
             cache_key=key,
         )
-        self.usage.record_call(res.model, res.prompt_tokens, res.completion_tokens, cached=True, cost_usd=res.cost_usd)
+        self.usage.record_call(res.model, pt, ct, cached=not paid, cost_usd=res.cost_usd)
         return res
 
-    def _cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    def _cost(self, model: str, prompt_tokens: int, completion_tokens: int, batch: bool = False) -> float | None:
         price = self.config.price_for(model)
-        return None if price is None else price.cost(int(prompt_tokens), int(completion_tokens))
+        return None if price is None else price.cost(int(prompt_tokens), int(completion_tokens), batch=batch)
 
     async def _fresh(
         self,
@@ -304,19 +310,7 @@ class LLMClient:
         # A reply cut at max_tokens is not a result: never cached, so a rerun (maybe with a larger budget,
         # or a model that finishes this time) asks again instead of replaying the cut text forever.
         if store and self.cache is not None and res.finish_reason != "length":
-            record = {
-                "model": model,
-                "text": res.text,
-                "finish_reason": res.finish_reason,
-                "prompt_tokens": res.prompt_tokens,
-                "completion_tokens": res.completion_tokens,
-                "latency_s": round(res.latency_s, 4),
-                "template_version": template_version,
-                "sample_index": sample_index,
-                "params": params,
-                "messages": msgs,
-                "created_at": datetime.now(UTC).isoformat(),
-            }
+            record = cache_record(res, template_version, sample_index, params, msgs)
             try:
                 await asyncio.to_thread(self.cache.put, key, record)
             except OSError as exc:  # the answer is still good; only a later rerun would pay again
@@ -381,7 +375,7 @@ class LLMClient:
     async def _request_once(
         self, model: str, msgs: list[dict[str, str]], params: dict[str, Any], key: str, t0: float
     ) -> ChatResult:
-        body = {"model": model, "messages": msgs, **{k: v for k, v in params.items() if v is not None}}
+        body = request_body(model, msgs, params)
         try:
             # The client's timeout bounds each socket read; this bounds the whole exchange (a server that
             # trickles bytes forever must not hold a slot forever).
@@ -432,6 +426,46 @@ class LLMClient:
         # Trust the server's hint (it knows when capacity frees up), within reason; a little jitter so the
         # whole throttled burst does not come back in the same millisecond.
         return min(_MAX_RETRY_AFTER_S, wait) * (1 + 0.2 * self._rng.random())
+
+
+def request_body(model: str, msgs: list[dict[str, str]], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat-completions body of one call, online or as one line of a batch."""
+    return {"model": model, "messages": msgs, **{k: v for k, v in params.items() if v is not None}}
+
+
+def cache_record(
+    res: ChatResult, template_version: str, sample_index: int, params: Mapping[str, Any], msgs: list[dict[str, str]]
+) -> dict[str, Any]:
+    """What the response cache keeps of an answer, however it was fetched."""
+    return {
+        "model": res.model,
+        "text": res.text,
+        "finish_reason": res.finish_reason,
+        "prompt_tokens": res.prompt_tokens,
+        "completion_tokens": res.completion_tokens,
+        "latency_s": round(res.latency_s, 4),
+        "template_version": template_version,
+        "sample_index": sample_index,
+        "params": dict(params),
+        "messages": msgs,
+        "created_at": datetime.now(UTC).isoformat(),
+    }
+
+
+def completion_result(payload: Any, model: str, key: str, latency_s: float = 0.0) -> ChatResult:
+    """A ChatResult from a chat-completions response body (``_BadResponse`` when it is not one)."""
+    text, finish_reason, usage = _read_completion(payload)
+    usage = usage or {}
+    return ChatResult(
+        text=text,
+        model=model,
+        prompt_tokens=_as_int(usage.get("prompt_tokens")),
+        completion_tokens=_as_int(usage.get("completion_tokens")),
+        cached=False,
+        latency_s=latency_s,
+        finish_reason=finish_reason,
+        cache_key=key,
+    )
 
 
 _RETRYABLE = (

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from datamind.stage_params import param
+from datamind.stage_params import check_ranges, param
 
 ROLES: tuple[str, ...] = ("synthesizer", "expert", "judge", "agent")  # agent: the model under evaluation
 DEFAULT_CONN_ID = "datamind_llm"
@@ -42,18 +42,43 @@ class ConnectionForm:
     llm_conn_id: str = param(DEFAULT_CONN_ID, "LLM Connection", section="LLM")
 
 
-CONNECTION_KEYS = frozenset(f.name for f in fields(ConnectionForm))
+REQUEST_MODES = ("online", "batch")
+
+
+@dataclass(frozen=True)
+class RequestForm:
+    """How a stage whose answers can wait sends its requests (synthesis, judging): ``batch`` goes through the
+    OpenAI Batch API (``datamind.llm.batch``).  Orchestration too: the same rows either way."""
+
+    request_mode: str = param(
+        "online", "Request mode", enum=REQUEST_MODES, section="LLM",
+        description="batch: the endpoint's Batch API, about half the price; answers within its window (up to "
+        "24 h) while the task waits on the triggerer without a worker slot.",
+    )  # fmt: skip
+    batch_poll_s: float = param(
+        30.0, "Batch poll interval (s)", minimum=0.1, maximum=3600, section="LLM",
+        description="The first wait between polls of a running batch; it grows 1.5x a poll, to 10 minutes.",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
+# The form keys only the orchestrator reads: never a stage's parameter, never in a fingerprint.
+CONNECTION_KEYS = frozenset(f.name for form in (ConnectionForm, RequestForm) for f in fields(form))
 
 
 @dataclass(frozen=True)
 class Price:
-    """USD per million tokens."""
+    """USD per million tokens; ``batch``: the share of that price a Batch API request costs (OpenAI: half)."""
 
     prompt: float
     completion: float
+    batch: float = 0.5
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.prompt + completion_tokens * self.completion) / 1_000_000
+    def cost(self, prompt_tokens: int, completion_tokens: int, *, batch: bool = False) -> float:
+        online = (prompt_tokens * self.prompt + completion_tokens * self.completion) / 1_000_000
+        return online * self.batch if batch else online
 
 
 @dataclass(frozen=True)
@@ -225,7 +250,7 @@ def parse_prices(raw: Any, where: str) -> dict[str, Price]:
     prices = {}
     for model, p in (raw or {}).items():
         try:
-            prices[str(model)] = Price(float(p["prompt"]), float(p["completion"]))
+            prices[str(model)] = Price(float(p["prompt"]), float(p["completion"]), float(p.get("batch", 0.5)))
         except (KeyError, TypeError, ValueError):
             raise ValueError(
                 f"{where}: price for {model!r} must be {{'prompt': usd_per_mtok, 'completion': usd_per_mtok}}"

@@ -36,6 +36,14 @@ class LLMCallError(LLMError):
             self.reason_code = reason_code
 
 
+class BatchPending(LLMCallError):
+    """Batch mode: the answer is not in the cache yet; the request joins the shard's next batch.  A per-item
+    failure on purpose, so every stage handles it as it handles any one failed call (and the pass that met it
+    is a dry run whose writes are dropped: ``datamind.llm.batch``)."""
+
+    reason_code = "llm_batch_pending"
+
+
 class ParseFailure(LLMError):
     """The model's output could not be parsed after ``attempts`` tries; ``raw`` is the last reply."""
 

@@ -26,6 +26,7 @@ from typing import Any
 from datamind import categories, grounding
 from datamind.ids import stable_id
 from datamind.llm import LLMCallError, LLMClient, ParseFailure, extract_all, extract_tags
+from datamind.llm.errors import BatchPending
 from datamind.llm.grammars import grammar
 from datamind.llm.usage import cached_part
 from datamind.roles import ROLES, parse_overrides, table_roles
@@ -129,6 +130,8 @@ async def _ask(
             res = await client.chat_parsed(
                 ROLE, messages, parser, template_version=prompt.version, max_parse_retries=parse_retries, grammar=shape
             )
+        except BatchPending:
+            raise  # not a failure: the sequence waits for the answer (batch mode)
         except ParseFailure as exc:
             out.rejections.append(
                 R.rejection_row(
@@ -340,7 +343,10 @@ class _TableAsker:
         for i in range(self.params.queries_per_category):
             avoid = [r["question"] for r in made]
             prompt = render_query_prompt(self.meta, category, i, avoid=avoid, data=self.data, rules=self.rules)
-            got = await self._ask(prompt, category, (self.fingerprint, tid, category, i))
+            try:
+                got = await self._ask(prompt, category, (self.fingerprint, tid, category, i))
+            except BatchPending:
+                return made  # the next prompts show this question: they wait for it (batch mode's dry pass)
             if got is not None:
                 made.append(self.row(category, 1, [], None, got, prompt.version))
         return made
@@ -363,7 +369,10 @@ class _TableAsker:
             prompt = render_compose_prompt(
                 self.meta, category, prev_q, prev_result, hop, self.params.max_hops, data=self.data, rules=self.rules
             )
-            got = await self._ask(prompt, category, (self.fingerprint, tid, "chain", root["query_id"], hop))
+            try:
+                got = await self._ask(prompt, category, (self.fingerprint, tid, "chain", root["query_id"], hop))
+            except BatchPending:
+                return made  # the next hop needs this one's result (batch mode's dry pass)
             if got is None:
                 # a chain cannot skip a hop (later hops would lose their input): each hop not written is
                 # recorded, so no drop goes unexplained
