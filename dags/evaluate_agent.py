@@ -31,11 +31,12 @@ from __future__ import annotations
 import logging
 
 import pendulum
-from airflow.sdk import dag, get_current_context, task
+from airflow.sdk import dag, get_current_context
 
 from datamind.evaluate.params import OFFLINE_AGENT, EvalParams, deployment_suites
 from datamind_airflow import DAG_DEFAULTS, runtime, wakes_on
 from datamind_airflow.forms import form_params
+from datamind_airflow.lineage import task
 
 log = logging.getLogger(__name__)
 

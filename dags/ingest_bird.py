@@ -15,11 +15,12 @@ synthesis prompts read them. New catalog rows trigger **profile_files** via the 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import dag, get_current_context, task
+from airflow.sdk import dag, get_current_context
 
 from datamind.ingest.params import BirdSource
 from datamind_airflow import DAG_DEFAULTS, drop_folder, runtime
 from datamind_airflow.ingest_tasks import ingest_form, ingest_shard, plan_source_files, publish_catalog
+from datamind_airflow.lineage import task
 
 SCHEDULE, SOURCE = drop_folder("bird", BirdSource())
 

@@ -15,7 +15,7 @@ Outputs: `catalog/files/*.parquet`; quality report under `reports/ingest_<source
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import dag, get_current_context, task
+from airflow.sdk import dag, get_current_context
 
 from datamind.ingest.params import FilesSource
 from datamind_airflow import DAG_DEFAULTS, drop_folder, runtime
@@ -26,6 +26,7 @@ from datamind_airflow.ingest_tasks import (
     plan_source_files,
     publish_catalog,
 )
+from datamind_airflow.lineage import task
 
 SCHEDULE, SOURCE = drop_folder("files", FilesSource())
 

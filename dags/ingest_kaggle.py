@@ -25,7 +25,7 @@ import logging
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import CronTriggerTimetable, dag, get_current_context, task
+from airflow.sdk import CronTriggerTimetable, dag, get_current_context
 
 from datamind.ingest.kaggle_config import KaggleCrawlConfig
 from datamind.ingest.params import KaggleRun
@@ -38,6 +38,7 @@ from datamind_airflow.ingest_tasks import (
     plan_source_files,
     publish_catalog,
 )
+from datamind_airflow.lineage import task
 
 log = logging.getLogger(__name__)
 

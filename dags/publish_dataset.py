@@ -32,7 +32,7 @@ from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import dag, get_current_context, task
 
 from datamind.publish.params import PublishParams, ReviewForm
-from datamind_airflow import DAG_DEFAULTS, announces, runtime, wakes_on
+from datamind_airflow import DAG_DEFAULTS, announces, lineage, runtime, wakes_on
 from datamind_airflow.forms import form_params
 
 DATASET = announces("publish_dataset")
@@ -48,7 +48,7 @@ APPROVE, REJECT = "Approve", "Reject"
     **DAG_DEFAULTS,
 )
 def publish_dataset():
-    @task
+    @lineage.task
     def publish() -> dict:
         """Filter, write the new version atomically, validate it; its promotion is decided next."""
         from airflow.sdk.exceptions import AirflowFailException
@@ -112,7 +112,7 @@ def publish_dataset():
         params=form_params(ReviewForm),
     )
 
-    @task(outlets=[DATASET], trigger_rule="none_failed_min_one_success")
+    @lineage.task(outlets=[DATASET], trigger_rule="none_failed_min_one_success")
     def promote(published: dict) -> dict:
         """Record the decision in the release and announce it: only a promoted release wakes train_agent."""
         from airflow.sdk.exceptions import AirflowSkipException

@@ -31,12 +31,13 @@ import logging
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import dag, get_current_context, task
+from airflow.sdk import dag, get_current_context
 
 from datamind.stage_params import from_params
 from datamind.train.config import LaunchParams
 from datamind_airflow import DAG_DEFAULTS, announces, runtime, wakes_on
 from datamind_airflow.forms import form_params
+from datamind_airflow.lineage import task
 
 log = logging.getLogger(__name__)
 

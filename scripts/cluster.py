@@ -100,6 +100,7 @@ def shared_settings(values: dict[str, str]) -> dict[str, str]:
 
 
 def airflow_env(c: Cluster, home: Path, **extra: str) -> dict[str, str]:
+    c.path("lineage").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DATAMIND_"))}
     env.update(
         shared_settings(
@@ -125,6 +126,11 @@ def airflow_env(c: Cluster, home: Path, **extra: str) -> dict[str, str]:
         AIRFLOW__CORE__PARALLELISM="8",
         AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="2",
         DATAMIND_DATA_ROOT=c.data_root,
+        # every worker's OpenLineage events into one local file (the data root is a bucket)
+        AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
+            {"type": "file", "log_file_path": str(c.path("lineage", "events.jsonl")), "append": True}
+        ),
+        AIRFLOW__OPENLINEAGE__NAMESPACE="datamind",
         AWS_ACCESS_KEY_ID="cluster",
         AWS_SECRET_ACCESS_KEY="cluster-secret",
         AWS_DEFAULT_REGION="us-east-1",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Param, task
+from airflow.sdk import Param
 
 from datamind.settings import Limits
 from datamind_airflow import CATALOG_FILES, runtime
 from datamind_airflow.forms import form_params
+from datamind_airflow.lineage import task
 
 
 def ingest_form(*sources: object) -> dict[str, Param]:

@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
-from airflow.sdk import get_current_context, task
-from airflow.sdk.bases.decorator import task_decorator_factory
+from airflow.sdk import get_current_context
 
 from datamind.assets import DIRS
 from datamind.llm.config import CONNECTION_KEYS, DEFAULT_CONN_ID, RequestForm
 from datamind.stages import STAGES, contract
 from datamind_airflow import announces, runtime
+from datamind_airflow.lineage import task
 
 PlanFn = Callable[[Any, dict[str, Any]], list[dict[str, Any]]]
 ProcessFn = Callable[[Any, dict[str, Any], dict[str, Any], str, Any], dict[str, Any]]
@@ -43,7 +42,7 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
         runtime.log_summary(f"{stage}: plan", {"shards": len(specs)})
         return specs
 
-    @_shard_task(task_id="process_shard", max_active_tis_per_dagrun=parallel_shards)
+    @task(task_id="process_shard", max_active_tis_per_dagrun=parallel_shards)
     def process_task(spec: dict) -> dict:
         from datamind_airflow.llm import client_for
 
@@ -97,14 +96,3 @@ def _batched(stage: str, spec: dict, run_shard, client, params: dict) -> dict:
     poll_s = float(params.get("batch_poll_s") or RequestForm().batch_poll_s)
     trigger = BatchTrigger(params.get("llm_conn_id") or DEFAULT_CONN_ID, doc["batch_id"], poll_s=poll_s)
     raise TaskDeferred(trigger=trigger, method_name="resume")
-
-
-class ShardOperator(_PythonDecoratedOperator):
-    """A shard's task; after a deferral (batch mode) it runs the shard function again, which steps on."""
-
-    def resume(self, context, event: dict | None = None):
-        return self.execute(context)
-
-
-def _shard_task(**kwargs):
-    return lambda fn: task_decorator_factory(python_callable=fn, decorated_operator_class=ShardOperator, **kwargs)

@@ -101,6 +101,45 @@ def _wait(condition, timeout: float, what: str) -> None:
     pytest.fail(f"timed out waiting for {what}")
 
 
+def _check_lineage(c, ours: list[dict]) -> None:
+    """The OpenLineage events the workers wrote (file transport): one START and one COMPLETE per run of every
+    task that reads or writes a table, and each table of the chain an output of one stage and the next one's
+    input, with its schema, row counts and the stage's own facet."""
+    import json
+
+    from datamind.assets import DIRS
+    from datamind.schemas import DATASET
+    from datamind.stages import STAGES
+
+    events = [json.loads(line) for line in c.path("lineage", "events.jsonl").read_text().splitlines() if line]
+    tasks = [e for e in events if "." in e["job"]["name"]]  # dag_id.task_id (a DAG run's own events have none)
+    with_tables = {e["job"]["name"] for e in tasks if e["eventType"] == "COMPLETE" and (e["inputs"] or e["outputs"])}
+    assert {n.split(".")[0] for n in with_tables} == set(CHAIN), with_tables
+    runs = Counter(f"{t['dag_id']}.{t['task_id']}" for t in ours)
+    for name in with_tables:
+        kinds = Counter(e["eventType"] for e in tasks if e["job"]["name"] == name)
+        assert kinds["START"] == kinds["COMPLETE"] == runs[name], (name, kinds, runs[name])
+
+    def names(dag_id: str, side: str) -> set[str]:
+        return {d["name"] for e in tasks if e["job"]["name"].startswith(f"{dag_id}.") and e["eventType"] == "COMPLETE"
+                for d in e[side]}  # fmt: skip
+
+    for a, b in zip(CHAIN, CHAIN[1:], strict=False):
+        shared = names(a, "outputs") & names(b, "inputs")
+        table = DIRS[STAGES[a].writes]
+        assert any(n.rstrip("/").endswith("/" + table) or "/dataset/v" in n for n in shared), (a, b, shared)
+    (release,) = [e for e in tasks if e["job"]["name"] == "publish_dataset.publish" and e["eventType"] == "COMPLETE"]
+    (out,) = release["outputs"]
+    assert out["name"].endswith("dataset/v1") and out["namespace"] == "s3://datamind"
+    assert [f["name"] for f in out["facets"]["schema"]["fields"]] == DATASET.schema.names
+    assert out["outputFacets"]["outputStatistics"]["rowCount"] > 0
+    facet = release["run"]["facets"]["datamind"]
+    assert (
+        facet["audit"] is not None
+        and facet["counts"]["n_samples"] == out["outputFacets"]["outputStatistics"]["rowCount"]
+    )
+
+
 def test_the_chain_runs_across_two_workers_on_a_shared_bucket_and_a_rerun_pays_nothing(cluster):
     mod, c = cluster
     s = _session(c)
@@ -135,6 +174,7 @@ def test_the_chain_runs_across_two_workers_on_a_shared_bucket_and_a_rerun_pays_n
     for name in mod.WORKERS:  # the workers share no disk: nothing of the data root lies in their folders
         assert not list(Path(c.dir, name).rglob("*.parquet")), name
     print(f"chain wall time {wall:.0f} s; tasks per worker {dict(per_worker)}; {len(keys)} objects in the bucket")
+    _check_lineage(c, ours)
 
     # The same trigger again: every file is known, nothing downstream is woken, no object is added.
     before = set(keys)
