@@ -39,7 +39,7 @@ from datamind.judge.llm_judge import LLMJudge
 from datamind.judge.params import JUDGE_BACKENDS, JudgeParams  # noqa: F401 - part of the stage's API
 from datamind.judge.reflection import Round, reflect
 from datamind.judge.verdict import Verdict, judge_answers
-from datamind.llm.errors import EndpointUnavailable, LLMError, ParseFailure
+from datamind.llm.errors import BatchPending, EndpointUnavailable, LLMError, ParseFailure
 from datamind.progress import counted, progress_log
 from datamind.rollout.params import RolloutParams
 from datamind.rollout.protocol import attempt_digest
@@ -374,7 +374,10 @@ def _collect(
     qid, fid = task.query_id, task.query["file_id"]
     if isinstance(outcome, BaseException):
         code = getattr(outcome, "reason_code", "judge_failed") if isinstance(outcome, LLMError) else "judge_failed"
-        log.warning("judging %s failed: %s", qid, outcome, exc_info=outcome)
+        if isinstance(outcome, BatchPending):  # batch mode's dry pass: waiting, not failing
+            log.debug("judging %s waits for its batch", qid)
+        else:
+            log.warning("judging %s failed: %s", qid, outcome, exc_info=outcome)
         into.rejections.append(reject.query(qid, code, f"{type(outcome).__name__}: {outcome}", file_id=fid))
         return
     if outcome.failure:
