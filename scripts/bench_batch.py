@@ -130,7 +130,7 @@ def main() -> int:
         print(f"{r['stage']:<10} {'online':<7} {r['online_requests']:>8} {r['online_requests']:>10} {'-':>7} "
               f"{'/'.join(map(str, r['online_tokens'])):>14} {r['online_usd']:>10.6f} {'':>9}")  # fmt: skip
         print(f"{'':<10} {'batch':<7} {r['batch_requests']:>8} {r['batch_http_chat_calls']:>10} {r['batches']:>7} "
-              f"{'/'.join(map(str, r['batch_tokens'])):>14} {r['batch_usd']:>10.6f} {str(r['same_rows']):>9}")  # fmt: skip
+              f"{'/'.join(map(str, r['batch_tokens'])):>14} {r['batch_usd']:>10.6f} {r['same_rows']!s:>9}")  # fmt: skip
     return 0 if all(r["same_rows"] for r in results) else 1
 
 
