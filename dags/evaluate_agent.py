@@ -34,6 +34,7 @@ import pendulum
 from airflow.sdk import dag, get_current_context
 
 from datamind.evaluate.params import OFFLINE_AGENT, EvalParams, deployment_suites
+from datamind.llm.config import CONNECTION_KEYS, RequestForm
 from datamind_airflow import DAG_DEFAULTS, runtime, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.lineage import task
@@ -46,13 +47,17 @@ log = logging.getLogger(__name__)
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     doc_md=__doc__,
     tags=["datamind", "evaluation"],
-    params=form_params(EvalParams, defaults=EvalParams(suites=deployment_suites())),
+    params={
+        **form_params(EvalParams, defaults=EvalParams(suites=deployment_suites())),
+        **form_params(RequestForm),
+    },
     **DAG_DEFAULTS,
 )
 def evaluate_agent():
     @task
     def evaluate() -> dict:
         from datamind.evaluate.stage import evaluate as run_eval
+        from datamind_airflow.batch import run_or_defer
         from datamind_airflow.llm import agent_client_for, judge_client_for
 
         context = get_current_context()
@@ -63,9 +68,15 @@ def evaluate_agent():
             if uri and not raw.get("checkpoint") and raw.get("agent_conn_id") == OFFLINE_AGENT:
                 raw["checkpoint"] = uri  # evaluate the checkpoint that was just trained (fetched if remote)
         runtime.settings()  # DATAMIND_BENCHMARKS from the Airflow Variable when the environment has none
-        p = EvalParams.from_dict(raw)
+        p = EvalParams.from_dict({k: v for k, v in raw.items() if k not in CONNECTION_KEYS})
         with agent_client_for(p) as agent, judge_client_for(p) as judge:
-            summary = run_eval(runtime.data_root(), p, agent, judge)
+            if judge is None or raw.get("request_mode", "online") == "online":
+                summary = run_eval(runtime.data_root(), p, agent, judge)
+            else:  # the model-as-judge through the Batch API; the agent's own calls stay online
+                work = lambda r, c: run_eval(r, p, agent, c)  # noqa: E731
+                summary = run_or_defer(
+                    f"evaluate_agent:{p.eval_id()}", work, judge, {**raw, "llm_conn_id": p.judge_conn_id}
+                )
         runtime.log_summary(
             f"Evaluation {summary['eval_id']}",
             {s: {k: f[k] for k in f if k.startswith("pass@") or k == "n"} for s, f in summary["suites"].items()},

@@ -18,6 +18,28 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 MAX_POLL_S = 600.0
 
 
+def run_or_defer(scope: str, run_shard, client, params: dict) -> dict:
+    """Batch mode: step the work of ``scope`` (a shard, an evaluation); while its batch runs, defer to the
+    triggerer.  The task resumes by running its function again (``lineage.LineageOperator.resume``), which
+    lands here and steps on."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from datamind.llm.batch import step
+    from datamind.llm.config import DEFAULT_CONN_ID, RequestForm
+    from datamind_airflow import runtime
+
+    s = step(run_shard, runtime.data_root(), client, scope)
+    for b in s.absorbed:
+        runtime.log_summary(f"{scope}: batch {b['batch_id']} taken in", b)
+    if s.summary is not None:
+        return {**s.summary, "batches": len(s.absorbed)}
+    doc = s.submission
+    runtime.log_summary(f"{scope}: waiting for batch {doc['batch_id']}", {"requests": len(doc["requests"])})
+    poll_s = float(params.get("batch_poll_s") or RequestForm().batch_poll_s)
+    trigger = BatchTrigger(params.get("llm_conn_id") or DEFAULT_CONN_ID, doc["batch_id"], poll_s=poll_s)
+    raise TaskDeferred(trigger=trigger, method_name="resume")
+
+
 class BatchTrigger(BaseTrigger):
     """Fires when the batch ``batch_id`` at the endpoint of Connection ``conn_id`` has ended.  Only the
     Connection's id travels with the trigger: its key is read where the trigger runs, never stored."""

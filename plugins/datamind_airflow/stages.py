@@ -17,9 +17,10 @@ from typing import Any
 from airflow.sdk import get_current_context
 
 from datamind.assets import DIRS
-from datamind.llm.config import CONNECTION_KEYS, DEFAULT_CONN_ID, RequestForm
+from datamind.llm.config import CONNECTION_KEYS
 from datamind.stages import STAGES, contract
 from datamind_airflow import announces, runtime
+from datamind_airflow.batch import run_or_defer
 from datamind_airflow.lineage import task
 
 PlanFn = Callable[[Any, dict[str, Any]], list[dict[str, Any]]]
@@ -52,9 +53,8 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
             if client is None or params.get("request_mode", "online") == "online":
                 summary = process(root, spec, stage_params(), run_id, client)
             else:
-                summary = _batched(
-                    stage, spec, lambda r, c: process(r, spec, stage_params(), run_id, c), client, params
-                )
+                shard = lambda r, c: process(r, spec, stage_params(), run_id, c)  # noqa: E731
+                summary = run_or_defer(f"{stage}:{spec.get('shard_id')}", shard, client, params)
         runtime.log_summary(f"{stage}: shard {spec.get('shard_id')}", summary)
         return summary
 
@@ -77,22 +77,3 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
         return result
 
     return publish_task(process_task.expand(spec=plan_task()))
-
-
-def _batched(stage: str, spec: dict, run_shard, client, params: dict) -> dict:
-    """Batch mode: step the shard; while its batch runs, defer to the triggerer (the task resumes here)."""
-    from airflow.sdk.exceptions import TaskDeferred
-
-    from datamind.llm.batch import step
-    from datamind_airflow.batch import BatchTrigger
-
-    s = step(run_shard, runtime.data_root(), client, f"{stage}:{spec.get('shard_id')}")
-    for b in s.absorbed:
-        runtime.log_summary(f"{stage}: batch {b['batch_id']} taken in", b)
-    if s.summary is not None:
-        return {**s.summary, "batches": len(s.absorbed)}
-    doc = s.submission
-    runtime.log_summary(f"{stage}: waiting for batch {doc['batch_id']}", {"requests": len(doc["requests"])})
-    poll_s = float(params.get("batch_poll_s") or RequestForm().batch_poll_s)
-    trigger = BatchTrigger(params.get("llm_conn_id") or DEFAULT_CONN_ID, doc["batch_id"], poll_s=poll_s)
-    raise TaskDeferred(trigger=trigger, method_name="resume")

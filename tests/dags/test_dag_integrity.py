@@ -125,7 +125,7 @@ FORMS = {
     ],
     "publish_dataset": ["datamind.publish.params:PublishParams"],
     "train_agent": ["datamind.train.config:LaunchParams"],
-    "evaluate_agent": ["datamind.evaluate.params:EvalParams"],
+    "evaluate_agent": ["datamind.evaluate.params:EvalParams", "datamind.llm.config:RequestForm"],
 }
 # Form defaults a deployment sets (the dataclass default stands for "none configured").
 DEPLOYMENT_DEFAULTS = {("evaluate_agent", "suites")}

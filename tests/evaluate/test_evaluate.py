@@ -310,6 +310,25 @@ def test_the_model_as_judge_grades_free_form_answers(root, tmp_path, server, age
     rule = evaluate(root, {**params, "trials": 1}, agent_client, sandbox=sandbox)
     assert rule["suites"]["tablebench"]["pass@1"] == 0.0
 
+    # The judge through the Batch API (request_mode=batch) grades the same trials the same way, asking each
+    # verdict once; the agent's turns stay online (answered from the cache here, as a rerun would be).
+    from datamind.llm.batch import run_batched
+    from datamind.storage import DataRoot
+
+    batch_root = DataRoot(str(tmp_path / "batch"))
+    judge_b = LLMClient(config, cache=ResponseCache(batch_root))
+    asked = [b for b in server.bodies if b["model"] == "judge-model"]
+    summary_b = run_batched(lambda r, c: evaluate(r, params, agent_client, c, sandbox=sandbox), batch_root, judge_b,
+                            "evaluate", poll_s=0.01)  # fmt: skip
+    assert [b for b in server.bodies if b["model"] == "judge-model"] == asked  # no online judge call
+    assert len(server.batch_bodies) == len(asked) and len(summary_b["batches"]) == 1
+    verdicts = "SELECT item_id, trial, correct, judge, judge_reasoning FROM '{}' ORDER BY 1, 2"
+    online_rows = duckdb.sql(verdicts.format(root.path("eval", summary["eval_id"], "results.parquet"))).fetchall()
+    batch_rows = duckdb.sql(
+        verdicts.format(batch_root.path("eval", summary_b["eval_id"], "results.parquet"))
+    ).fetchall()
+    assert batch_rows == online_rows
+
 
 @pytest.mark.parametrize(
     "status, error, answer, correct, expected",

@@ -29,6 +29,7 @@ from datamind.evaluate.runner import Runner, Trial
 from datamind.evaluate.suites import EvalItem, SuiteError, load_suite
 from datamind.ids import stable_id
 from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
+from datamind.llm.errors import BatchPending
 from datamind.quality.validate import validate_table
 from datamind.rollout.agent import STATUS_ERROR, STATUS_MAX_TURNS
 from datamind.rollout.protocol import observation_failed, parse_turn
@@ -139,13 +140,19 @@ async def _verdict(trial: Trial, text_judge) -> judges.Verdict:
 def judge_trials(trials: list[Trial], text_judge, eval_id: str, model: str | None = None) -> list[dict]:
     async def main():
         try:
-            return await asyncio.gather(*(_verdict(t, text_judge) for t in trials))
+            verdicts = await asyncio.gather(*(_verdict(t, text_judge) for t in trials), return_exceptions=True)
         finally:
             client = getattr(text_judge, "client", None)
             if client is not None:
                 await client.aclose()  # its connections belong to this event loop
+        return verdicts
 
     verdicts = asyncio.run(main())
+    # Every verdict is asked before any failure counts, so batch mode collects them all in one pass; then a
+    # failed judge call fails the evaluation (a retry asks again), as one unanswered question must not count.
+    failed = [v for v in verdicts if isinstance(v, BaseException)]
+    if failed:
+        raise next((f for f in failed if not isinstance(f, BatchPending)), failed[0])
     now = datetime.now(UTC)
     rows = []
     for t, v in zip(trials, verdicts, strict=True):
