@@ -149,8 +149,8 @@ def task_lineage(op, result: Any):
     result = result if isinstance(result, dict) else {}
     reads, writes = stage.reads, stage.writes
     if op.dag_id == "publish_dataset":  # a release is its own dataset, dataset/v<N>
-        version = result.get("version")
-        writes = f"{DIRS['dataset']}/v{version}" if version else None
+        vid = result.get("version_id") or (f"v{result['version']}" if result.get("version") else None)
+        writes = f"{DIRS['dataset']}/{vid}" if vid else None
         roles = ("reads", "writes") if op.task_id == "publish" else ("writes",) if op.task_id == "promote" else ()
     else:
         roles = _ROLES.get(op.task_id, ())

@@ -70,6 +70,8 @@ def test_a_finished_task_names_its_rows_rejections_schema_templates_and_models(m
         Op("publish_dataset", "publish"), {"version": 4, "n_samples": 9, "audit": {"passed": False, "misses": ["x"]}}
     )
     assert release.outputs[0].name.endswith("/dataset/v4")
+    promoted = task_lineage(Op("publish_dataset", "promote"), {"version_id": "v4", "promotion": {"status": "promoted"}})
+    assert promoted.outputs[0].name.endswith("/dataset/v4")  # what promote returns: the release summary
     assert [f.name for f in release.outputs[0].facets["schema"].fields] == DATASET.schema.names
     assert release.run_facets["datamind"].audit == {"passed": False, "misses": ["x"]}
     start = task_lineage(Op("synthesize_queries", "process_shard", {"spec": spec}), None)
