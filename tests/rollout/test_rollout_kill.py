@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from rollout.corpus import build_corpus, queries
@@ -23,10 +22,16 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent(
     """
     import json, sys
-    from datamind.rollout.stage import sample_shard
+    from datamind.rollout import stage
     spec = json.loads(sys.argv[2])
+    real = stage.run_one
+    async def run_one(*args, **kwargs):  # says when trajectories are really in flight
+        result = await real(*args, **kwargs)
+        print("ONE SAMPLED", flush=True)
+        return result
+    stage.run_one = run_one
     print("STARTED", flush=True)
-    sample_shard(sys.argv[1], spec, {"exec_workers": 1}, "run-killed")
+    stage.sample_shard(sys.argv[1], spec, {"exec_workers": 1}, "run-killed")
     print("DONE", flush=True)
     """
 )
@@ -63,7 +68,7 @@ def test_killed_sampling_task_leaves_nothing_partial_and_rerun_writes_one_shard(
     )
     try:
         assert child.stdout.readline().strip() == "STARTED"
-        time.sleep(2.5)  # sandbox up and trajectories in flight
+        assert child.stdout.readline().strip() == "ONE SAMPLED"  # sandbox up, trajectories in flight
         assert child.poll() is None, "the task finished before it could be killed; add copies"
         os.kill(child.pid, signal.SIGKILL)
     finally:
