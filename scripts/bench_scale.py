@@ -85,15 +85,27 @@ def source_frame(i: int):
     return domain, pd.DataFrame(cols)
 
 
+def _write_source(folder: Path, i: int) -> None:
+    domain, df = source_frame(i)
+    stem = f"{domain}_{i:05d}"
+    if i % 5 == 4:
+        df.to_excel(folder / f"{stem}.xlsx", index=False, sheet_name=domain)
+    else:
+        df.to_csv(folder / f"{stem}.csv", index=False)
+
+
 def write_sources(folder: Path, n: int) -> None:
+    """The first ``n`` source files, on every core (at N = 50,000 the XLSX writes alone take many minutes)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
+
     folder.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        domain, df = source_frame(i)
-        stem = f"{domain}_{i:05d}"
-        if i % 5 == 4:
-            df.to_excel(folder / f"{stem}.xlsx", index=False, sheet_name=domain)
-        else:
-            df.to_csv(folder / f"{stem}.csv", index=False)
+    if n < 200:
+        for i in range(n):
+            _write_source(folder, i)
+        return
+    with ProcessPoolExecutor() as pool:
+        list(pool.map(partial(_write_source, folder), range(n), chunksize=100))
 
 
 # -- the stages, as the DAGs call them ------------------------------------------------------------------------
@@ -367,6 +379,9 @@ def measure(
                 _clone_catalog(root_dir, copies, ids)
             rows.append(run_child(["--child", stage, "--root", str(root_dir), "--sample-shards", str(sample_shards)]))
             print(f"N={n}: {stage} measured", file=sys.stderr)
+        files = [p for p in work.rglob("*") if p.is_file()]
+        print(f"N={n}: {len(files)} files, {sum(p.stat().st_size for p in files) / 2**20:.0f} MiB on disk",
+              file=sys.stderr)  # fmt: skip
         return rows
     finally:
         if keep is None:
