@@ -31,8 +31,15 @@ def _load_airflow_env() -> None:
     os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{home}/airflow.db"
     os.environ["AIRFLOW__API_AUTH__JWT_SECRET"] = "t" * 64
     os.environ["DATAMIND_DATA_ROOT"] = str(_SESSION_DIR / "data")
-    # Nothing in the suite may reach Kaggle or an LLM on the internet.
-    for var in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN", "OPENAI_API_KEY"):
+    # Nothing in the suite may reach Kaggle or an LLM on the internet, nor send lineage where a shell's
+    # bin/env.sh pointed it (the cluster test sets its own file transport).
+    for var in (
+        "KAGGLE_USERNAME",
+        "KAGGLE_KEY",
+        "KAGGLE_API_TOKEN",
+        "OPENAI_API_KEY",
+        "AIRFLOW__OPENLINEAGE__TRANSPORT",
+    ):
         os.environ.pop(var, None)
 
 
