@@ -13,7 +13,6 @@ runs once online and once in batch mode into its own data root; prices come from
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -22,23 +21,13 @@ REPO = Path(__file__).resolve().parents[1]
 for p in (REPO / "tests", REPO / "tests" / "synth", REPO / "tests" / "rollout", REPO / "include"):
     sys.path.insert(0, str(p))
 
+from fakes.batch_shard import comparable_rows  # noqa: E402
 from fakes.openai_server import FakeOpenAIServer  # noqa: E402
 
 from datamind.llm import LLMClient, LLMConfig, ResponseCache  # noqa: E402
 from datamind.llm.batch import run_batched  # noqa: E402
 from datamind.llm.config import Price  # noqa: E402
-from datamind.shards import read_rows  # noqa: E402
 from datamind.storage import DataRoot  # noqa: E402
-
-
-def _rows(root: DataRoot, tables) -> str:
-    out = {}
-    for name, schema in tables:
-        out[name] = sorted(
-            json.dumps({k: v for k, v in r.items() if k not in ("run_id", "created_at")}, sort_keys=True, default=str)
-            for r in read_rows(root, schema, name)
-        )
-    return json.dumps(out)
 
 
 def compare(name, server, responder, prepare, run, tables, models, price) -> dict:
@@ -72,7 +61,7 @@ def compare(name, server, responder, prepare, run, tables, models, price) -> dic
         "batches": len(b),
         "batch_tokens": tokens,
         "batch_usd": sum(x.get("cost_usd") or 0 for x in b),
-        "same_rows": _rows(online, tables) == _rows(batched, tables),
+        "same_rows": comparable_rows(online, tables) == comparable_rows(batched, tables),
     }
 
 

@@ -12,6 +12,20 @@ from datamind.storage import DataRoot
 QUESTIONS = [f"question {i}" for i in range(4)]
 
 
+def comparable_rows(root: DataRoot, tables) -> dict[str, list[str]]:
+    """Each ``(rel_dir, schema)`` table's rows as sorted canonical JSON, without what differs from run to run
+    (``run_id``, ``created_at``): an online and a batch run of the same inputs must give equal lists."""
+    from datamind.shards import read_rows
+
+    return {
+        rel_dir: sorted(
+            json.dumps({k: v for k, v in r.items() if k not in ("run_id", "created_at")}, sort_keys=True, default=str)
+            for r in read_rows(root, schema, rel_dir)
+        )
+        for rel_dir, schema in tables
+    }
+
+
 def client_for(base_url: str, api_key: str, root: DataRoot) -> LLMClient:
     cfg = LLMConfig(
         base_url=base_url,

@@ -204,6 +204,8 @@ def test_judge_defaults_handle_llm_sampled_trajectories_without_losing_them(
 def test_judging_in_batch_mode_keeps_the_online_verdicts_row_for_row(tmp_path, server, sandbox):
     """The model-as-judge through the Batch API: the judged rows and rejections of the online run, from the
     same requests (a reflection round's second verdict waits for the first)."""
+    from fakes.batch_shard import comparable_rows
+
     from datamind.llm.batch import run_batched
     from datamind.storage import DataRoot
 
@@ -222,14 +224,7 @@ def test_judging_in_batch_mode_keeps_the_online_verdicts_row_for_row(tmp_path, s
         return root
 
     def rows_of(root):
-        drop = ("run_id", "created_at")
-        return {
-            d: sorted(
-                json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True, default=str)
-                for r in read_rows(root, schema, d)
-            )  # fmt: skip
-            for d, schema in ((DIRS["judged"], DATASET), ("rejections/judge", REJECTIONS))
-        }
+        return comparable_rows(root, ((DIRS["judged"], DATASET), ("rejections/judge", REJECTIONS)))
 
     online, batched = sampled("online"), sampled("batch")
     (spec,) = plan_judging(online, 10, params)

@@ -323,6 +323,8 @@ def test_llm_questions_a_database_cannot_answer_are_rejected_with_their_reason(
 def test_batch_mode_writes_the_online_rows(tmp_path, small_csv, llm_server):
     """Synthesis in batch mode (the OpenAI Batch API on the loopback server): every query and rejection of
     the online run, row for row, from one batch per step (hops, repairs and re-asks each need the answer before)."""
+    from fakes.batch_shard import comparable_rows
+
     from datamind.llm.batch import run_batched
     from datamind.storage import DataRoot
 
@@ -332,16 +334,7 @@ def test_batch_mode_writes_the_online_rows(tmp_path, small_csv, llm_server):
         return LLMClient(cfg, cache=ResponseCache(root))
 
     def rows_of(root):
-        drop = ("run_id", "created_at")
-        return {
-            name: sorted(
-                (
-                    json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True, default=str)
-                    for r in read_rows(root, schema, name)
-                ),
-            )  # fmt: skip
-            for name, schema in (("queries", QUERIES), ("rejections", REJECTIONS))
-        }
+        return comparable_rows(root, (("queries", QUERIES), ("rejections", REJECTIONS)))
 
     online, batched = DataRoot(str(tmp_path / "online")), DataRoot(str(tmp_path / "batch"))
     for r in (online, batched):

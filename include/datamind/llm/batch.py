@@ -52,7 +52,7 @@ MAX_ATTEMPTS = 3  # batches a request may take before its item fails with the re
 
 # -- what is stored under cache/llm_batches/ -------------------------------------------------------------------
 class BatchStore:
-    """Submissions (``submitted/<id>.json``), answers the response cache does not keep (``held/``: a reply cut
+    """Submissions (``submitted/<shard>/<id>.json``), answers the response cache does not keep (``held/``: a reply cut
     at the token limit, handed to its caller once as an online call would be) and failed requests
     (``failed/``: the batches each failed in, and why)."""
 
@@ -69,20 +69,23 @@ class BatchStore:
     def _put(self, doc: Mapping, *parts: str) -> None:
         self.root.write_text(posixpath.join(self.base, *parts), json.dumps(doc, sort_keys=True))
 
+    @staticmethod
+    def _scope_dir(scope: str) -> str:
+        # one folder per shard: its real pass reads only its own submissions, at any corpus size
+        return stable_id("llm-batch-scope", scope)
+
     def submitted_keys(self, scope: str) -> set[str]:
         """Every request the batches of ``scope`` (a shard) carried."""
         keys: set[str] = set()
-        for path in self.root.glob(self.base, "submitted", "*.json"):
-            doc = json.loads(self.root.read_bytes(self.root.rel(path)))
-            if doc.get("scope") == scope:
-                keys.update(doc["requests"])
+        for path in self.root.glob(self.base, "submitted", self._scope_dir(scope), "*.json"):
+            keys.update(json.loads(self.root.read_bytes(self.root.rel(path)))["requests"])
         return keys
 
-    def submission(self, batch_key: str) -> dict | None:
-        return self._get("submitted", f"{batch_key}.json")
+    def submission(self, scope: str, batch_key: str) -> dict | None:
+        return self._get("submitted", self._scope_dir(scope), f"{batch_key}.json")
 
     def record_submission(self, doc: Mapping) -> None:
-        self._put(doc, "submitted", f"{doc['batch_key']}.json")
+        self._put(doc, "submitted", self._scope_dir(doc["scope"]), f"{doc['batch_key']}.json")
 
     def held(self, key: str) -> dict | None:
         return self._get("held", key[:2], f"{key}.json")
@@ -158,7 +161,7 @@ async def find_or_submit(http, store: BatchStore, scope: str, requests: Mapping[
     """The submission record of the batch for these requests: found (recorded, or by its metadata at the
     endpoint after a kill between creating and recording it) or created now."""
     bkey = batch_key(scope, requests, store)
-    doc = store.submission(bkey)
+    doc = store.submission(scope, bkey)
     if doc is not None and doc.get("batch_id"):
         return doc
     doc = {"batch_key": bkey, "scope": scope, "requests": dict(requests), "batch_id": None}
