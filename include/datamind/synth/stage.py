@@ -72,7 +72,7 @@ def plan_synthesis(root: DataRoot, shard_size: int, params: SynthParams | dict |
     params = _params(params)
     done = tables.queries(root, params.fingerprint).migrate().done()
     where = key_paths(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id")  # every shard of each table
-    todo = sorted(set(where) - done)
+    todo = sorted(set(where) - done, key=lambda t: (min(where[t]), t))  # by location, as profiling plans
     return [
         {
             "shard_id": stable_id("synthesis", params.fingerprint, part),
