@@ -6,7 +6,7 @@ Airflow worker, whose threads make forking unsafe, and talks to its owner over a
     host -> zygote  {"op": "spawn", "id", "session", "workdir", "uid", "gid", "kind", "language", "db_path",
                     "limits"} + two fds (the cell's output socket and control socket),
                     {"op": "kill", "id", "pid"}, {"op": "pin", "id", "pid"}, {"op": "end_turn", "id", "pid"},
-                    {"op": "close_session", "id", "session"}
+                    {"op": "close_session", "id", "session"}, {"op": "warm", "id", "modules"}
     zygote -> host  {"event": "ready", "layers", "notes"}, {"event": "spawned", "id", "pid"},
                     {"event": "failed", "id", "error"}, {"event": "done", "id", ...},
                     {"event": "exit", "pid", "status", "maxrss_kb", "cpu_s", "oom_kills"}
@@ -26,6 +26,7 @@ host it is ready: a failure before that point is the platform's, never the agent
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -72,6 +73,7 @@ def zygote_main(fd: int) -> None:
     # Both need the host's /proc and /sys, which the new root does not have.
     cgroups = SessionCgroups.probe() if config["cgroup"] else None
     proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY) if mode == "root" else None
+    statm_fd = os.open("/proc/self/statm", os.O_RDONLY)  # our own size, read again after each warm import
     # What cells run must be imported before the pivot: the project's folder is not in the new root.
     import datamind.sandbox.cell  # noqa: F401
     import datamind.sandbox.sqltools  # noqa: F401
@@ -120,9 +122,13 @@ def zygote_main(fd: int) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             notes.append(f"preload {name} failed: {exc}")
+    _freeze_heap()
     cell_gid = isolation.NOBODY if cell_inner_id is not None else None
     _send(ctl, {"event": "ready", "layers": layers, "notes": notes, "pid": os.getpid(), "cell_gid": cell_gid})
     zygote = _Zygote(ctl, mode, cgroups, cell_inner_id, proc_fd, use_pidns, private_root, use_seccomp)
+    zygote.warm_allowed = frozenset(config.get("warm_on_demand", ()))
+    zygote.statm_fd = statm_fd
+    zygote.base_vm = _address_space(statm_fd)
     signal.signal(signal.SIGTERM, _raise_exit)
     try:
         zygote.loop()
@@ -156,6 +162,10 @@ class _Zygote:
         self.uids: dict[int, int] = {}  # pid -> dedicated uid (root mode)
         self.keep: dict[int, frozenset[int]] = {}  # live interpreter -> the processes it consists of
         self.sessions: set[str] = set()
+        self.warm_allowed: frozenset[str] = frozenset()
+        self.statm_fd: int | None = None
+        self.base_vm = 0
+        self.warmed_bytes = 0  # address space the on-demand imports added: not charged to cells (apply_rlimits)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
@@ -194,6 +204,8 @@ class _Zygote:
             self.keep[req["pid"]] = self._processes(req["pid"])
         elif op == "end_turn":
             return {"event": "done", "killed": self._sweep(req["pid"], keep=self.keep.get(req["pid"], frozenset()))}
+        elif op == "warm":
+            self._warm(req["modules"])
         elif op == "close_session":
             self.sessions.discard(req["session"])
             if self.cgroups is not None:
@@ -218,6 +230,19 @@ class _Zygote:
         if self.mode == "root":
             self.uids[pid] = req["uid"]
         return {"event": "spawned", "pid": pid}
+
+    def _warm(self, modules: list[str]) -> None:
+        """Import modules a cell has imported, so that cells forked from now on inherit them. The host names
+        them from cell code; only packages of the allowlist are imported, never anything a cell wrote."""
+        for name in modules:
+            if name.split(".")[0] not in self.warm_allowed or name in sys.modules:
+                continue
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - "from pkg import attr" names an attribute, not a module
+                pass
+        self.warmed_bytes = max(0, _address_space(self.statm_fd) - self.base_vm)
+        _freeze_heap()
 
     def _kill(self, pid: int) -> None:
         if pid not in self.children:
@@ -324,7 +349,7 @@ def _child(req: dict, fds: list[int], zygote: _Zygote) -> None:
         os.chdir(req["workdir"])
         nproc = limits.max_procs if mode == "root" else limits.max_procs * 4
         # The hard CPU cap bounds a whole live session, or one chunk plus the replay of those before it.
-        apply_rlimits(limits, nproc=nproc, cpu_hard_s=limits.cpu_s * 100)
+        apply_rlimits(limits, nproc=nproc, cpu_hard_s=limits.cpu_s * 100, warmed_bytes=zygote.warmed_bytes)
         if zygote.use_pidns:
             _enter_pid_namespace()
         if mode == "root":
@@ -390,6 +415,25 @@ def _python_runtime() -> tuple[list[str], list[str]]:
         paths.add(entry)
         hide += project
     return sorted(paths), hide
+
+
+def _freeze_heap() -> None:
+    """Move every object the zygote holds out of the collector's reach before it forks: a cell's collections
+    would otherwise write to the header of each inherited object and copy nearly every page of the imported
+    libraries (a read_csv and a describe in a child: 132 ms of CPU and 9,800 page faults, 60 ms and 3,300 frozen)."""
+    gc.collect()
+    gc.freeze()
+
+
+def _address_space(statm_fd: int | None) -> int:
+    """This process's virtual size in bytes (what RLIMIT_AS counts), from its /proc/self/statm opened before
+    the new root hid /proc; 0 where that could not be read."""
+    if statm_fd is None:
+        return 0
+    try:
+        return int(os.pread(statm_fd, 256, 0).split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _works_in_child(attempt) -> bool:

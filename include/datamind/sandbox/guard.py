@@ -424,6 +424,35 @@ def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
     return ".".join(reversed(parts))
 
 
+# Calls that import a package behind the code's back (pandas picks its Excel and Markdown engines lazily).
+_IMPLIED_IMPORTS = {
+    "read_excel": "openpyxl",
+    "ExcelFile": "openpyxl",
+    "to_excel": "openpyxl",
+    "to_markdown": "tabulate",
+}
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def imports_of(code: str) -> set[str]:
+    """Absolute module names the code imports, submodules named in ``from x import y`` included (``x.y``, which
+    may be an attribute rather than a module), and those pandas would import for the calls it makes."""
+    try:
+        tree = ast.parse(code, filename="<cell>")
+    except SyntaxError:
+        return set()
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names if a.name != "*")
+        elif isinstance(node, ast.Attribute) and node.attr in _IMPLIED_IMPORTS:
+            out.add(_IMPLIED_IMPORTS[node.attr])
+    return {m for m in out if _MODULE_NAME.fullmatch(m)}
+
+
 def _imported_modules(node: ast.Import | ast.ImportFrom) -> list[str]:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]

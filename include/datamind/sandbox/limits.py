@@ -100,6 +100,14 @@ class SandboxLimits:
         )
     )
 
+    # Packages whose modules the zygote imports itself once a cell of its sandbox has imported them, so
+    # later cells inherit them instead of paying again (scipy.stats alone takes ~1.5 s per interpreter, and
+    # chunked mode pays it again on every replay; polars' import and first query ~300 ms). Fork copies the
+    # forking thread alone, so only packages whose import leaves no thread holding a lock a child needs: polars
+    # starts jemalloc's purging threads (re-initialised by jemalloc's own fork handlers) and builds its pools
+    # lazily in the child (tests/sandbox/test_warm_imports.py forks from a warmed zygote under load).
+    warm_on_demand: tuple[str, ...] = ("scipy", "polars", "duckdb", "openpyxl", "sqlalchemy", "tabulate")
+
     def __post_init__(self) -> None:
         for name in (
             "cpu_s",
@@ -153,13 +161,17 @@ def missing_layers(active: set[str]) -> list[str]:
     return [" or ".join(alts) for alts in STRICT_REQUIREMENTS if not any(a in active for a in alts)]
 
 
-def apply_rlimits(limits: SandboxLimits, *, nproc: int | None, cpu_hard_s: int | None = None) -> None:
+def apply_rlimits(
+    limits: SandboxLimits, *, nproc: int | None, cpu_hard_s: int | None = None, warmed_bytes: int = 0
+) -> None:
     """Called in the forked child before it drops privileges (hard limits can then never be raised).
 
     `cpu_hard_s` lets a live interpreter, which runs many cells, have a session-wide CPU ceiling
-    while its per-cell soft limit is moved forward before each cell.
+    while its per-cell soft limit is moved forward before each cell. `warmed_bytes` is the address space
+    the zygote's on-demand imports added since it started: not the cell's doing, so not charged to it
+    (a cell's headroom must not depend on what earlier cells imported).
     """
-    mem = limits.memory_mb * 1024 * 1024
+    mem = limits.memory_mb * 1024 * 1024 + max(0, warmed_bytes)
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     # Soft < hard: the soft limit sends SIGXCPU, which we classify as a timeout.
     hard = cpu_hard_s if cpu_hard_s is not None else limits.cpu_s + 1

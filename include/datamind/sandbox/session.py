@@ -29,6 +29,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -89,6 +90,8 @@ class Sandbox:
         os.chmod(self.workdir_root, 0o711 if os.geteuid() == 0 else 0o700)
         self.hidden_paths = _default_hidden_paths(self.limits)
         self._sessions: set[Session] = set()
+        self._warmed: set[str] = set()  # modules the zygote was asked to import (``warm``)
+        self._warm_lock = threading.Lock()
         self._n_sessions = 0
         self._closed = False
         config = {
@@ -98,6 +101,7 @@ class Sandbox:
             "workdir_root": str(self.workdir_root),
             "tmp_mb": self.limits.tmp_mb,
             "preload": list(self.limits.preload),
+            "warm_on_demand": list(self.limits.warm_on_demand),
             "cgroup": self.limits.cgroup,
         }
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **SINGLE_THREAD_ENV}
@@ -190,6 +194,18 @@ class Sandbox:
         self.close()
 
     # -- internals ----------------------------------------------------------------------------------
+    def _warm(self, code: str, language: str) -> None:
+        """Have the zygote import what this (successful) cell imported from the warm-on-demand packages; it does
+        so between requests, and every interpreter forked afterwards starts with them."""
+        if language != "python" or not self.limits.warm_on_demand:
+            return
+        allowed = set(self.limits.warm_on_demand)
+        with self._warm_lock:
+            names = {m for m in guard.imports_of(code) if m.split(".")[0] in allowed} - self._warmed
+            self._warmed |= names
+        if names:
+            self._client.call({"op": "warm", "modules": sorted(names)}, wait=False)
+
     def _spawn(self, sess: Session, kind: str) -> _Cell:
         out_host, out_cell = socket.socketpair()
         ctl_host, ctl_cell = socket.socketpair()
@@ -437,6 +453,7 @@ class Session:
             text = f"{text.rstrip()}\n{note}" if text.strip() else note
         if kind is None:
             self.history.append(guard.strip_prints(code))
+            self.sandbox._warm(code, self.language)
         return Observation(kind is None, text, kind, time.monotonic() - started, int(maxrss))
 
     def _refuse(self, code: str, limits: SandboxLimits) -> tuple[ErrorKind, str] | None:
