@@ -1,6 +1,7 @@
 """How each stage's cost grows with the corpus: planners and shards at N = 50, 500, 5,000 source files.
 
     python scripts/bench_scale.py                      # N = 50 500 5000
+    python scripts/bench_scale.py --sizes 500 50000    # a season of crawling: 40 min, 2.2 GiB on disk, 1.4 GB RSS
     python scripts/bench_scale.py --sizes 50 --sample-shards 1   # what CI runs, so the script cannot rot
 
 For each size it generates N source files (CSV and XLSX with typed columns: ids, dates, categories, amounts,

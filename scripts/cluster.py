@@ -277,15 +277,20 @@ def stop(directory: str) -> list[str]:
     pids = Path(directory, "pids")
     stopped = []
     entries = sorted(pids.glob("*"), key=lambda p: p.stat().st_mtime, reverse=True) if pids.is_dir() else []
-    for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-        for entry in entries:
+    # One service at a time, newest first: a worker or scheduler shuts down cleanly only while the broker and
+    # the database it reports to are still up (all at once, they retry their connections until SIGKILL).
+    for entry in entries:
+        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(int(entry.read_text()), sig)
             except (ProcessLookupError, ValueError, PermissionError):
-                continue
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(e) for e in entries):
-            time.sleep(0.2)
+                break
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _alive(entry):
+                time.sleep(0.1)
+            if not _alive(entry):
+                break
+            print(f"cluster: {entry.name} outlived {sig.name} for {grace:.0f} s", file=sys.stderr)
     for entry in entries:
         stopped.append(entry.name)
         entry.unlink()
