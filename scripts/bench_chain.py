@@ -17,6 +17,7 @@ It prints, per run, each stage's seconds and share of the whole, the published s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import hashlib
 import io
@@ -65,6 +66,48 @@ def _finalise(stage: str, root, summaries: list[dict], run_id: str) -> None:
     finalize_stage(root, contract(writes), label, summaries, run_id, rel_dir=DIRS[writes])
 
 
+@contextlib.contextmanager
+def _sandbox_calls():
+    """Time every sandbox call of the profiled shard (its sandbox runs in other processes, which cProfile
+    does not see): the first cell of a session starts its interpreter, later cells reuse it (live mode)."""
+    from datamind.sandbox.session import Session
+
+    calls: dict[str, list[float]] = {"first cell (starts the interpreter)": [], "later cells": [], "close": []}
+    run, close = Session.run, Session.close
+
+    def timed_run(self, code):
+        t = time.perf_counter()
+        try:
+            return run(self, code)
+        finally:
+            key = "later cells" if getattr(self, "_bench_ran", False) else "first cell (starts the interpreter)"
+            calls[key].append(time.perf_counter() - t)
+            self._bench_ran = True
+
+    def timed_close(self):
+        t = time.perf_counter()
+        try:
+            return close(self)
+        finally:
+            calls["close"].append(time.perf_counter() - t)
+
+    Session.run, Session.close = timed_run, timed_close
+    try:
+        yield calls
+    finally:
+        Session.run, Session.close = run, close
+
+
+def _calls_table(calls: dict[str, list[float]], shard_s: float) -> str:
+    lines = [f"sandbox calls of that shard ({shard_s:.1f} s; calls overlap on the shard's exec_workers threads):"]
+    lines.append(f"  {'call':<38} {'n':>5} {'total s':>8} {'median ms':>10} {'p90 ms':>8}")
+    for name, v in calls.items():
+        if v:
+            med, p90 = 1000 * statistics.median(v), 1000 * sorted(v)[int(0.9 * (len(v) - 1))]
+            lines.append(f"  {name:<38} {len(v):>5} {sum(v):8.2f} {med:10.1f} {p90:8.1f}")
+    return "\n".join(lines) + "\n\n"
+
+
 def run_chain(src: Path, work: Path, workers: int, profile: str | None, overrides: dict[str, dict]) -> dict:
     from datamind.storage import DataRoot
 
@@ -85,10 +128,13 @@ def run_chain(src: Path, work: Path, workers: int, profile: str | None, override
             else:
                 if profile == stage and specs:
                     prof = cProfile.Profile()
-                    first = prof.runcall(_shard, jobs[0])
+                    with _sandbox_calls() as calls:
+                        t_shard = time.perf_counter()
+                        first = prof.runcall(_shard, jobs[0])
+                        t_shard = time.perf_counter() - t_shard
                     out = io.StringIO()
                     pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(35)
-                    profiled = out.getvalue()
+                    profiled = _calls_table(calls, t_shard) + out.getvalue()
                     summaries = [first, *pool.map(_shard, jobs[1:])]
                 else:
                     summaries = list(pool.map(_shard, jobs))

@@ -35,6 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 BUCKET = "datamind"
 WORKERS = {"worker-a": ("127.0.0.2", "default"), "worker-b": ("127.0.0.3", "default,gpu")}
+# Started first and stopped last: what the Airflow processes report to (their pid files carry these names).
+BACKING_SERVICES = ("postgres", "s3", "redis")
 LOG_PORT = 8793
 TINY_TRAINING = {
     "sft": {"batch_size": 2, "micro_batch_size": 2, "max_steps": 3, "learning_rate": 0.003},
@@ -277,24 +279,31 @@ def stop(directory: str) -> list[str]:
     pids = Path(directory, "pids")
     stopped = []
     entries = sorted(pids.glob("*"), key=lambda p: p.stat().st_mtime, reverse=True) if pids.is_dir() else []
-    # One service at a time, newest first: a worker or scheduler shuts down cleanly only while the broker and
-    # the database it reports to are still up (all at once, they retry their connections until SIGKILL).
-    for entry in entries:
-        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(int(entry.read_text()), sig)
-            except (ProcessLookupError, ValueError, PermissionError):
-                break
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _alive(entry):
-                time.sleep(0.1)
-            if not _alive(entry):
-                break
-            print(f"cluster: {entry.name} outlived {sig.name} for {grace:.0f} s", file=sys.stderr)
+    # Airflow's processes first, all at once, then what they report to: a worker or scheduler reports its
+    # shutdown to the broker and the database, which must still be up for it to do so.
+    airflow = [e for e in entries if e.name not in BACKING_SERVICES]
+    for group in (airflow, [e for e in entries if e not in airflow]):
+        _stop_group(group)
     for entry in entries:
         stopped.append(entry.name)
         entry.unlink()
     return stopped
+
+
+def _stop_group(entries: list[Path]) -> None:
+    for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for entry in entries:
+            try:
+                os.killpg(int(entry.read_text()), sig)
+            except (ProcessLookupError, ValueError, PermissionError):
+                continue
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(e) for e in entries):
+            time.sleep(0.1)
+        late = [e.name for e in entries if _alive(e)]
+        if not late:
+            return
+        print(f"cluster: {', '.join(late)} outlived {sig.name} for {grace:.0f} s", file=sys.stderr)
 
 
 def _alive(entry: Path) -> bool:
