@@ -63,6 +63,18 @@ def test_memory_hogs_hit_the_address_space_cap(raw_sandbox, csv_file, code):
     _host_is_healthy()
 
 
+def test_an_extension_that_cannot_be_mapped_is_out_of_memory_not_a_missing_package(csv_file):
+    """Address space used up by the cell, then an import: the loader's mmap fails, which is the memory cap."""
+    hog = (
+        "import mmap\nheld = []\ntry:\n    while True:\n        held.append(mmap.mmap(-1, 8 << 20))\n"
+        "except (MemoryError, OSError):\n    pass\nheld.pop()\nimport duckdb"
+    )
+    with Sandbox(SandboxLimits(**{**TEST_LIMITS, "guard": False})) as sb:  # its own: nothing warmed yet
+        _, obs = _run(sb, csv_file, hog)
+    assert (obs.ok, obs.error_kind) == (False, "memory"), obs.output
+    assert "ImportError" in obs.output and "site-packages" not in obs.output
+
+
 def test_cpu_bound_infinite_loop_is_stopped_by_the_cpu_limit(sandbox, csv_file):
     _, obs = _run(sandbox, csv_file, "while True:\n    pass")
     assert obs.error_kind == "timeout"

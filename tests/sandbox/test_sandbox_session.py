@@ -242,6 +242,27 @@ def test_tracebacks_name_library_frames_without_the_workers_install_paths(sandbo
     assert "site-packages" not in res.output and sys.prefix not in res.output  # ...but not where it is installed
 
 
+def test_warnings_name_library_files_without_the_workers_install_paths(sandbox, csv_file):
+    with sandbox.session([str(csv_file)]) as s:
+        res = s.run("import numpy as np\nprint(np.mean([]))")
+    assert res.ok and "RuntimeWarning: Mean of empty slice" in res.output and res.output.endswith("nan\n")
+    assert "numpy/_core/" in res.output
+    assert "site-packages" not in res.output and sys.prefix not in res.output
+
+
+def test_one_interpreter_holds_pandas_pyarrow_polars_and_duckdb_under_the_default_caps(csv_file):
+    """The allocators' reservations (pyarrow's pool, a glibc arena per thread) are not the cell's data: with
+    them, this ordinary cell sequence used to fail its duckdb import on the 2 GiB address-space cap."""
+    with Sandbox(SandboxLimits(), mode="live") as sb, sb.session([str(csv_file)]) as s:
+        first = s.run(
+            "import pandas as pd\nimport polars as pl\ndf = pd.read_csv('sales.csv')\n"
+            "print(pl.SQLContext(t=pl.from_pandas(df)).execute('SELECT SUM(amount) FROM t', eager=True).item())"
+        )
+        second = s.run("import duckdb\nprint(duckdb.sql('SELECT SUM(amount) FROM df').fetchall()[0][0])")
+    assert first.ok and second.ok, (first.output, second.output)
+    assert first.output == second.output
+
+
 @pytest.mark.parametrize("mode", ["root", "userns"])
 def test_a_closed_sandbox_leaves_no_cgroup_behind(mode, csv_file):
     from datamind.sandbox.cgroups import own_cgroups

@@ -17,6 +17,7 @@ import resource
 import socket
 import sys
 import traceback
+import warnings
 
 from datamind.sandbox.wire import recv_frame, send_frame
 
@@ -62,6 +63,7 @@ def serve(ctl_fd: int, kind: str, language: str, db_path: str | None, sql_timeou
     namespace = _new_namespace(language, db_path, sql_timeout_s)
     _seed_random_generators()
     hide_host_packages()
+    warnings.formatwarning = _format_warning
     # Set-up is over: from here on whatever goes wrong is the cell's own doing.
     send_frame(ctl, {"ready": True})
     while True:
@@ -181,14 +183,24 @@ def _exec(source: str, filename: str, namespace: dict, display_last: bool = Fals
             print(repr(value))
 
 
-_SITE_FILE = re.compile(r'File "(?:[^"]*/)?(?:site|dist)-packages/([^"]+)"')
-_STDLIB_FILE = re.compile(r'File "' + re.escape(os.path.dirname(os.__file__)) + r'/([^"]+)"')
+# Any path into an install folder (a traceback frame, a warning's location, a loader's error message), up to
+# and including the folder: what follows is the package-relative name a reader needs.
+_INSTALL_PREFIX = re.compile(
+    r"(?:/[^\s\"':/]+)*/(?:site|dist)-packages/|" + re.escape(os.path.dirname(os.__file__)) + "/"
+)
 
 
 def _without_host_paths(text: str) -> str:
-    """Library frames named relative to their package: the worker's install paths are no part of an
+    """Library files named relative to their package: the worker's install paths are no part of an
     observation (they would end up in training samples)."""
-    return _STDLIB_FILE.sub(r'File "\1"', _SITE_FILE.sub(r'File "\1"', text))
+    return _INSTALL_PREFIX.sub("", text)
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    return _without_host_paths(_plain_format_warning(message, category, filename, lineno, line))
+
+
+_plain_format_warning = warnings.formatwarning
 
 
 # The package the tools (execute_sql, get_db_info) are written in: their frames and module names are the
@@ -216,4 +228,12 @@ def _report(exc: BaseException) -> str:
         sys.stderr.write(text)
     except MemoryError:
         sys.stderr.write(f"{type(exc).__name__}\n")
-    return "memory" if isinstance(exc, MemoryError) else "exception"
+    return "memory" if isinstance(exc, MemoryError) or _loader_out_of_memory(exc) else "exception"
+
+
+def _loader_out_of_memory(exc: BaseException) -> bool:
+    """An extension module the dynamic loader could not map: the address-space cap, not a missing package."""
+    return isinstance(exc, ImportError) and any(m in str(exc) for m in _LOADER_ENOMEM)
+
+
+_LOADER_ENOMEM = ("failed to map segment from shared object", "cannot allocate memory", "Cannot allocate memory")

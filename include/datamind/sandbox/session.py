@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 from datamind.sandbox import guard
-from datamind.sandbox.forkserver import SINGLE_THREAD_ENV, ZygoteClient
+from datamind.sandbox.forkserver import CELL_RUNTIME_ENV, ZygoteClient
 from datamind.sandbox.limits import LAYER_GUARD, SandboxLimits, SandboxUnavailable, missing_layers
 from datamind.sandbox.truncate import truncate_head_tail
 from datamind.sandbox.wire import FrameBuffer, send_frame
@@ -104,7 +104,7 @@ class Sandbox:
             "warm_on_demand": list(self.limits.warm_on_demand),
             "cgroup": self.limits.cgroup,
         }
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **SINGLE_THREAD_ENV}
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **CELL_RUNTIME_ENV}
         try:
             self._client = ZygoteClient(config, env)
         except BaseException:
