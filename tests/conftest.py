@@ -67,6 +67,27 @@ def airflow_db() -> Path:
     return Path(os.environ["AIRFLOW_HOME"])
 
 
+# Modules that take 40 s or more, longest first (pytest's slowest durations, stop 39): a parallel run (make test:
+# one worker per core, a module per worker) starts them first, so that no worker is left running one of them
+# alone at the end while the others have finished.
+LONG_MODULES = (
+    "e2e/test_cluster.py",
+    "e2e/test_review_browser.py",
+    "e2e/test_ui_browser.py",
+    "rollout/test_real_model.py",
+    "dataset/test_dataset_quality.py",
+    "e2e/test_scheduler.py",
+    "synth/test_synth_corpus.py",
+    "test_bench_scale.py",
+    "train/test_llamafactory.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {rel: i for i, rel in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.relative_to(REPO / "tests").as_posix(), len(rank)))  # stable
+
+
 def pytest_sessionfinish(session, exitstatus):
     import shutil
 
