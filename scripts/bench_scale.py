@@ -3,6 +3,7 @@
     python scripts/bench_scale.py                      # N = 50 500 5000
     python scripts/bench_scale.py --sizes 500 50000    # a season of crawling: 40 min, 2.2 GiB on disk, 1.4 GB RSS
     python scripts/bench_scale.py --sizes 50 --sample-shards 1   # what CI runs, so the script cannot rot
+    python scripts/bench_scale.py --sizes 500 50000 --last-stage profile --sample-shards 10   # the first stages
 
 For each size it generates N source files (CSV and XLSX with typed columns: ids, dates, categories, amounts,
 counts, ratings with gaps; 20 to 1,000 rows), runs the real pipeline once (offline engine) over a template of
@@ -12,8 +13,9 @@ cloned table and file). A stage is measured with half of its input already done 
 for the first half of the copies), which is the state a planner meets in a rerun or a backfill:
 
 * the planner: wall time over all input items, and per item;
-* a sample of its shards (real processing of planned work), per item;
-* the peak RSS of the process that did both (each stage runs in its own child process).
+* a sample of its shards (real processing of planned work), per item, in a process of their own that is given
+  their specs and nothing else, as Airflow runs a mapped task;
+* the peak RSS of the planner's process (each stage runs in its own child) and of the shards' process.
 
 It prints a table per size, then the growth exponent of each planner between consecutive sizes (1.0 is linear,
 2.0 quadratic): log(t2 / t1) / log(items2 / items1). It asserts nothing about time; the figures are the output.
@@ -266,8 +268,9 @@ def cloneable(rels: list[str]) -> list[str]:
 
 
 def child(args) -> None:
-    """Clone the first half of this stage's output, time its planner and a sample of shards, then undo the
-    sample's writes and clone the second half (the next stage's full input). Prints one JSON line."""
+    """Clone the first half of this stage's output, time its planner, have a sample of its shards run in a
+    process of their own, undo the sample's writes and clone the second half (the next stage's full input).
+    Prints one JSON line."""
     from datamind.storage import DataRoot
 
     root_dir = Path(args.root)
@@ -284,12 +287,9 @@ def child(args) -> None:
     t_plan = time.perf_counter() - t0
     items = sum(spec_items(stage, s) for s in specs) if stage != "publish" else _judged_rows(root_dir)
     before = _files(root_dir)
-    t_shards, shard_items = 0.0, 0
-    for spec in specs[: args.sample_shards]:
-        t0 = time.perf_counter()
-        process(stage, root, spec, f"bench-{stage}")
-        t_shards += time.perf_counter() - t0
-        shard_items += spec_items(stage, spec) if stage != "publish" else items
+    sample = root_dir.parent / f"sample-{stage}.json"
+    sample.write_text(json.dumps(specs[: args.sample_shards]))
+    shards = run_child(["--shards", stage, "--root", str(root_dir), "--specs", str(sample)])
     for rel in _files(root_dir) - before:  # the sample's output is measured, not kept
         (root_dir / rel).unlink()
     clone_files(root_dir, own, range(half, copies), ids)
@@ -309,11 +309,27 @@ def child(args) -> None:
                 ),
                 "plan_s": t_plan,
                 "shards": min(len(specs), args.sample_shards),
-                "shard_items": shard_items,
-                "shard_s": t_shards,
+                "shard_items": shards["items"] if stage != "publish" else items,
+                "shard_s": shards["seconds"],
+                "shard_rss_mb": shards["peak_rss_mb"],
             }
         )
     )
+
+
+def shard_child(args) -> None:
+    """The sampled shards, in a process that holds nothing but their specs: as Airflow runs a mapped task, so
+    the planner's memory (50,000 specs at the largest size) is not in the way of what is timed."""
+    from datamind.storage import DataRoot
+
+    root = DataRoot(args.root)
+    specs = json.loads(Path(args.specs).read_text())
+    t0 = time.perf_counter()
+    for spec in specs:
+        process(args.shards, root, spec, f"bench-{args.shards}")
+    seconds = time.perf_counter() - t0
+    items = sum(spec_items(args.shards, spec) for spec in specs)
+    print(json.dumps({"seconds": seconds, "items": items, "peak_rss_mb": _peak_rss_mb()}))
 
 
 def _judged_rows(root_dir: Path) -> int:
@@ -361,7 +377,7 @@ def build_template(base: Path, n_files: int) -> dict:
 
 
 def measure(
-    n: int, base: Path, outputs: dict, template_files: int, sample_shards: int, keep: Path | None
+    n: int, base: Path, outputs: dict, template_files: int, sample_shards: int, keep: Path | None, last_stage: str
 ) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-", dir=keep))
     try:
@@ -375,7 +391,7 @@ def measure(
         (work / "work.json").write_text(json.dumps({"copies": copies, "outputs": outputs}))
         ids = set(json.loads((work / "ids.json").read_text()))
         rows = []
-        for stage in STAGES:
+        for stage in STAGES[: STAGES.index(last_stage) + 1]:
             if stage == "profile":  # the catalog of files is every later stage's first input
                 _clone_catalog(root_dir, copies, ids)
             rows.append(run_child(["--child", stage, "--root", str(root_dir), "--sample-shards", str(sample_shards)]))
@@ -400,26 +416,34 @@ def _clone_catalog(root_dir: Path, copies: int, ids: set[str]) -> None:
 def report(results: dict[int, list[dict]]) -> None:
     print()
     print(f"{'N':>6} {'stage':<8} {'items':>7} {'plan s':>8} {'plan ms/item':>12} {'shard items':>11} "
-          f"{'shard ms/item':>13} {'peak RSS MB':>11}")  # fmt: skip
+          f"{'shard ms/item':>13} {'peak RSS MB':>11} {'shard RSS MB':>12}")  # fmt: skip
     for n, rows in results.items():
         for r in rows:
             items = r["input_items"] or 1
             per_shard = 1000 * r["shard_s"] / r["shard_items"] if r["shard_items"] else float("nan")
             print(
                 f"{n:>6} {r['stage']:<8} {r['input_items']:>7} {r['plan_s']:>8.3f} {1000 * r['plan_s'] / items:>12.3f}"
-                f" {r['shard_items']:>11} {per_shard:>13.2f} {r['peak_rss_mb']:>11.0f}"
+                f" {r['shard_items']:>11} {per_shard:>13.2f} {r['peak_rss_mb']:>11.0f} {r['shard_rss_mb']:>12.0f}"
             )
     sizes = sorted(results)
     if len(sizes) > 1:
-        print("\nplanner growth exponent between sizes (1.0 = linear, 2.0 = quadratic):")
-        for stage in STAGES[:-1]:
+        print("\nbetween sizes: planner growth exponent (1.0 = linear, 2.0 = quadratic) and shard ms/item ratio:")
+        for stage in [r["stage"] for r in results[sizes[0]]]:
             parts = []
             for a, b in pairwise(sizes):
                 ra = next(r for r in results[a] if r["stage"] == stage)
                 rb = next(r for r in results[b] if r["stage"] == stage)
-                if ra["plan_s"] > 0 and ra["input_items"] and rb["input_items"] > ra["input_items"]:
+                if (
+                    stage != "publish"
+                    and ra["plan_s"] > 0
+                    and ra["input_items"]
+                    and rb["input_items"] > ra["input_items"]
+                ):
                     k = math.log(rb["plan_s"] / ra["plan_s"]) / math.log(rb["input_items"] / ra["input_items"])
-                    parts.append(f"{a}->{b}: {k:.2f}")
+                    parts.append(f"{a}->{b}: exponent {k:.2f}")
+                if ra["shard_items"] and rb["shard_items"] and ra["shard_s"] > 0:
+                    ratio = (rb["shard_s"] / rb["shard_items"]) / (ra["shard_s"] / ra["shard_items"])
+                    parts.append(f"{a}->{b}: shard ratio {ratio:.2f}")
             print(f"  {stage:<8} " + ", ".join(parts))
 
 
@@ -429,11 +453,17 @@ def main() -> None:
     ap.add_argument("--sample-shards", type=int, default=2, help="shards processed for real per stage")
     ap.add_argument("--template-files", type=int, default=TEMPLATE_FILES, help="files the real pipeline runs over")
     ap.add_argument("--keep", type=Path, help="keep the generated data roots under this folder")
+    ap.add_argument("--last-stage", choices=STAGES, default=STAGES[-1], help="measure the stages up to this one")
     ap.add_argument("--child", choices=STAGES, dest="stage", help=argparse.SUPPRESS)
+    ap.add_argument("--shards", choices=STAGES, help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
+    ap.add_argument("--specs", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.stage:
         child(args)
+        return
+    if args.shards:
+        shard_child(args)
         return
     base = Path(tempfile.mkdtemp(prefix="bench-scale-template-", dir=args.keep))
     try:
@@ -446,7 +476,7 @@ def main() -> None:
         results = {}
         for n in args.sizes:
             t0 = time.perf_counter()
-            results[n] = measure(n, base, outputs, args.template_files, args.sample_shards, args.keep)
+            results[n] = measure(n, base, outputs, args.template_files, args.sample_shards, args.keep, args.last_stage)
             print(f"N={n}: {time.perf_counter() - t0:.0f} s in all", file=sys.stderr)
     finally:
         if args.keep is None:

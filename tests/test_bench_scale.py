@@ -23,7 +23,7 @@ def test_bench_scale_measures_every_stage_at_n_50(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {}
     for line in proc.stdout.splitlines():
-        m = re.match(r"\s*50 (\w+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+([\d.na]+)\s+(\d+)$", line)
+        m = re.match(r"\s*50 (\w+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+([\d.na]+)\s+(\d+)\s+(\d+)$", line)
         if m:
             rows[m.group(1)] = m.groups()[1:]
     assert set(rows) == {"ingest", "profile", "synth", "rollout", "judge", "publish"}, proc.stdout
@@ -32,7 +32,7 @@ def test_bench_scale_measures_every_stage_at_n_50(tmp_path):
     assert int(rows["profile"][0]) >= 50 and int(rows["rollout"][0]) > int(rows["synth"][0])
     for stage in ("ingest", "profile", "synth", "rollout", "judge"):
         assert int(rows[stage][3]) > 0, f"{stage}: no shard item was processed"
-        assert float(rows[stage][5]) > 0  # peak RSS was read
+        assert float(rows[stage][5]) > 0 and float(rows[stage][6]) > 0  # both processes' peak RSS was read
     # the sample's writes were undone and the clones filled in: nothing of the sample is left half-done
     sources = list((tmp_path).glob("bench-scale-50-*/src/*"))
     assert len(sources) == 50 and sum(p.suffix == ".xlsx" for p in sources) == 10
