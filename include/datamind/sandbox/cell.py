@@ -196,11 +196,11 @@ def _without_host_paths(text: str) -> str:
     return _INSTALL_PREFIX.sub("", text)
 
 
+_plain_format_warning = warnings.formatwarning
+
+
 def _format_warning(message, category, filename, lineno, line=None) -> str:
     return _without_host_paths(_plain_format_warning(message, category, filename, lineno, line))
-
-
-_plain_format_warning = warnings.formatwarning
 
 
 # The package the tools (execute_sql, get_db_info) are written in: their frames and module names are the
@@ -231,9 +231,9 @@ def _report(exc: BaseException) -> str:
     return "memory" if isinstance(exc, MemoryError) or _loader_out_of_memory(exc) else "exception"
 
 
+# What glibc's loader says when mmap refuses it (ENOMEM): the address-space cap, not a missing package.
+_LOADER_ENOMEM = ("failed to map segment from shared object", "cannot allocate memory")
+
+
 def _loader_out_of_memory(exc: BaseException) -> bool:
-    """An extension module the dynamic loader could not map: the address-space cap, not a missing package."""
-    return isinstance(exc, ImportError) and any(m in str(exc) for m in _LOADER_ENOMEM)
-
-
-_LOADER_ENOMEM = ("failed to map segment from shared object", "cannot allocate memory", "Cannot allocate memory")
+    return isinstance(exc, ImportError) and any(m in str(exc).lower() for m in _LOADER_ENOMEM)

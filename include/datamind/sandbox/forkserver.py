@@ -55,7 +55,7 @@ CELL_RUNTIME_ENV = {
     "ARROW_NUM_THREADS": "1",
     # Allocators that reserve address space they may never touch would spend the RLIMIT_AS meant for the
     # cell's data: pyarrow's mimalloc pool reserves ~1 GB at first use, and every thread that mallocs gets a
-    # 64 MB glibc arena. Measured: pandas + polars (from_pandas, one query) + duckdb map 2.7 GB, 0.7 GB so.
+    # 64 MB glibc arena. Measured: pandas + polars (from_pandas, one query) + duckdb map 2.7 GB, 0.7 GB with these.
     "ARROW_DEFAULT_MEMORY_POOL": "system",
     "MALLOC_ARENA_MAX": "2",
 }
