@@ -75,15 +75,16 @@ $(VERL_VENV)/.installed: requirements-verl.txt pyproject.toml
 # Test modules run in parallel, one worker per core (TEST_WORKERS=0: serially), a module's tests on one worker
 # so its expensive module fixtures (a chain run, a cluster) are built once: most tests wait on subprocesses.
 TEST_WORKERS ?= auto
+PYTEST = $(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: install train-env verl-env
-	$(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 test-fast: install
-	$(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not scheduler and not corpus" $(PYTEST_ARGS)
+	$(PYTEST) -m "not scheduler and not corpus" $(PYTEST_ARGS)
 
 # The Airflow UI and a scheduler on http://localhost:8080 (user admin; password in airflow_home/simple_auth_manager_passwords.json.generated).
 airflow: install
