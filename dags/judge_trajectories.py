@@ -35,11 +35,11 @@ from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
-def plan(root, params):
+def plan(root, params, max_shards):
     """Queries with sampled trajectories and no judging outcome yet, split into shards."""
     from datamind.judge.stage import plan_judging
 
-    return plan_judging(root, int(params["shard_size"]), params)
+    return plan_judging(root, int(params["shard_size"]), params, max_shards)
 
 
 def process(root, spec, params, run_id, llm_client):

@@ -22,11 +22,11 @@ from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
-def plan(root, params):
+def plan(root, params, max_shards):
     """Accepted files without a catalog/tables row yet, split into shards."""
     from datamind.profile.stage import plan_profile
 
-    return plan_profile(root, from_params(ProfileParams, params).shard_size)
+    return plan_profile(root, from_params(ProfileParams, params).shard_size, max_shards)
 
 
 def process(root, spec, params, run_id, llm_client):

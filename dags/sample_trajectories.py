@@ -25,11 +25,11 @@ from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
-def plan(root, params):
+def plan(root, params, max_shards):
     """Queries without trajectories yet, split into shards."""
     from datamind.rollout.stage import plan_sampling
 
-    return plan_sampling(root, int(params["shard_size"]), params)
+    return plan_sampling(root, int(params["shard_size"]), params, max_shards)
 
 
 def process(root, spec, params, run_id, llm_client):

@@ -27,11 +27,11 @@ from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
-def plan(root, params):
+def plan(root, params, max_shards):
     """Profiled tables not yet synthesized with these parameters, split into shards."""
     from datamind.synth.stage import plan_synthesis
 
-    return plan_synthesis(root, int(params["shard_size"]), params)
+    return plan_synthesis(root, int(params["shard_size"]), params, max_shards)
 
 
 def process(root, spec, params, run_id, llm_client):

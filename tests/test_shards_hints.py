@@ -35,3 +35,26 @@ def test_hints_find_every_version_and_a_stale_hint_loses_nothing(tmp_path, monke
         ("z", "only"),
     ]  # z looked up in the whole table; x was found in the hint, so its other version is not searched for
     assert read_hinted(root, REJECTIONS, "rejections", "item_id", set(), [a]).num_rows == 0
+
+
+def test_a_shard_size_is_raised_just_enough_to_fit_the_mapping_limit():
+    """Airflow fails a mapped list longer than core.max_map_length: the size grows to the smallest that fits."""
+    import itertools
+
+    import pytest
+
+    from datamind.shards import fit_shard_size
+
+    def shards(counts, s):
+        return sum((c + s - 1) // s for c in counts)
+
+    for counts, size, cap in itertools.product(
+        [[0], [1], [7], [1000], [2999, 1], [10, 10, 10], [1025, 0]], [1, 3, 20], [1, 2, 3, 7, 1024]
+    ):
+        fitting = [s for s in range(size, max(counts) + size + 1) if shards(counts, s) <= cap]
+        if not fitting:
+            with pytest.raises(ValueError):
+                fit_shard_size(counts, size, cap)
+            continue
+        assert fit_shard_size(counts, size, cap) == fitting[0], (counts, size, cap)
+    assert fit_shard_size([50_000], 20, None) == 20  # no limit given: the size asked for

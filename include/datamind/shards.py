@@ -8,6 +8,7 @@ only whole shards behind.
 from __future__ import annotations
 
 import io
+import logging
 import posixpath
 from collections.abc import Iterable, Sequence
 
@@ -19,12 +20,38 @@ from datamind.ids import stable_id
 from datamind.schemas import TableSchema
 from datamind.storage import DataRoot
 
+log = logging.getLogger(__name__)
+
 
 def chunk(items: Sequence, size: int) -> list[list]:
     """Split ``items`` into consecutive lists of at most ``size`` (order preserved)."""
     if size < 1:
         raise ValueError("shard size must be >= 1")
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+def fit_shard_size(counts: Sequence[int], size: int, max_shards: int | None) -> int:
+    """``size``, raised just enough that lists of ``counts`` items, each chunked by it, make at most
+    ``max_shards`` shards in all. Airflow fails a task whose mapped list is longer than ``core.max_map_length``
+    (1,024 by default), which a season of crawling reaches at any fixed shard size."""
+    if size < 1:
+        raise ValueError("shard size must be >= 1")
+    if max_shards is None:
+        return size
+    n_shards = lambda s: sum(-(-c // s) for c in counts)  # noqa: E731
+    if n_shards(size) <= max_shards:
+        return size
+    lo, hi = size, max(counts)  # n_shards(lo) > max_shards; at hi every list is one shard
+    if n_shards(hi) > max_shards:
+        raise ValueError(f"{sum(1 for c in counts if c)} lists cannot make at most {max_shards} shards")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if n_shards(mid) <= max_shards else (mid, hi)
+    log.info(
+        "shard size raised from %d to %d: %d items would make %d shards, more than the %d a mapping may have "
+        "(Airflow's core.max_map_length)", size, hi, sum(counts), n_shards(size), max_shards,
+    )  # fmt: skip
+    return hi
 
 
 def shard_name(ids: Iterable[str], prefix: str = "part") -> str:

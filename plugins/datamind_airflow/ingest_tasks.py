@@ -34,7 +34,7 @@ def plan_source_files(files, source_name: str, params: dict[str, Any]) -> list[d
     from datamind.ingest.stage import plan_ingest
 
     shard_size = int(params.get("shard_size") or runtime.settings().shard_size)
-    specs = plan_ingest(runtime.data_root(), files, source_name, shard_size)
+    specs = plan_ingest(runtime.data_root(), files, source_name, shard_size, runtime.max_shards())
     runtime.log_summary(
         f"Planned {source_name}",
         {"files listed": len(files), "new files": sum(len(s["files"]) for s in specs), "shards": len(specs)},

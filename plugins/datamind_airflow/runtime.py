@@ -39,6 +39,14 @@ def data_root() -> DataRoot:
     return DataRoot(settings().data_root)
 
 
+def max_shards() -> int:
+    """The most shard specs one plan may return: Airflow fails a task whose mapped list is longer than
+    ``core.max_map_length``, so planners raise their shard size to stay within it."""
+    from airflow.sdk.configuration import conf
+
+    return conf.getint("core", "max_map_length", fallback=1024)
+
+
 def run_id() -> str:
     """The Airflow run id, made safe for use in file names."""
     from airflow.sdk import get_current_context

@@ -2,7 +2,7 @@
 
 A DAG file supplies two plain functions with lazy imports (so parsing stays cheap):
 
-    plan(root, params) -> list[shard_spec]
+    plan(root, params, max_shards) -> list[shard_spec]   (at most max_shards of them)
     process(root, spec, params, run_id, llm_client) -> summary dict
 
 and this module wires them into tasks, hands each shard an LLM client when the run's backend is
@@ -23,7 +23,7 @@ from datamind_airflow import announces, runtime
 from datamind_airflow.batch import run_or_defer
 from datamind_airflow.lineage import task
 
-PlanFn = Callable[[Any, dict[str, Any]], list[dict[str, Any]]]
+PlanFn = Callable[[Any, dict[str, Any], int], list[dict[str, Any]]]
 ProcessFn = Callable[[Any, dict[str, Any], dict[str, Any], str, Any], dict[str, Any]]
 
 
@@ -39,7 +39,7 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
 
     @task(task_id="plan")
     def plan_task() -> list[dict]:
-        specs = plan(runtime.data_root(), stage_params())
+        specs = plan(runtime.data_root(), stage_params(), runtime.max_shards())
         runtime.log_summary(f"{stage}: plan", {"shards": len(specs)})
         return specs
 

@@ -29,7 +29,7 @@ def write_csv(path: Path, rows: int) -> None:
 
 
 @contextlib.contextmanager
-def standalone_airflow(tmp_path: Path):
+def standalone_airflow(tmp_path: Path, **airflow_env: str):
     port = free_port()
     home = tmp_path / "airflow_home"
     env = dict(os.environ)
@@ -48,6 +48,7 @@ def standalone_airflow(tmp_path: Path):
         # standalone starts its components as `airflow ...` subprocesses found on PATH.
         PATH=f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
     )
+    env.update(airflow_env)
     env.pop("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", None)
     home.mkdir()
     log = open(tmp_path / "standalone.log", "wb")

@@ -60,6 +60,26 @@ def test_planning_thousands_of_queries_reads_the_output_a_bounded_number_of_time
     assert len(opened) == len(set(opened)) == 1 + 4, opened
 
 
+def test_the_sampling_and_judging_plans_fit_airflows_mapping_limit_at_thousands_of_queries(root):
+    """A corpus of thousands of queries at one query per shard: the plans stay within max_shards (Airflow's
+    core.max_map_length) and still hand over every query exactly once, in order."""
+    from datamind.judge.stage import plan_judging
+
+    queries = _queries(3000)
+    write_shard(root, QUERIES, "queries", queries, "part-q.parquet")
+    done = [q["query_id"] for q in queries[:1500]]
+    write_shard(root, TRAJECTORIES, "trajectories", _trajectories(done), "part-t.parquet")
+    assert len(stage.plan_sampling(root, 1, {})) == 1500  # no limit: the size asked for
+    for cap in (1024, 7):
+        for specs, expected in (
+            (stage.plan_sampling(root, 1, {}, max_shards=cap), [q["query_id"] for q in queries[1500:]]),
+            (plan_judging(root, 1, {}, max_shards=cap), done),
+        ):
+            assert len(specs) <= cap
+            assert [q for s in specs for q in s["query_ids"]] == expected
+            assert len({s["shard_id"] for s in specs}) == len(specs)  # each shard names its own file
+
+
 def test_a_shard_reads_only_the_files_its_tasks_are_in(corpus, monkeypatch):
     """The planner hands each shard the query, ancestor and catalog files of its tasks; loading the tasks
     opens those files only, and gives what a read of the whole tables gives (a stale hint too)."""

@@ -36,7 +36,7 @@ from datamind.ingest.rules import ACCEPTED, RULES, Verdict, check_file, check_ta
 from datamind.ingest.sources import SourceFile, SourceReadError, precheck_message
 from datamind.schemas import CATALOG_FILES
 from datamind.settings import Limits
-from datamind.shards import chunk, read_table, shard_name, write_shard
+from datamind.shards import chunk, fit_shard_size, read_table, shard_name, write_shard
 from datamind.storage import DataRoot
 
 _EXT = {"csv": ".csv", "xlsx": ".xlsx", "sqlite": ".sqlite"}
@@ -63,8 +63,10 @@ def _catalog_index(root: DataRoot) -> tuple[set[str], dict[str, str]]:
     return ids, by_sha
 
 
-def plan_ingest(root: DataRoot, files: list[SourceFile], source_name: str, shard_size: int) -> list[dict[str, Any]]:
-    """New files of ``files`` as shard specs: {"shard_id", "source", "files": [file entries]}."""
+def plan_ingest(
+    root: DataRoot, files: list[SourceFile], source_name: str, shard_size: int, max_shards: int | None = None
+) -> list[dict[str, Any]]:
+    """New files of ``files`` as shard specs (at most ``max_shards``): {"shard_id", "source", "files": [...]}."""
     known_ids, accepted_sha = _catalog_index(root)
     seen_sha: dict[str, str] = {}
     entries = []
@@ -97,7 +99,7 @@ def plan_ingest(root: DataRoot, files: list[SourceFile], source_name: str, shard
         known_ids.add(file_id)
         entries.append({**f.to_spec(), "file_id": file_id, "sha256": sha, "duplicate_of": duplicate_of})
     specs = []
-    for part in chunk(entries, shard_size):
+    for part in chunk(entries, fit_shard_size([len(entries)], shard_size, max_shards)):
         ids = [e["file_id"] for e in part]
         specs.append({"shard_id": stable_id(source_name, sorted(ids)), "source": source_name, "files": part})
     return specs

@@ -46,7 +46,7 @@ from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import QueryTask, TaskSources, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
-from datamind.shards import chunk, read_table, write_shard
+from datamind.shards import chunk, fit_shard_size, read_table, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
 
@@ -81,10 +81,14 @@ def _p(params: dict | JudgeParams | None) -> JudgeParams:
 
 
 def plan_judging(
-    root: DataRoot | str, shard_size: int | None = None, params: dict | JudgeParams | None = None
+    root: DataRoot | str,
+    shard_size: int | None = None,
+    params: dict | JudgeParams | None = None,
+    max_shards: int | None = None,
 ) -> list[dict]:
-    """Shard specs over queries that have round-0 trajectories and no judging outcome yet, taken by the
-    trajectory file they are in, then by id (a shard reads a few sampling shards, not one per query)."""
+    """Shard specs (at most ``max_shards``) over queries that have round-0 trajectories and no judging outcome
+    yet, taken by the trajectory file they are in, then by id (a shard reads a few sampling shards, not one per
+    query)."""
     root = DataRoot.of(root)
     p = _p(params)
     # Queries with a trajectory still to be sampled again (a transient LLM failure) wait for it.
@@ -100,7 +104,7 @@ def plan_judging(
             "sources": sorted(set().union(*(state.files.get(q, ()) for q in part))),
             "task_sources": index.of(part),
         }
-        for part in chunk(todo, shard_size or p.shard_size)
+        for part in chunk(todo, fit_shard_size([len(todo)], shard_size or p.shard_size, max_shards))
     ]
 
 

@@ -27,7 +27,7 @@ from datamind.profile.meta import TableToProfile, profile_tables
 from datamind.roles import with_roles
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
-from datamind.shards import chunk, read_hinted, read_table, shard_name, shard_paths, write_shard
+from datamind.shards import chunk, fit_shard_size, read_hinted, read_table, shard_name, shard_paths, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
 
@@ -39,7 +39,7 @@ def _profile_failures(root: DataRoot) -> set[str]:
     return set(t.filter(pc.equal(t.column("stage"), STAGE)).column("file_id").to_pylist())
 
 
-def plan_profile(root: DataRoot, shard_size: int) -> list[dict[str, Any]]:
+def plan_profile(root: DataRoot, shard_size: int, max_shards: int | None = None) -> list[dict[str, Any]]:
     accepted: set[str] = set()
     where: dict[str, set[str]] = {}  # file_id -> the catalog/files shards holding it (handed to the shard)
     for path in shard_paths(root, DIRS["catalog_files"]):  # one pass over catalog/files: status and location
@@ -61,7 +61,7 @@ def plan_profile(root: DataRoot, shard_size: int) -> list[dict[str, Any]]:
             "files": part,
             "sources": sorted(set().union(*(where.get(f, ()) for f in part))),
         }
-        for part in chunk(todo, shard_size)
+        for part in chunk(todo, fit_shard_size([len(todo)], shard_size, max_shards))
     ]
 
 

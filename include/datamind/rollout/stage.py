@@ -25,7 +25,7 @@ from datamind.rollout.params import RolloutParams
 from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import TaskError, TaskSources, load_tasks
 from datamind.schemas import REJECTIONS, TRAJECTORIES, rejection
-from datamind.shards import chunk, write_shard
+from datamind.shards import chunk, fit_shard_size, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
 from datamind.tables import SamplingState
@@ -52,24 +52,27 @@ def sampling_state(root: DataRoot, max_attempts: int | None = None) -> SamplingS
 
 
 def plan_sampling(
-    root: DataRoot | str, shard_size: int | None = None, params: dict | RolloutParams | None = None
+    root: DataRoot | str,
+    shard_size: int | None = None,
+    params: dict | RolloutParams | None = None,
+    max_shards: int | None = None,
 ) -> list[dict]:
-    """Shard specs (JSON-able, for XCom / dynamic task mapping) over queries not sampled yet, then over
-    trajectories to sample again (a transient failure with attempts left), named by attempt. Queries are
+    """Shard specs (JSON-able, for XCom / dynamic task mapping; at most ``max_shards``) over queries not sampled
+    yet, then over trajectories to sample again (a transient failure with attempts left), named by attempt. Queries are
     taken by the file they are in, then by id: a shard's tasks come from a few query files rather than one
     file each (ids are hashes, so id order alone scatters a shard over the whole table)."""
     root = DataRoot.of(root)
     p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
-    size = shard_size or p.shard_size
     index = TaskSources.build(root)  # one pass over the inputs: each shard reads only the files its tasks are in
     ids = sorted(index.query_path, key=lambda q: (index.query_path[q], q))
     tables.trajectories(root).migrate()
     state = sampling_state(root, p.max_attempts)  # one pass over the output, never one per query
     todo = [q for q in ids if q not in state.done and q not in state.resample]
+    again = [q for q in ids if q in state.resample]
+    size = fit_shard_size([len(todo), len(again)], shard_size or p.shard_size, max_shards)
     specs = [
         {"shard_id": shard_id(part), "query_ids": part, "task_sources": index.of(part)} for part in chunk(todo, size)
     ]
-    again = [q for q in ids if q in state.resample]
     for part in chunk(again, size):
         resample = {q: state.resample[q] for q in part}
         specs.append(

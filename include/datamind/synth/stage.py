@@ -29,7 +29,7 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.schemas import CATALOG_TABLES, QUERIES, REJECTIONS
-from datamind.shards import chunk, key_paths, read_hinted, read_rows, write_shard
+from datamind.shards import chunk, fit_shard_size, key_paths, read_hinted, read_rows, write_shard
 from datamind.storage import DataRoot
 from datamind.synth import rows as R
 from datamind.synth.params import SynthParams
@@ -67,8 +67,10 @@ def catalog_by_id(
     return latest
 
 
-def plan_synthesis(root: DataRoot, shard_size: int, params: SynthParams | dict | None = None) -> list[dict[str, Any]]:
-    """Shard specs over catalog tables not yet synthesized with these parameters."""
+def plan_synthesis(
+    root: DataRoot, shard_size: int, params: SynthParams | dict | None = None, max_shards: int | None = None
+) -> list[dict[str, Any]]:
+    """Shard specs over catalog tables not yet synthesized with these parameters (at most ``max_shards``)."""
     params = _params(params)
     done = tables.queries(root, params.fingerprint).migrate().done()
     where = key_paths(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id")  # every shard of each table
@@ -80,7 +82,7 @@ def plan_synthesis(root: DataRoot, shard_size: int, params: SynthParams | dict |
             "params_fingerprint": params.fingerprint,
             "sources": sorted(set().union(*map(where.get, part))),
         }
-        for part in chunk(todo, shard_size)
+        for part in chunk(todo, fit_shard_size([len(todo)], shard_size, max_shards))
     ]
 
 
