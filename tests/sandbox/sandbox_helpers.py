@@ -16,6 +16,7 @@ TEST_LIMITS = dict(
     tail_chars=500,
     sql_timeout_s=1.0,
     max_procs=32,
+    warm_at_start=(),  # a second of imports per sandbox that these tests do not use (test_warm_imports does)
 )
 FAKE_SECRET = "sk-sandbox-test-secret-0123456789"
 

@@ -52,6 +52,40 @@ def test_a_successful_cells_imports_reach_later_interpreters_and_nothing_else_do
             assert obs.ok and obs.output.strip() == "0.5", obs.output
 
 
+def test_the_zygote_warms_the_heavy_analysis_modules_before_the_first_cell_asks(csv_file):
+    """A sandbox lives for one shard: its very first interpreter already has scipy.stats, polars and duckdb,
+    and they work there; the first cell's headroom is the same as without them."""
+    eager = ["scipy.stats", "polars", "duckdb"]
+    limits = SandboxLimits(**{**LIMITS, "wall_s": 20.0, "cpu_s": 10, "warm_at_start": tuple(eager)})
+    alloc = "import numpy as np\nx = np.ones({mb} * 2**20 // 8)\nprint(x.nbytes // 2**20)"
+    with Sandbox(limits, mode="live") as sb:
+        assert _loaded(sb, csv_file, [*eager, "openpyxl"]) == sorted(eager)
+        with sb.session([str(csv_file)], mode="live") as s:
+            obs = s.run(
+                "from scipy import stats\nimport polars as pl, duckdb\n"
+                "print(round(float(stats.norm.cdf(0)), 3), pl.DataFrame({'a': [1, 2]}).height,"
+                " duckdb.sql('select 41 + 1').fetchall()[0][0])"
+            )
+            assert obs.ok and obs.output.split() == ["0.5", "2", "42"], obs.output
+            # the warm imports' ~500 MB of address space is not the cell's: it may still take most of its cap
+            big = s.run(alloc.format(mb=limits.memory_mb // 2))
+            assert big.ok, big.output
+    with pytest.raises(ValueError, match="warm_at_start"):
+        SandboxLimits(warm_at_start=("xml.dom",))  # only what warming on demand may import
+
+
+def test_cells_start_from_a_zygote_that_has_already_used_pandas(csv_file):
+    """The zygote runs a little analysis before it forks (warmup.py), so a cell does not pay pandas' first
+    use again in every trajectory: what that first use imports lazily is already there, nothing failed."""
+    lazily = ["pandas.io.formats.string", "pandas.core.reshape.reshape"]  # imported by to_string, pivot_table
+    with Sandbox(SandboxLimits(**LIMITS), mode="live") as sb:
+        assert not [n for n in sb.notes if "warm-up" in n], sb.notes
+        assert _loaded(sb, csv_file, lazily) == sorted(lazily)
+        with sb.session([str(csv_file)], mode="live") as s:
+            obs = s.run("print(sorted(k for k in globals() if not k.startswith('__')))")
+            assert obs.ok and obs.output.strip() == "[]", obs.output  # the warm-up left nothing in a cell
+
+
 def test_warming_leaves_a_cell_the_same_memory_headroom(csv_file):
     """RLIMIT_AS counts the address space inherited from the zygote; the warm imports' share is not the
     cell's doing, so a cell that fit before warming fits after it."""

@@ -26,7 +26,9 @@ class RolloutParams:
     top_p: float = param(0.95, "Top-p", minimum=0.01, maximum=1, section="LLM")
     max_tokens: int = param(2048, "Tokens per turn", minimum=16, maximum=32768, section="LLM")
     seed: int | None = param(None, "Sampling seed", description="Empty: unseeded.", section="LLM")
-    shard_size: int = param(20, "Queries per task instance", minimum=1, maximum=1000)
+    # Each task instance starts its own sandbox (an interpreter with pandas, scipy.stats, polars and duckdb
+    # imported: ~2 s of CPU): sampling the 52 DABench tables 20 queries per task took 14% longer than 50.
+    shard_size: int = param(50, "Queries per task instance", minimum=1, maximum=1000)
     concurrency: int = param(
         8, "Concurrent rollouts per task", minimum=1, maximum=64, description="Trajectories in flight per shard."
     )

@@ -37,7 +37,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from datamind.sandbox import isolation, seccomp  # stdlib + ctypes only: safe to import before unshare()
+from datamind.sandbox import isolation, seccomp, warmup  # stdlib + ctypes only: safe before unshare()
 from datamind.sandbox.cgroups import SessionCgroups
 from datamind.sandbox.limits import SandboxUnavailable
 
@@ -128,6 +128,11 @@ def zygote_main(fd: int) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             notes.append(f"preload {name} failed: {exc}")
+    if "pandas" in sys.modules:
+        try:
+            warmup.exercise()
+        except Exception as exc:  # noqa: BLE001 - cells then pay the first use themselves, as before
+            notes.append(f"warm-up failed: {type(exc).__name__}: {exc}")
     _freeze_heap()
     cell_gid = isolation.NOBODY if cell_inner_id is not None else None
     _send(ctl, {"event": "ready", "layers": layers, "notes": notes, "pid": os.getpid(), "cell_gid": cell_gid})
@@ -198,7 +203,10 @@ class _Zygote:
                 finally:
                     for fd in fds:
                         os.close(fd)
-                _send(self.ctl, {**reply, "id": request["id"]})
+                try:
+                    _send(self.ctl, {**reply, "id": request["id"]})
+                except (BrokenPipeError, ConnectionResetError):
+                    return  # the host closed the sandbox while this request ran (a warm import): as on EOF
 
     def _handle(self, req: dict, fds: list[int]) -> dict:
         op = req["op"]

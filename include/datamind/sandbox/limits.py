@@ -107,6 +107,11 @@ class SandboxLimits:
     # starts jemalloc's purging threads (re-initialised by jemalloc's own fork handlers) and builds its pools
     # lazily in the child (tests/sandbox/test_warm_imports.py forks from a warmed zygote under load).
     warm_on_demand: tuple[str, ...] = ("scipy", "polars", "duckdb", "openpyxl", "sqlalchemy", "tabulate")
+    # Of those, the modules the zygote imports as soon as it is ready, before any cell asks. A sandbox lives
+    # for one task (one shard), and analysis cells reach for these in most shards: waiting for a cell to ask
+    # made every shard pay twice (in the first cell, then in the zygote), and once more per trajectory already
+    # in flight (scipy.stats ~1.2 s each). Their address space is not charged to cells, like any warm import.
+    warm_at_start: tuple[str, ...] = ("scipy.stats", "polars", "duckdb")
 
     def __post_init__(self) -> None:
         for name in (
@@ -128,6 +133,9 @@ class SandboxLimits:
             raise ValueError("SandboxLimits.head_chars and tail_chars must be >= 0")
         if self.memory_mb < 512:
             raise ValueError("SandboxLimits.memory_mb below 512 cannot even hold the preloaded pandas")
+        eager = [m for m in self.warm_at_start if m.split(".")[0] not in self.warm_on_demand]
+        if eager:
+            raise ValueError(f"SandboxLimits.warm_at_start names modules outside warm_on_demand's packages: {eager}")
         if self.isolation not in ("strict", "best_effort"):
             raise ValueError(f"SandboxLimits.isolation must be 'strict' or 'best_effort', got {self.isolation!r}")
         if self.isolation_mode not in ("auto", "root", "userns"):

@@ -126,6 +126,7 @@ class Sandbox:
                 missing,
                 self.layers,
             )
+        self._warm_modules(self.limits.warm_at_start)
 
     def _pick_isolation_mode(self) -> str:
         wanted = self.limits.isolation_mode
@@ -199,11 +200,14 @@ class Sandbox:
         so between requests, and every interpreter forked afterwards starts with them."""
         if language != "python" or not self.limits.warm_on_demand:
             return
+        self._warm_modules(guard.imports_of(code))
+
+    def _warm_modules(self, modules) -> None:
         allowed = set(self.limits.warm_on_demand)
         with self._warm_lock:
-            names = {m for m in guard.imports_of(code) if m.split(".")[0] in allowed} - self._warmed
+            names = {m for m in modules if m.split(".")[0] in allowed} - self._warmed
             self._warmed |= names
-        if names:
+        if names:  # the zygote imports between requests; a spawn sent meanwhile waits its turn
             self._client.call({"op": "warm", "modules": sorted(names)}, wait=False)
 
     def _spawn(self, sess: Session, kind: str) -> _Cell:
