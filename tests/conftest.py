@@ -31,6 +31,9 @@ def _load_airflow_env() -> None:
     os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{home}/airflow.db"
     os.environ["AIRFLOW__API_AUTH__JWT_SECRET"] = "t" * 64
     os.environ["DATAMIND_DATA_ROOT"] = str(_SESSION_DIR / "data")
+    # The suite starts hundreds of sandboxes that run a few cells each: importing scipy.stats, polars and
+    # duckdb into every zygote up front (~1.5 s of CPU) buys them nothing. test_warm_imports.py tests it.
+    os.environ["DATAMIND_SANDBOX_WARM_AT_START"] = ""
     # Nothing in the suite may reach Kaggle or an LLM on the internet, nor send lineage where a shell's
     # bin/env.sh pointed it (the cluster test sets its own file transport).
     for var in (

@@ -68,7 +68,7 @@ def standalone_airflow(tmp_path: Path, **airflow_env: str):
             try:
                 if requests.get(f"{base}/api/v2/monitor/health", timeout=2).ok:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # still starting, or a busy machine
                 pass
             time.sleep(1)
         else:

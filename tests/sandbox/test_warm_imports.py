@@ -74,6 +74,16 @@ def test_the_zygote_warms_the_heavy_analysis_modules_before_the_first_cell_asks(
         SandboxLimits(warm_at_start=("xml.dom",))  # only what warming on demand may import
 
 
+def test_a_deployment_sets_or_empties_the_eager_warm_list_from_the_environment(monkeypatch):
+    monkeypatch.setenv("DATAMIND_SANDBOX_WARM_AT_START", "")
+    assert SandboxLimits.from_env().warm_at_start == ()
+    monkeypatch.setenv("DATAMIND_SANDBOX_WARM_AT_START", "polars")
+    assert SandboxLimits.from_env().warm_at_start == ("polars",)
+    monkeypatch.setenv("DATAMIND_SANDBOX_MEMORY_MB", "")  # an empty number still means the default
+    monkeypatch.delenv("DATAMIND_SANDBOX_WARM_AT_START")
+    assert SandboxLimits.from_env() == SandboxLimits()
+
+
 def test_cells_start_from_a_zygote_that_has_already_used_pandas(csv_file):
     """The zygote runs a little analysis before it forks (warmup.py), so a cell does not pay pandas' first
     use again in every trajectory: what that first use imports lazily is already there, nothing failed."""

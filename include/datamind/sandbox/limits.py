@@ -143,12 +143,14 @@ class SandboxLimits:
 
     @classmethod
     def from_env(cls) -> SandboxLimits:
-        """Deployment overrides through DATAMIND_SANDBOX_<FIELD> (e.g. DATAMIND_SANDBOX_MEMORY_MB)."""
+        """Deployment overrides through DATAMIND_SANDBOX_<FIELD> (e.g. DATAMIND_SANDBOX_MEMORY_MB); a list is
+        separated by os.pathsep, and set to nothing it is empty (DATAMIND_SANDBOX_WARM_AT_START= warms nothing
+        eagerly)."""
         d = cls()
         kwargs: dict = {}
         for name, default in asdict(d).items():
             raw = os.environ.get(f"DATAMIND_SANDBOX_{name.upper()}")
-            if raw is None or raw.strip() == "":
+            if raw is None or (raw.strip() == "" and not isinstance(default, tuple)):
                 continue
             if isinstance(default, bool):
                 kwargs[name] = raw.strip().lower() in ("1", "true", "yes", "on")

@@ -266,9 +266,9 @@ def _synthesize_with_llm(
     with contextlib.ExitStack() as stack:
         box = sandbox  # a caller's sandbox stays the caller's to close
         if box is None and any(t.source is not None and t.source.solution_lang_default == "python" for t in llm_tables):
-            from datamind.sandbox import Sandbox
+            from datamind.sandbox import Sandbox, SandboxLimits
 
-            box = stack.enter_context(Sandbox())
+            box = stack.enter_context(Sandbox(limits=SandboxLimits.from_env()))  # the deployment's overrides
         outputs = asyncio.run(_llm_tables_together(llm_tables, params, run_id, llm_client, ReferenceRunner(box)))
     after = llm_client.usage.snapshot()
     for t, out in zip(llm_tables, outputs, strict=True):
