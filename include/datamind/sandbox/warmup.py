@@ -6,8 +6,8 @@ Every cell is a fresh fork, so without this each trajectory paid all of it again
 read-and-print cell took 24-30 ms of CPU in a fresh interpreter and 9 ms the second time). A cell forked
 after this inherits the filled caches.
 
-Nothing here is visible to a cell: it runs in a function and keeps no object of its own, reads no file,
-sets no option and draws from no random generator (a cell's ``np.random`` state stays the zygote's).
+Nothing here is visible to a cell: it runs in a function and keeps no object of its own, reads no data
+file, sets no option and draws from no random generator (a cell's ``np.random`` state stays the zygote's).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ _CSV = """id,city,amount,ratio,day,flag,note
 
 
 def exercise() -> None:
-    """Use the calls analysis cells use most, on six rows. Raises nothing it does not have to: the zygote
-    records a failure as a note and carries on (cells then simply pay the first use themselves)."""
+    """Use the calls analysis cells use most, on six rows. The zygote records a failure as a note and carries
+    on: cells then pay the first use themselves, as they did before."""
     import numpy as np
     import pandas as pd
 
