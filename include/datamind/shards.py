@@ -23,10 +23,10 @@ from datamind.storage import DataRoot
 log = logging.getLogger(__name__)
 
 
-def chunk(items: Sequence, size: int) -> list[list]:
-    """Split ``items`` into consecutive lists of at most ``size`` (order preserved)."""
-    if size < 1:
-        raise ValueError("shard size must be >= 1")
+def chunk(items: Sequence, size: int, max_chunks: int | None = None) -> list[list]:
+    """Split ``items`` into consecutive lists of at most ``size`` (order preserved), and into at most
+    ``max_chunks`` of them, raising the size as ``fit_shard_size`` does."""
+    size = fit_shard_size([len(items)], size, max_chunks)
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 

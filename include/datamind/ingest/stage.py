@@ -36,7 +36,7 @@ from datamind.ingest.rules import ACCEPTED, RULES, Verdict, check_file, check_ta
 from datamind.ingest.sources import SourceFile, SourceReadError, precheck_message
 from datamind.schemas import CATALOG_FILES
 from datamind.settings import Limits
-from datamind.shards import chunk, fit_shard_size, read_table, shard_name, write_shard
+from datamind.shards import chunk, read_table, shard_name, write_shard
 from datamind.storage import DataRoot
 
 _EXT = {"csv": ".csv", "xlsx": ".xlsx", "sqlite": ".sqlite"}
@@ -99,7 +99,7 @@ def plan_ingest(
         known_ids.add(file_id)
         entries.append({**f.to_spec(), "file_id": file_id, "sha256": sha, "duplicate_of": duplicate_of})
     specs = []
-    for part in chunk(entries, fit_shard_size([len(entries)], shard_size, max_shards)):
+    for part in chunk(entries, shard_size, max_shards):
         ids = [e["file_id"] for e in part]
         specs.append({"shard_id": stable_id(source_name, sorted(ids)), "source": source_name, "files": part})
     return specs

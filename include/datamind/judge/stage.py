@@ -46,7 +46,7 @@ from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import QueryTask, TaskSources, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
-from datamind.shards import chunk, fit_shard_size, read_table, write_shard
+from datamind.shards import chunk, read_table, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
 
@@ -104,7 +104,7 @@ def plan_judging(
             "sources": sorted(set().union(*(state.files.get(q, ()) for q in part))),
             "task_sources": index.of(part),
         }
-        for part in chunk(todo, fit_shard_size([len(todo)], shard_size or p.shard_size, max_shards))
+        for part in chunk(todo, shard_size or p.shard_size, max_shards)
     ]
 
 

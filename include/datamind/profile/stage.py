@@ -27,7 +27,7 @@ from datamind.profile.meta import TableToProfile, profile_tables
 from datamind.roles import with_roles
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
-from datamind.shards import chunk, fit_shard_size, read_hinted, read_table, shard_name, shard_paths, write_shard
+from datamind.shards import chunk, read_hinted, read_table, shard_name, shard_paths, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
 
@@ -61,7 +61,7 @@ def plan_profile(root: DataRoot, shard_size: int, max_shards: int | None = None)
             "files": part,
             "sources": sorted(set().union(*(where.get(f, ()) for f in part))),
         }
-        for part in chunk(todo, fit_shard_size([len(todo)], shard_size, max_shards))
+        for part in chunk(todo, shard_size, max_shards)
     ]
 
 

@@ -29,7 +29,7 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.schemas import CATALOG_TABLES, QUERIES, REJECTIONS
-from datamind.shards import chunk, fit_shard_size, key_paths, read_hinted, read_rows, write_shard
+from datamind.shards import chunk, key_paths, read_hinted, read_rows, write_shard
 from datamind.storage import DataRoot
 from datamind.synth import rows as R
 from datamind.synth.params import SynthParams
@@ -82,7 +82,7 @@ def plan_synthesis(
             "params_fingerprint": params.fingerprint,
             "sources": sorted(set().union(*map(where.get, part))),
         }
-        for part in chunk(todo, fit_shard_size([len(todo)], shard_size, max_shards))
+        for part in chunk(todo, shard_size, max_shards)
     ]
 
 
