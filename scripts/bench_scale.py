@@ -1,9 +1,10 @@
 """How each stage's cost grows with the corpus: planners and shards at N = 50, 500, 5,000 source files.
 
     python scripts/bench_scale.py                      # N = 50 500 5000
-    python scripts/bench_scale.py --sizes 500 50000    # a season of crawling: 40 min, 2.2 GiB on disk, 1.4 GB RSS
+    python scripts/bench_scale.py --sizes 500 50000    # a season of crawling: 17-40 min, 2.2 GiB on disk, 1.4 GB RSS
     python scripts/bench_scale.py --sizes 50 --sample-shards 1   # what CI runs, so the script cannot rot
-    python scripts/bench_scale.py --sizes 500 50000 --last-stage profile   # the first stages only: 12 min
+    python scripts/bench_scale.py --sizes 500 50000 --last-stage profile   # the first stages only: 6-12 min
+    python scripts/bench_scale.py --max-shards 0       # every shard of the bench's size, however many
 
 For each size it generates N source files (CSV and XLSX with typed columns: ids, dates, categories, amounts,
 counts, ratings with gaps; 20 to 1,000 rows), runs the real pipeline once (offline engine) over a template of
@@ -12,7 +13,9 @@ every id rewritten (``stable_id(id, copy)``, the same map in every table, so a c
 cloned table and file). A stage is measured with half of its input already done (the template's output cloned
 for the first half of the copies), which is the state a planner meets in a rerun or a backfill:
 
-* the planner: wall time over all input items, and per item;
+* the planner: wall time over all input items, and per item; it plans as the DAG's plan task does, within
+  Airflow's mapping limit (``--max-shards``, default core.max_map_length's 1,024), so at 50,000 sources a
+  shard holds what a deployment's would (synthesis ~50 tables, sampling and judging ~290 queries);
 * a sample of its shards (real processing of planned work), per item, in a process of their own that is given
   their specs and nothing else, as Airflow runs a mapped task;
 * the peak RSS of the planner's process (each stage runs in its own child) and of the shards' process.
@@ -57,6 +60,9 @@ TEMPLATE_FILES = 24
 SYNTH = {"categories": ["aggregation", "ranking", "statistical_analysis"], "queries_per_category": 1}
 SYNTH_N_CHAINS = 1
 SHARDS = {"ingest": 50, "profile": 50, "synth": 20, "rollout": 10, "judge": 20}
+# Airflow's default core.max_map_length: a plan never maps more shards (planners raise the shard size to fit),
+# so at 50,000 sources a shard holds what a deployment's would. --max-shards 0 keeps the sizes above instead.
+MAX_SHARDS = 1024
 
 
 # -- source files ---------------------------------------------------------------------------------------------
@@ -130,32 +136,33 @@ def _params(stage: str) -> dict:
     return {"shard_size": SHARDS[stage]} if stage in SHARDS else {}
 
 
-def plan(stage: str, root, src: Path, params: dict | None = None) -> list[dict]:
-    """The stage's planner as its DAG calls it (``params``: the DAG form's values; default this bench's)."""
+def plan(stage: str, root, src: Path, params: dict | None = None, max_shards: int | None = MAX_SHARDS) -> list[dict]:
+    """The stage's planner as its DAG calls it (``params``: the DAG form's values; default this bench's), under
+    Airflow's mapping limit (``max_shards``; None: unlimited, each shard of the size asked for)."""
     params = _params(stage) if params is None else params
     if stage == "ingest":
         from datamind.ingest.sources import list_source_files
         from datamind.ingest.stage import plan_ingest
 
-        return plan_ingest(root, list_source_files(str(src)), "bench", params.get("shard_size", 50))
+        return plan_ingest(root, list_source_files(str(src)), "bench", params.get("shard_size", 50), max_shards)
     if stage == "profile":
         from datamind.profile.params import ProfileParams
         from datamind.profile.stage import plan_profile
 
-        return plan_profile(root, params.get("shard_size", ProfileParams().shard_size))
+        return plan_profile(root, params.get("shard_size", ProfileParams().shard_size), max_shards)
     if stage == "synth":
         from datamind.synth.params import SynthParams
         from datamind.synth.stage import plan_synthesis
 
-        return plan_synthesis(root, params.get("shard_size", SynthParams().shard_size), params)
+        return plan_synthesis(root, params.get("shard_size", SynthParams().shard_size), params, max_shards)
     if stage == "rollout":
         from datamind.rollout.stage import plan_sampling
 
-        return plan_sampling(root, params.get("shard_size"), params)
+        return plan_sampling(root, params.get("shard_size"), params, max_shards)
     if stage == "judge":
         from datamind.judge.stage import plan_judging
 
-        return plan_judging(root, params.get("shard_size"), params)
+        return plan_judging(root, params.get("shard_size"), params, max_shards)
     return [{"publish": True}]  # publishing has no plan: it streams every judged row into one release
 
 
@@ -282,7 +289,7 @@ def child(args) -> None:
     clone_files(root_dir, own, range(1, half), ids)
 
     t0 = time.perf_counter()
-    specs = plan(stage, root, root_dir.parent / "src")
+    specs = plan(stage, root, root_dir.parent / "src", max_shards=args.max_shards or None)
     t_plan = time.perf_counter() - t0
     items = sum(spec_items(stage, s) for s in specs) if stage != "publish" else _judged_rows(root_dir)
     before = _files(root_dir)
@@ -307,6 +314,7 @@ def child(args) -> None:
                     else items * copies // (copies - half)
                 ),
                 "plan_s": t_plan,
+                "specs": len(specs),
                 "shards": min(len(specs), args.sample_shards),
                 "shard_items": shards["items"] if stage != "publish" else items,
                 "shard_s": shards["seconds"],
@@ -380,7 +388,14 @@ def build_template(base: Path, n_files: int) -> dict:
 
 
 def measure(
-    n: int, base: Path, outputs: dict, template_files: int, sample_shards: int, keep: Path | None, last_stage: str
+    n: int,
+    base: Path,
+    outputs: dict,
+    template_files: int,
+    sample_shards: int,
+    keep: Path | None,
+    last_stage: str,
+    max_shards: int,
 ) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-", dir=keep))
     try:
@@ -397,7 +412,8 @@ def measure(
         for stage in STAGES[: STAGES.index(last_stage) + 1]:
             if stage == "profile":  # the catalog of files is every later stage's first input
                 _clone_catalog(root_dir, copies, ids)
-            rows.append(run_child(["--child", stage, "--root", str(root_dir), "--sample-shards", str(sample_shards)]))
+            argv = ["--child", stage, "--root", str(root_dir), "--sample-shards", str(sample_shards)]
+            rows.append(run_child([*argv, "--max-shards", str(max_shards)]))
             print(f"N={n}: {stage} measured", file=sys.stderr)
         files = [p for p in work.rglob("*") if p.is_file()]
         print(f"N={n}: {len(files)} files, {sum(p.stat().st_size for p in files) / 2**20:.0f} MiB on disk",
@@ -418,7 +434,7 @@ def _clone_catalog(root_dir: Path, copies: int, ids: set[str]) -> None:
 
 def report(results: dict[int, list[dict]]) -> None:
     print()
-    print(f"{'N':>6} {'stage':<8} {'items':>7} {'plan s':>8} {'plan ms/item':>12} {'shard items':>11} "
+    print(f"{'N':>6} {'stage':<8} {'items':>7} {'plan s':>8} {'plan ms/item':>12} {'shards':>6} {'shard items':>11} "
           f"{'shard ms/item':>13} {'peak RSS MB':>11} {'shard RSS MB':>12}")  # fmt: skip
     for n, rows in results.items():
         for r in rows:
@@ -426,7 +442,8 @@ def report(results: dict[int, list[dict]]) -> None:
             per_shard = 1000 * r["shard_s"] / r["shard_items"] if r["shard_items"] else float("nan")
             print(
                 f"{n:>6} {r['stage']:<8} {r['input_items']:>7} {r['plan_s']:>8.3f} {1000 * r['plan_s'] / items:>12.3f}"
-                f" {r['shard_items']:>11} {per_shard:>13.2f} {r['peak_rss_mb']:>11.0f} {r['shard_rss_mb']:>12.0f}"
+                f" {r.get('specs', 0):>6} {r['shard_items']:>11} {per_shard:>13.2f}"
+                f" {r['peak_rss_mb']:>11.0f} {r['shard_rss_mb']:>12.0f}"
             )
     sizes = sorted(results)
     if len(sizes) > 1:
@@ -457,6 +474,12 @@ def main() -> None:
     ap.add_argument("--template-files", type=int, default=TEMPLATE_FILES, help="files the real pipeline runs over")
     ap.add_argument("--keep", type=Path, help="keep the generated data roots under this folder")
     ap.add_argument("--last-stage", choices=STAGES, default=STAGES[-1], help="measure the stages up to this one")
+    ap.add_argument(
+        "--max-shards",
+        type=int,
+        default=MAX_SHARDS,
+        help="shards one plan may map (Airflow's core.max_map_length); 0: no limit, the shard sizes as asked",
+    )
     ap.add_argument("--child", choices=STAGES, dest="stage", help=argparse.SUPPRESS)
     ap.add_argument("--shards", choices=STAGES, help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
@@ -479,7 +502,9 @@ def main() -> None:
         results = {}
         for n in args.sizes:
             t0 = time.perf_counter()
-            results[n] = measure(n, base, outputs, args.template_files, args.sample_shards, args.keep, args.last_stage)
+            results[n] = measure(
+                n, base, outputs, args.template_files, args.sample_shards, args.keep, args.last_stage, args.max_shards
+            )
             print(f"N={n}: {time.perf_counter() - t0:.0f} s in all", file=sys.stderr)
     finally:
         if args.keep is None:

@@ -282,19 +282,27 @@ def stop(directory: str) -> list[str]:
     # Airflow's processes first, all at once, then what they report to: a worker or scheduler reports its
     # shutdown to the broker and the database, which must still be up for it to do so.
     airflow = [e for e in entries if e.name not in BACKING_SERVICES]
-    for group in (airflow, [e for e in entries if e not in airflow]):
-        _stop_group(group)
+    # A Celery worker shuts down warmly when its main process alone gets SIGTERM; sent to its whole group, the
+    # pool's children die under it and the worker waited out the grace period. Airflow's processes are told
+    # as a container runtime tells them (the leader only), then their whole group is killed if still there.
+    _stop_group(airflow, leader_only=True)
+    _stop_group([e for e in entries if e not in airflow])
     for entry in entries:
         stopped.append(entry.name)
         entry.unlink()
     return stopped
 
 
-def _stop_group(entries: list[Path]) -> None:
-    for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+# How long a service is given to exit after each signal.
+STOP_GRACE_S = ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0))
+
+
+def _stop_group(entries: list[Path], leader_only: bool = False) -> None:
+    for sig, grace in STOP_GRACE_S:
+        kill = os.kill if leader_only and sig == signal.SIGTERM else os.killpg
         for entry in entries:
             try:
-                os.killpg(int(entry.read_text()), sig)
+                kill(int(entry.read_text()), sig)
             except (ProcessLookupError, ValueError, PermissionError):
                 continue
         deadline = time.monotonic() + grace

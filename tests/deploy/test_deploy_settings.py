@@ -3,12 +3,11 @@ keys to the same values (its service names in the host slots), and scripts/clust
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import yaml
+from script_modules import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_HOSTS = {
@@ -20,11 +19,7 @@ COMPOSE_HOSTS = {
 
 
 def _cluster():
-    spec = importlib.util.spec_from_file_location("cluster", REPO / "scripts" / "cluster.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cluster"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("cluster")
 
 
 def _compose_env() -> dict[str, str]:

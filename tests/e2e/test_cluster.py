@@ -7,15 +7,14 @@ publish_dataset and train_agent (a tiny CPU model on the `gpu` worker). A rerun 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import requests
+from script_modules import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 CHAIN = (
@@ -30,20 +29,12 @@ CHAIN = (
 pytestmark = [pytest.mark.scheduler, pytest.mark.timeout(900)]
 
 
-def _cluster_module():
-    spec = importlib.util.spec_from_file_location("cluster", REPO / "scripts" / "cluster.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cluster"] = module  # its dataclass resolves its own module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     missing = [b for b in ("redis-server", "pg_config", "runuser") if shutil.which(b) is None]
     if missing:
         pytest.skip(f"missing {missing} (scripts/install_system_deps.sh installs them)")
-    mod = _cluster_module()
+    mod = load_script("cluster")
     directory = tmp_path_factory.mktemp("cluster")
     t0 = time.monotonic()
     try:
