@@ -15,10 +15,12 @@ for the first half of the copies), which is the state a planner meets in a rerun
 
 * the planner: wall time over all input items, and per item; it plans as the DAG's plan task does, within
   Airflow's mapping limit (``--max-shards``, default core.max_map_length's 1,024), so at 50,000 sources a
-  shard holds what a deployment's would (synthesis ~50 tables, sampling and judging ~290 queries);
+  shard holds what a deployment's would (with half the work done: 25 tables a synthesis shard, 144 queries a
+  sampling or judging one);
 * a sample of its shards (real processing of planned work), per item, in a process of their own that is given
   their specs and nothing else, as Airflow runs a mapped task;
-* the peak RSS of the planner's process (each stage runs in its own child) and of the shards' process.
+* the peak RSS of the planner (in its own child; the high-water mark is reset once the clones are written, so
+  it is the planner's peak, or the RSS the cloning left if that was higher) and of the shards' process.
 
 It prints a table per size, then the growth exponent of each planner between consecutive sizes (1.0 is linear,
 2.0 quadratic): log(t2 / t1) / log(items2 / items1). It asserts nothing about time; the figures are the output.
@@ -288,8 +290,10 @@ def child(args) -> None:
     half = max(1, copies // 2)
     clone_files(root_dir, own, range(1, half), ids)
 
+    _reset_peak_rss()  # the planner's own high-water mark, not the cloning's above
     t0 = time.perf_counter()
     specs = plan(stage, root, root_dir.parent / "src", max_shards=args.max_shards or None)
+    plan_rss_mb = _peak_rss_mb()
     t_plan = time.perf_counter() - t0
     items = sum(spec_items(stage, s) for s in specs) if stage != "publish" else _judged_rows(root_dir)
     before = _files(root_dir)
@@ -302,7 +306,7 @@ def child(args) -> None:
     print(
         json.dumps(
             {
-                "peak_rss_mb": _peak_rss_mb(),
+                "peak_rss_mb": plan_rss_mb,
                 "stage": stage,
                 "planned_items": items,
                 # the planner saw the done half too: its input is all copies
@@ -347,6 +351,14 @@ def _judged_rows(root_dir: Path) -> int:
     import pyarrow.parquet as pq
 
     return sum(pq.read_metadata(p).num_rows for p in (root_dir / "judged").rglob("*.parquet"))
+
+
+def _reset_peak_rss() -> None:
+    """Start VmHWM afresh at the current RSS (Linux's clear_refs "5"); elsewhere it keeps the earlier peak."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
 
 
 def _peak_rss_mb() -> float:
@@ -435,7 +447,7 @@ def _clone_catalog(root_dir: Path, copies: int, ids: set[str]) -> None:
 def report(results: dict[int, list[dict]]) -> None:
     print()
     print(f"{'N':>6} {'stage':<8} {'items':>7} {'plan s':>8} {'plan ms/item':>12} {'shards':>6} {'shard items':>11} "
-          f"{'shard ms/item':>13} {'peak RSS MB':>11} {'shard RSS MB':>12}")  # fmt: skip
+          f"{'shard ms/item':>13} {'plan RSS MB':>11} {'shard RSS MB':>12}")  # fmt: skip
     for n, rows in results.items():
         for r in rows:
             items = r["input_items"] or 1

@@ -308,10 +308,29 @@ def _stop_group(entries: list[Path], leader_only: bool = False) -> None:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(_alive(e) for e in entries):
             time.sleep(0.1)
-        late = [e.name for e in entries if _alive(e)]
+        late = [e for e in entries if _alive(e)]
         if not late:
             return
-        print(f"cluster: {', '.join(late)} outlived {sig.name} for {grace:.0f} s", file=sys.stderr)
+        for e in late:  # which of its processes, so the cause can be found
+            left = "; ".join(f"{pid} {cmd}" for pid, cmd in _group_processes(int(e.read_text())))
+            print(f"cluster: {e.name} outlived {sig.name} for {grace:.0f} s: {left}", file=sys.stderr)
+
+
+def _group_processes(pgid: int) -> list[tuple[int, str]]:
+    """The processes of a process group (pid, command line, cut short)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:  # the 5th field, after "pid (comm) state ppid"
+                continue
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        found.append((int(d.name), cmd[:160] or stat.split(" ", 2)[1]))
+    return sorted(found)
 
 
 def _alive(entry: Path) -> bool:

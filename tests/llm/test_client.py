@@ -239,7 +239,10 @@ def test_hung_endpoint_trips_the_breaker(server, make_client):
     client = make_client(timeout_s=0.2, breaker_threshold=3, max_concurrency=1, max_retries=10)
     with pytest.raises(EndpointUnavailable, match="timeout"):
         run_all([client.chat("expert", ask("q"), template_version=TV)], client=client)
-    assert server.request_count == 3
+    # Three failed attempts (the threshold) and no more, counted where they are made: on a loaded machine the
+    # last one can time out before the server has read it.
+    assert client.usage.events["retry"] == 3
+    assert 2 <= server.request_count <= 3
 
 
 @pytest.mark.parametrize(("status", "match"), [(401, "API key"), (403, "API key"), (404, "model 'expert-model'")])
