@@ -6,63 +6,80 @@ rejected and the failed ones too: they are the price of the one kept), read from
 ``trajectories`` tables, whose rows carry the tokens of their calls and the part the cache answered. Judging
 calls are not in any row yet, so the LLM judge's share is not counted.
 The offline engine makes no calls: its releases cost nothing, and say so.
+
+Usage is summed in Arrow, per query and model within each shard, then per cell and model: memory holds one row
+per query and model, never a Python object per trajectory (a release of 300,000 samples has ~900,000).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Mapping
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamind.assets import DIRS
-from datamind.schemas import QUERIES, TRAJECTORIES
 from datamind.shards import shard_paths
 from datamind.storage import DataRoot
 
 _FIELDS = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cached_completion_tokens")
+_KEYS = ["query_id", "model"]
 
 
-def _usage(root: DataRoot, table, rel: str, wanted: set[str]) -> dict[str, list[dict]]:
-    """The usage columns of ``table``'s rows for ``wanted`` queries; shards written before a column
-    existed read it as zero."""
-    by_query: dict[str, list[dict]] = defaultdict(list)
+def _summed(table: pa.Table, keys: list[str]) -> pa.Table:
+    """``table``'s token columns summed per ``keys`` (a sum over nothing but nulls is 0)."""
+    out = table.group_by(keys, use_threads=False).aggregate([(f, "sum") for f in _FIELDS])
+    return pa.table({**{k: out[k] for k in keys}, **{f: pc.fill_null(out[f"{f}_sum"], 0) for f in _FIELDS}})
+
+
+def _usage(root: DataRoot, rel: str, wanted: pa.Array) -> pa.Table:
+    """The token columns of ``rel``'s rows for ``wanted`` queries, summed per query and model; shards written
+    before a column existed read it as zero."""
+    parts = []
     for path in shard_paths(root, rel) if root.exists(rel) else []:
         with root.open(path) as fh:
             pf = pq.ParquetFile(fh)
-            cols = [c for c in ("query_id", "model", *_FIELDS) if c in pf.schema_arrow.names]
-            for r in pf.read(columns=cols).to_pylist():
-                if r["query_id"] in wanted:
-                    by_query[r["query_id"]].append(r)
-    return by_query
+            names = pf.schema_arrow.names
+            t = pf.read(columns=[c for c in ("query_id", "model", *_FIELDS) if c in names])
+        t = t.filter(pc.is_in(t["query_id"], value_set=wanted))
+        if "model" not in names:
+            t = t.append_column("model", pa.nulls(len(t), pa.string()))
+        for f in _FIELDS:
+            t = t.append_column(f, pa.array([0] * len(t), pa.int64())) if f not in names else t
+            t = t.set_column(t.schema.get_field_index(f), f, pc.fill_null(t[f].cast(pa.int64()), 0))
+        parts.append(_summed(t.select([*_KEYS, *_FIELDS]), _KEYS))
+    if not parts:
+        return pa.table({"query_id": pa.array([], pa.string()), "model": pa.array([], pa.string()),
+                         **{f: pa.array([], pa.int64()) for f in _FIELDS}})  # fmt: skip
+    return _summed(pa.concat_tables(parts), _KEYS)
 
 
 def release_cost(root: DataRoot, samples: list[Mapping], prices: Mapping | None = None) -> dict:
     """``samples``: the release's rows (query_id, category, hop); ``prices``: model -> llm.config.Price."""
     prices = prices or {}
-    wanted = {s["query_id"] for s in samples}
-    calls = {"synthesis": _usage(root, QUERIES, DIRS["queries"], wanted),
-             "sampling": _usage(root, TRAJECTORIES, DIRS["trajectories"], wanted)}  # fmt: skip
-    cells: dict[str, dict] = {}
-    total = _empty()
+    cells_of = [f"{s['category']} / hop {s['hop']}" for s in samples]
+    per_sample = pa.table({"query_id": pa.array([s["query_id"] for s in samples], pa.string()),
+                           "cell": pa.array(cells_of, pa.string())})  # fmt: skip
+    wanted = pc.unique(per_sample["query_id"])
+    usage = pa.concat_tables([_usage(root, DIRS["queries"], wanted), _usage(root, DIRS["trajectories"], wanted)])
+    # a sample counts its query's calls (two samples of one query both do, as each is paid for by them)
+    by_cell = _summed(per_sample.join(usage, "query_id", join_type="inner", use_threads=False), ["cell", "model"])
+    cells: dict[str, dict] = {key: {**_empty(), "samples": n} for key, n in Counter(cells_of).items()}
+    total = {**_empty(), "samples": len(samples)}
     priced = True
-    for s in samples:
-        key = f"{s['category']} / hop {s['hop']}"
-        cell = cells.setdefault(key, _empty())
-        cell["samples"] += 1
-        total["samples"] += 1
-        for rows in calls.values():
-            for r in rows.get(s["query_id"], []):
-                p, c, cp, cc = (int(r.get(f) or 0) for f in _FIELDS)
-                price = prices.get(r.get("model") or "")
-                if price is None and (p or c):
-                    priced = False
-                for target in (cell, total):
-                    for f, n in zip(_FIELDS, (p, c, cp, cc), strict=True):
-                        target[f] += n
-                    if price is not None:
-                        target["usd"] += price.cost(p - cp, c - cc)
-                        target["saved_usd"] += price.cost(cp, cc)
+    for row in by_cell.to_pylist():  # one row per cell and model
+        p, c, cp, cc = (row[f] or 0 for f in _FIELDS)
+        price = prices.get(row["model"] or "")
+        if price is None and (p or c):
+            priced = False
+        for target in (cells[row["cell"]], total):
+            for f, n in zip(_FIELDS, (p, c, cp, cc), strict=True):
+                target[f] += n
+            if price is not None:  # a price is linear in tokens: the sum's cost is the sum of the costs
+                target["usd"] += price.cost(p - cp, c - cc)
+                target["saved_usd"] += price.cost(cp, cc)
     return {
         "priced": priced,  # False: some calls had no configured price, their dollars are not counted
         "total": _per_sample(total),

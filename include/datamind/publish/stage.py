@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import fsspec
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamind import tables
@@ -304,8 +305,7 @@ def _publish_screened(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     manifest["decontamination"] = decontamination_counts(root)
-    queries = read_rows(root, QUERIES, DIRS["queries"], columns=["category"]) if root.exists(DIRS["queries"]) else []
-    manifest["audit"] = screened.audit.figures(dict(Counter(q["category"] for q in queries)))
+    manifest["audit"] = screened.audit.figures(_queries_by_category(root))
     manifest["promotion"] = promotion.initial(manifest["audit"])
     manifest["cost"] = release_cost(root, kept, prices_from_env())
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
@@ -316,6 +316,15 @@ def _publish_screened(
         "published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(names), len(rejections)
     )
     return manifest
+
+
+def _queries_by_category(root: DataRoot) -> dict[str, int]:
+    """Synthesized questions per category (the yield's denominator), counted in Arrow: one column of every
+    query, never a Python object per query."""
+    if not root.exists(DIRS["queries"]):
+        return {}
+    counts = pc.value_counts(read_table(root, QUERIES, DIRS["queries"], columns=["category"]).column("category"))
+    return {c["values"]: c["counts"] for c in counts.to_pylist()}
 
 
 class NothingToPublish(ValueError):
