@@ -26,6 +26,8 @@ from datamind.storage import DataRoot
 
 _FIELDS = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cached_completion_tokens")
 _KEYS = ["query_id", "model"]
+_USAGE = pa.schema([("query_id", pa.string()), ("model", pa.string()), *((f, pa.int64()) for f in _FIELDS)])
+_MERGE_ROWS = 200_000  # usage rows read before the sums so far are merged
 
 
 def _summed(table: pa.Table, keys: list[str]) -> pa.Table:
@@ -34,26 +36,24 @@ def _summed(table: pa.Table, keys: list[str]) -> pa.Table:
     return pa.table({**{k: out[k] for k in keys}, **{f: pc.fill_null(out[f"{f}_sum"], 0) for f in _FIELDS}})
 
 
-def _usage(root: DataRoot, rel: str, wanted: pa.Array) -> pa.Table:
-    """The token columns of ``rel``'s rows for ``wanted`` queries, summed per query and model; shards written
-    before a column existed read it as zero."""
-    parts = []
+def _usage(root: DataRoot, rel: str) -> pa.Table:
+    """The token columns of ``rel``'s rows summed per query and model; shards written before a column existed
+    read it as zero. Shards are summed as they are read, and the sums merged now and then, so memory holds
+    about one row per query and model (the release's samples pick theirs in a join)."""
+    merged, pending = _USAGE.empty_table(), []
     for path in shard_paths(root, rel) if root.exists(rel) else []:
         with root.open(path) as fh:
             pf = pq.ParquetFile(fh)
             names = pf.schema_arrow.names
             t = pf.read(columns=[c for c in ("query_id", "model", *_FIELDS) if c in names])
-        t = t.filter(pc.is_in(t["query_id"], value_set=wanted))
         if "model" not in names:
             t = t.append_column("model", pa.nulls(len(t), pa.string()))
         for f in _FIELDS:
-            t = t.append_column(f, pa.array([0] * len(t), pa.int64())) if f not in names else t
-            t = t.set_column(t.schema.get_field_index(f), f, pc.fill_null(t[f].cast(pa.int64()), 0))
-        parts.append(_summed(t.select([*_KEYS, *_FIELDS]), _KEYS))
-    if not parts:
-        return pa.table({"query_id": pa.array([], pa.string()), "model": pa.array([], pa.string()),
-                         **{f: pa.array([], pa.int64()) for f in _FIELDS}})  # fmt: skip
-    return _summed(pa.concat_tables(parts), _KEYS)
+            t = t.append_column(f, pa.nulls(len(t), pa.int64())) if f not in names else t
+        pending.append(t.select([*_KEYS, *_FIELDS]).cast(_USAGE))
+        if sum(len(p) for p in pending) > max(_MERGE_ROWS, len(merged)):  # amortised: merged at most doubles
+            merged, pending = _summed(pa.concat_tables([merged, *pending]), _KEYS), []
+    return _summed(pa.concat_tables([merged, *pending]), _KEYS)
 
 
 def release_cost(root: DataRoot, samples: list[Mapping], prices: Mapping | None = None) -> dict:
@@ -62,8 +62,7 @@ def release_cost(root: DataRoot, samples: list[Mapping], prices: Mapping | None 
     cells_of = [f"{s['category']} / hop {s['hop']}" for s in samples]
     per_sample = pa.table({"query_id": pa.array([s["query_id"] for s in samples], pa.string()),
                            "cell": pa.array(cells_of, pa.string())})  # fmt: skip
-    wanted = pc.unique(per_sample["query_id"])
-    usage = pa.concat_tables([_usage(root, DIRS["queries"], wanted), _usage(root, DIRS["trajectories"], wanted)])
+    usage = pa.concat_tables([_usage(root, DIRS["queries"]), _usage(root, DIRS["trajectories"])])
     # a sample counts its query's calls (two samples of one query both do, as each is paid for by them)
     by_cell = _summed(per_sample.join(usage, "query_id", join_type="inner", use_threads=False), ["cell", "model"])
     cells: dict[str, dict] = {key: {**_empty(), "samples": n} for key, n in Counter(cells_of).items()}
