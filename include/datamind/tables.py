@@ -24,6 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from datamind.assets import DIRS
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
@@ -243,7 +244,11 @@ def sampling_state(root: DataRoot, attempts_allowed: Callable[[str | None], int]
     part = trajectories(root)
     records = part.records()  # one listing of the commit records for both outputs
     cols = ["query_id", "sample_index", "reflection_round", "status", "error", "created_at", "sampling_params"]
-    latest: dict[tuple[str, int], tuple] = {}
+    # per (query, sample index): whether its latest attempt failed transiently, when, and with which
+    # parameters; the texts a row carries are not kept (at 300,000 queries they were most of a planner's RSS),
+    # and each distinct parameter text is held once
+    latest: dict[tuple[str, int], tuple[bool, datetime, str | None]] = {}
+    params: dict[str | None, str | None] = {}
     attempts: Counter = Counter()
     state = SamplingState()
     for path in part.files("trajectories", records):
@@ -254,13 +259,13 @@ def sampling_state(root: DataRoot, attempts_allowed: Callable[[str | None], int]
             key = (q, int(i))
             attempts[key] += 1
             state.files.setdefault(q, set()).add(path)
-            if key not in latest or ts > latest[key][2]:
-                latest[key] = (status, error, ts, sp)
+            if key not in latest or ts > latest[key][1]:
+                latest[key] = (transient(status, error), ts, params.setdefault(sp, sp))
     caps: dict[str | None, int] = {}
-    for (q, i), (status, error, _, sp) in latest.items():
+    for (q, i), (failed_transiently, _, sp) in latest.items():
         if sp not in caps:
             caps[sp] = attempts_allowed(sp)
-        if transient(status, error) and attempts[(q, i)] < caps[sp]:
+        if failed_transiently and attempts[(q, i)] < caps[sp]:
             state.resample.setdefault(q, {})[i] = attempts[(q, i)]
         else:
             state.done.add(q)
