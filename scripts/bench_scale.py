@@ -46,6 +46,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "include"))
 
+from datamind.shards import AIRFLOW_MAX_MAP_LENGTH  # noqa: E402  (include/ is on the path from here on)
+
 STAGES = ("ingest", "profile", "synth", "rollout", "judge", "publish")
 # The module whose function runs a shard of each stage (``process``; the shard process imports it up front).
 STAGE_MODULES = {
@@ -64,7 +66,7 @@ SYNTH_N_CHAINS = 1
 SHARDS = {"ingest": 50, "profile": 50, "synth": 20, "rollout": 10, "judge": 20}
 # Airflow's default core.max_map_length: a plan never maps more shards (planners raise the shard size to fit),
 # so at 50,000 sources a shard holds what a deployment's would. --max-shards 0 keeps the sizes above instead.
-MAX_SHARDS = 1024
+MAX_SHARDS = AIRFLOW_MAX_MAP_LENGTH
 
 
 # -- source files ---------------------------------------------------------------------------------------------

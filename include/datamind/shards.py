@@ -21,6 +21,8 @@ from datamind.schemas import TableSchema
 from datamind.storage import DataRoot
 
 log = logging.getLogger(__name__)
+# Airflow's core.max_map_length when the deployment does not set it: the most shards one plan may map.
+AIRFLOW_MAX_MAP_LENGTH = 1024
 
 
 def chunk(items: Sequence, size: int, max_chunks: int | None = None) -> list[list]:

@@ -44,7 +44,9 @@ def max_shards() -> int:
     ``core.max_map_length``, so planners raise their shard size to stay within it."""
     from airflow.sdk.configuration import conf
 
-    return conf.getint("core", "max_map_length", fallback=1024)
+    from datamind.shards import AIRFLOW_MAX_MAP_LENGTH
+
+    return conf.getint("core", "max_map_length", fallback=AIRFLOW_MAX_MAP_LENGTH)
 
 
 def run_id() -> str:
