@@ -64,9 +64,8 @@ TEMPLATE_FILES = 24
 SYNTH = {"categories": ["aggregation", "ranking", "statistical_analysis"], "queries_per_category": 1}
 SYNTH_N_CHAINS = 1
 SHARDS = {"ingest": 50, "profile": 50, "synth": 20, "rollout": 10, "judge": 20}
-# Airflow's default core.max_map_length: a plan never maps more shards (planners raise the shard size to fit),
-# so at 50,000 sources a shard holds what a deployment's would. --max-shards 0 keeps the sizes above instead.
-MAX_SHARDS = AIRFLOW_MAX_MAP_LENGTH
+# A plan maps at most Airflow's default core.max_map_length shards (planners raise the shard size to fit), so
+# at 50,000 sources a shard holds what a deployment's would. --max-shards 0 keeps the sizes above instead.
 
 
 # -- source files ---------------------------------------------------------------------------------------------
@@ -140,7 +139,9 @@ def _params(stage: str) -> dict:
     return {"shard_size": SHARDS[stage]} if stage in SHARDS else {}
 
 
-def plan(stage: str, root, src: Path, params: dict | None = None, max_shards: int | None = MAX_SHARDS) -> list[dict]:
+def plan(
+    stage: str, root, src: Path, params: dict | None = None, max_shards: int | None = AIRFLOW_MAX_MAP_LENGTH
+) -> list[dict]:
     """The stage's planner as its DAG calls it (``params``: the DAG form's values; default this bench's), under
     Airflow's mapping limit (``max_shards``; None: unlimited, each shard of the size asked for)."""
     params = _params(stage) if params is None else params
@@ -491,7 +492,7 @@ def main() -> None:
     ap.add_argument(
         "--max-shards",
         type=int,
-        default=MAX_SHARDS,
+        default=AIRFLOW_MAX_MAP_LENGTH,
         help="shards one plan may map (Airflow's core.max_map_length); 0: no limit, the shard sizes as asked",
     )
     ap.add_argument("--child", choices=STAGES, dest="stage", help=argparse.SUPPRESS)

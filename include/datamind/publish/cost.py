@@ -40,7 +40,7 @@ def _usage(root: DataRoot, rel: str) -> pa.Table:
     """The token columns of ``rel``'s rows summed per query and model; shards written before a column existed
     read it as zero. Shards are summed as they are read, and the sums merged now and then, so memory holds
     about one row per query and model (the release's samples pick theirs in a join)."""
-    merged, pending = _USAGE.empty_table(), []
+    merged, pending, pending_rows = _USAGE.empty_table(), [], 0
     for path in shard_paths(root, rel) if root.exists(rel) else []:
         with root.open(path) as fh:
             pf = pq.ParquetFile(fh)
@@ -51,8 +51,9 @@ def _usage(root: DataRoot, rel: str) -> pa.Table:
         for f in _FIELDS:
             t = t.append_column(f, pa.nulls(len(t), pa.int64())) if f not in names else t
         pending.append(t.select([*_KEYS, *_FIELDS]).cast(_USAGE))
-        if sum(len(p) for p in pending) > max(_MERGE_ROWS, len(merged)):  # amortised: merged at most doubles
-            merged, pending = _summed(pa.concat_tables([merged, *pending]), _KEYS), []
+        pending_rows += len(t)
+        if pending_rows > max(_MERGE_ROWS, len(merged)):  # amortised: merged at most doubles
+            merged, pending, pending_rows = _summed(pa.concat_tables([merged, *pending]), _KEYS), [], 0
     return _summed(pa.concat_tables([merged, *pending]), _KEYS)
 
 
