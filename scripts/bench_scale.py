@@ -1,8 +1,8 @@
 """How each stage's cost grows with the corpus: planners and shards at N = 50, 500, 5,000 source files.
 
     python scripts/bench_scale.py                      # N = 50 500 5000
-    python scripts/bench_scale.py --sizes 500 50000    # a season of crawling: 17-40 min, 2.2 GiB on disk, 1.4 GB RSS
-    python scripts/bench_scale.py --sizes 50 --sample-shards 1   # what CI runs, so the script cannot rot
+    python scripts/bench_scale.py --sizes 500 50000    # a season of crawling: 25-50 min, 2.2 GiB on disk, 1.1 GB RSS
+    python scripts/bench_scale.py --sizes 30 50 --sample-shards 1 --repeats 2   # what CI runs, so it cannot rot
     python scripts/bench_scale.py --sizes 500 50000 --last-stage profile   # the first stages only: 6-12 min
     python scripts/bench_scale.py --max-shards 0       # every shard of the bench's size, however many
 
@@ -18,9 +18,12 @@ for the first half of the copies), which is the state a planner meets in a rerun
   shard holds what a deployment's would (with half the work done: 25 tables a synthesis shard, 144 queries a
   sampling or judging one);
 * a sample of its shards (real processing of planned work), per item, in a process of their own that is given
-  their specs and nothing else, as Airflow runs a mapped task;
-* the peak RSS of the planner (in its own child; the high-water mark is reset once the clones are written, so
-  it is the planner's peak, or the RSS the cloning left if that was higher) and of the shards' process.
+  their specs and nothing else, as Airflow runs a mapped task. The sample runs ``--repeats`` times (its writes
+  undone after each), the sizes taking turns, and the median is reported with its spread (publishing's one
+  shard, the whole release, runs once): a shard of the first stages takes a second or two, and this machine's
+  speed drifts by more than the growth being measured, so a single run per size could not tell 1.0 from 1.4;
+* the peak RSS of the planner (its own process; the clones are written by the driver beforehand) and of the
+  shards' process.
 
 It prints a table per size, then the growth exponent of each planner between consecutive sizes (1.0 is linear,
 2.0 quadratic): log(t2 / t1) / log(items2 / items1). It asserts nothing about time; the figures are the output.
@@ -35,6 +38,7 @@ import math
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -279,53 +283,31 @@ def cloneable(rels: list[str]) -> list[str]:
 
 
 def child(args) -> None:
-    """Clone the first half of this stage's output, time its planner, have a sample of its shards run in a
-    process of their own, undo the sample's writes and clone the second half (the next stage's full input).
-    Prints one JSON line."""
+    """Time this stage's planner over the root as it stands and write the specs of a sample of its shards
+    (``sample-<stage>.json`` beside the root). Prints one JSON line."""
     from datamind.storage import DataRoot
 
     root_dir = Path(args.root)
     root = DataRoot(str(root_dir))
-    work = json.loads((root_dir.parent / "work.json").read_text())
-    stage, copies = args.stage, work["copies"]
-    own = work["outputs"].get(stage, [])
-    ids = set(json.loads((root_dir.parent / "ids.json").read_text()))
-    half = max(1, copies // 2)
-    clone_files(root_dir, own, range(1, half), ids)
-
-    _reset_peak_rss()  # the planner's own high-water mark, not the cloning's above
+    stage = args.stage
+    _reset_peak_rss()  # the planner's own high-water mark, not the imports'
     t0 = time.perf_counter()
     specs = plan(stage, root, root_dir.parent / "src", max_shards=args.max_shards or None)
     plan_rss_mb = _peak_rss_mb()
     t_plan = time.perf_counter() - t0
     items = sum(spec_items(stage, s) for s in specs) if stage != "publish" else _judged_rows(root_dir)
-    before = _files(root_dir)
-    sample = root_dir.parent / f"sample-{stage}.json"
-    sample.write_text(json.dumps(specs[: args.sample_shards]))
-    shards = run_child(["--shards", stage, "--root", str(root_dir), "--specs", str(sample)])
-    for rel in _files(root_dir) - before:  # the sample's output is measured, not kept
-        (root_dir / rel).unlink()
-    clone_files(root_dir, own, range(half, copies), ids)
+    (root_dir.parent / f"sample-{stage}.json").write_text(json.dumps(specs[: args.sample_shards]))
+    sampled = specs[: args.sample_shards]
     print(
         json.dumps(
             {
                 "peak_rss_mb": plan_rss_mb,
                 "stage": stage,
                 "planned_items": items,
-                # the planner saw the done half too: its input is all copies
-                "input_items": (
-                    len(list((root_dir.parent / "src").iterdir()))
-                    if stage == "ingest"
-                    else items
-                    if stage == "publish"
-                    else items * copies // (copies - half)
-                ),
                 "plan_s": t_plan,
                 "specs": len(specs),
-                "shards": min(len(specs), args.sample_shards),
-                "shard_items": shards["items"] if stage != "publish" else items,
-                "shard_s": shards["seconds"],
-                "shard_rss_mb": shards["peak_rss_mb"],
+                "shards": len(sampled),
+                "shard_items": sum(spec_items(stage, s) for s in sampled) if stage != "publish" else items,
             }
         )
     )
@@ -402,46 +384,87 @@ def build_template(base: Path, n_files: int) -> dict:
     return outputs
 
 
-def measure(
-    n: int,
-    base: Path,
-    outputs: dict,
-    template_files: int,
-    sample_shards: int,
-    keep: Path | None,
-    last_stage: str,
-    max_shards: int,
-) -> list[dict]:
+def prepare(n: int, base: Path, outputs: dict, template_files: int, keep: Path | None) -> Path:
+    """A work folder for N = ``n``: its N source files and a copy of the template's data root."""
     work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-", dir=keep))
-    try:
-        t0 = time.perf_counter()
-        write_sources(work / "src", n)
-        print(f"N={n}: {n} source files written in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        root_dir = work / "root"
-        shutil.copytree(base / "root", root_dir)
-        shutil.copy(base / "ids.json", work / "ids.json")
-        copies = max(2, math.ceil(n / template_files))
-        (work / "work.json").write_text(json.dumps({"copies": copies, "outputs": outputs}))
-        ids = set(json.loads((work / "ids.json").read_text()))
-        rows = []
-        for stage in STAGES[: STAGES.index(last_stage) + 1]:
-            if stage == "profile":  # the catalog of files is every later stage's first input
-                _clone_catalog(root_dir, copies, ids)
-            argv = ["--child", stage, "--root", str(root_dir), "--sample-shards", str(sample_shards)]
-            rows.append(run_child([*argv, "--max-shards", str(max_shards)]))
-            print(f"N={n}: {stage} measured", file=sys.stderr)
-        files = [p for p in work.rglob("*") if p.is_file()]
+    t0 = time.perf_counter()
+    write_sources(work / "src", n)
+    print(f"N={n}: {n} source files written in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    shutil.copytree(base / "root", work / "root")
+    shutil.copy(base / "ids.json", work / "ids.json")
+    copies = max(2, math.ceil(n / template_files))
+    (work / "work.json").write_text(json.dumps({"copies": copies, "outputs": outputs}))
+    return work
+
+
+class Size:
+    """One size's work folder, and its stage's input cloned in halves around the measurements."""
+
+    def __init__(self, n: int, work: Path):
+        self.n, self.work, self.root = n, work, work / "root"
+        spec = json.loads((work / "work.json").read_text())
+        self.copies, self.outputs = spec["copies"], spec["outputs"]
+        self.ids = set(json.loads((work / "ids.json").read_text()))
+        self.half = max(1, self.copies // 2)
+
+    def clone(self, stage: str, first_half: bool) -> None:
+        if stage == "profile" and first_half:  # the catalog of files is every later stage's first input
+            rels = [r for r in cloneable(sorted(_files(self.root))) if r.startswith("catalog/files")]
+            clone_files(self.root, rels, range(1, self.copies), self.ids)
+        copies = range(1, self.half) if first_half else range(self.half, self.copies)
+        clone_files(self.root, self.outputs.get(stage, []), copies, self.ids)
+
+    def plan(self, stage: str, sample_shards: int, max_shards: int) -> dict:
+        argv = ["--child", stage, "--root", str(self.root), "--sample-shards", str(sample_shards)]
+        row = run_child([*argv, "--max-shards", str(max_shards)])
+        items = row["planned_items"]
+        # the planner saw the done half too: its input is all copies
+        row["input_items"] = (
+            len(list((self.work / "src").iterdir()))
+            if stage == "ingest"
+            else items
+            if stage == "publish"
+            else items * self.copies // (self.copies - self.half)
+        )
+        return row
+
+    def run_sample(self, stage: str, before: set[str]) -> dict:
+        """The sampled shards once, in a process of their own; their writes are measured, then undone, so the
+        next repeat meets the same state."""
+        specs = self.work / f"sample-{stage}.json"
+        out = run_child(["--shards", stage, "--root", str(self.root), "--specs", str(specs)])
+        for rel in _files(self.root) - before:
+            (self.root / rel).unlink()
+        return out
+
+
+def measure(sizes: dict[int, Size], stages: tuple[str, ...], sample_shards: int, repeats: int, max_shards: int):
+    """Every stage at every size. Within a stage the sampled shards run ``repeats`` times, the sizes taking
+    turns (ABBA...), so a drift of the machine's speed during the run falls on every size alike."""
+    results: dict[int, list[dict]] = {n: [] for n in sizes}
+    for stage in stages:
+        rows, before = {}, {}
+        for n, size in sizes.items():
+            size.clone(stage, first_half=True)
+            rows[n] = size.plan(stage, sample_shards, max_shards)
+            rows[n]["shard_runs"], rows[n]["shard_rss_mb"] = [], 0.0
+            before[n] = _files(size.root)
+        # publishing's one shard is the whole release: minutes at 50,000 sources, long enough to need no repeat
+        for r in range(1 if stage == "publish" else repeats):
+            for n in sizes if r % 2 == 0 else reversed(sizes):
+                out = sizes[n].run_sample(stage, before[n])
+                rows[n]["shard_runs"].append(out["seconds"])
+                rows[n]["shard_rss_mb"] = max(rows[n]["shard_rss_mb"], out["peak_rss_mb"])
+        for n, size in sizes.items():
+            rows[n]["shard_s"] = statistics.median(rows[n]["shard_runs"])
+            size.clone(stage, first_half=False)
+            results[n].append(rows[n])
+        print(f"{stage} measured at every size", file=sys.stderr)
+    for n, size in sizes.items():
+        files = [p for p in size.work.rglob("*") if p.is_file()]
         print(f"N={n}: {len(files)} files, {sum(p.stat().st_size for p in files) / 2**20:.0f} MiB on disk",
               file=sys.stderr)  # fmt: skip
-        return rows
-    finally:
-        if keep is None:
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def _clone_catalog(root_dir: Path, copies: int, ids: set[str]) -> None:
-    rels = [r for r in cloneable(sorted(_files(root_dir))) if r.startswith("catalog/files")]
-    clone_files(root_dir, rels, range(1, copies), ids)
+    return results
 
 
 # -- report ------------------------------------------------------------------------------------------------------
@@ -450,19 +473,28 @@ def _clone_catalog(root_dir: Path, copies: int, ids: set[str]) -> None:
 def report(results: dict[int, list[dict]]) -> None:
     print()
     print(f"{'N':>6} {'stage':<8} {'items':>7} {'plan s':>8} {'plan ms/item':>12} {'shards':>6} {'shard items':>11} "
-          f"{'shard ms/item':>13} {'plan RSS MB':>11} {'shard RSS MB':>12}")  # fmt: skip
+          f"{'shard ms/item':>13} {'spread %':>8} {'plan RSS MB':>11} {'shard RSS MB':>12}")  # fmt: skip
     for n, rows in results.items():
         for r in rows:
             items = r["input_items"] or 1
             per_shard = 1000 * r["shard_s"] / r["shard_items"] if r["shard_items"] else float("nan")
+            spread = 100 * (max(r["shard_runs"]) - min(r["shard_runs"])) / r["shard_s"] if r["shard_s"] else 0.0
             print(
                 f"{n:>6} {r['stage']:<8} {r['input_items']:>7} {r['plan_s']:>8.3f} {1000 * r['plan_s'] / items:>12.3f}"
-                f" {r.get('specs', 0):>6} {r['shard_items']:>11} {per_shard:>13.2f}"
+                f" {r.get('specs', 0):>6} {r['shard_items']:>11} {per_shard:>13.2f} {spread:>8.0f}"
                 f" {r['peak_rss_mb']:>11.0f} {r['shard_rss_mb']:>12.0f}"
             )
+    repeats = max(len(r["shard_runs"]) for rows in results.values() for r in rows)
+    print(
+        f"\nshard ms/item: the median of {repeats} runs of the same sampled shards (publishing: one run);"
+        " spread: (max - min) / median"
+    )
     sizes = sorted(results)
     if len(sizes) > 1:
-        print("\nbetween sizes: planner growth exponent (1.0 = linear, 2.0 = quadratic) and shard ms/item ratio:")
+        print(
+            "\nbetween sizes: planner growth exponent (1.0 = linear, 2.0 = quadratic), and the shard ms/item ratio"
+            " (of the medians; in brackets, the lowest and highest of the ratios of runs made side by side):"
+        )
         for stage in [r["stage"] for r in results[sizes[0]]]:
             parts = []
             for a, b in pairwise(sizes):
@@ -478,7 +510,12 @@ def report(results: dict[int, list[dict]]) -> None:
                     parts.append(f"{a}->{b}: exponent {k:.2f}")
                 if ra["shard_items"] and rb["shard_items"] and ra["shard_s"] > 0:
                     ratio = (rb["shard_s"] / rb["shard_items"]) / (ra["shard_s"] / ra["shard_items"])
-                    parts.append(f"{a}->{b}: shard ratio {ratio:.2f}")
+                    paired = [
+                        (tb / rb["shard_items"]) / (ta / ra["shard_items"])
+                        for ta, tb in zip(ra["shard_runs"], rb["shard_runs"], strict=True)
+                        if ta > 0
+                    ]
+                    parts.append(f"{a}->{b}: shard ratio {ratio:.2f} [{min(paired):.2f}-{max(paired):.2f}]")
             print(f"  {stage:<8} " + ", ".join(parts))
 
 
@@ -486,6 +523,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[50, 500, 5000], help="numbers of source files")
     ap.add_argument("--sample-shards", type=int, default=2, help="shards processed for real per stage")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="runs of each stage's sampled shards, the sizes taking turns"
+    )
     ap.add_argument("--template-files", type=int, default=TEMPLATE_FILES, help="files the real pipeline runs over")
     ap.add_argument("--keep", type=Path, help="keep the generated data roots under this folder")
     ap.add_argument("--last-stage", choices=STAGES, default=STAGES[-1], help="measure the stages up to this one")
@@ -507,6 +547,7 @@ def main() -> None:
         shard_child(args)
         return
     base = Path(tempfile.mkdtemp(prefix="bench-scale-template-", dir=args.keep))
+    sizes: dict[int, Size] = {}
     try:
         t0 = time.perf_counter()
         outputs = build_template(base, args.template_files)
@@ -514,16 +555,17 @@ def main() -> None:
             f"template: the pipeline over {args.template_files} files in {time.perf_counter() - t0:.0f} s",
             file=sys.stderr,
         )
-        results = {}
-        for n in args.sizes:
-            t0 = time.perf_counter()
-            results[n] = measure(
-                n, base, outputs, args.template_files, args.sample_shards, args.keep, args.last_stage, args.max_shards
-            )
-            print(f"N={n}: {time.perf_counter() - t0:.0f} s in all", file=sys.stderr)
+        for n in sorted(set(args.sizes)):
+            sizes[n] = Size(n, prepare(n, base, outputs, args.template_files, args.keep))
+        t0 = time.perf_counter()
+        stages = STAGES[: STAGES.index(args.last_stage) + 1]
+        results = measure(sizes, stages, args.sample_shards, args.repeats, args.max_shards)
+        print(f"measured in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
+            for size in sizes.values():
+                shutil.rmtree(size.work, ignore_errors=True)
     report(results)
     print(f"\npeak RSS of this driver (template and clones): {_peak_rss_mb():.0f} MB")
 
