@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train-env verl-env serve-env serve-model demo demo-llm test test-fast lint airflow cluster cluster-stop lock lock-train lock-verl lock-serve bench clean
+.PHONY: install train-env verl-env serve-env serve-model demo demo-llm test test-fast lint airflow cluster cluster-stop cluster-remove lock lock-train lock-verl lock-serve bench clean
 
 install: $(STAMP)
 
@@ -106,6 +106,9 @@ cluster: install
 
 cluster-stop:
 	$(PY) scripts/cluster.py stop
+
+cluster-remove:
+	$(PY) scripts/cluster.py remove
 
 lock-train:
 	rm -rf /tmp/datamind-lock-train && $(PYTHON) -m venv /tmp/datamind-lock-train

@@ -2,6 +2,7 @@
 
     python scripts/cluster.py start [--dir .cluster] [--port 8080]   # PostgreSQL, Redis, S3 (moto), Airflow
     python scripts/cluster.py stop  [--dir .cluster]                 # stops every process it started
+    python scripts/cluster.py remove [--dir .cluster]                # stops it, deletes its state, keeps logs
     python scripts/cluster.py status [--dir .cluster]
 
 Services: PostgreSQL (metadata DB and Celery results), Redis (broker), an S3-compatible object store (moto) that
@@ -293,6 +294,25 @@ def stop(directory: str) -> list[str]:
     return stopped
 
 
+def remove(directory: str) -> list[str]:
+    """Stop the cluster, then delete its state (database, bucket, worker folders) but not its logs; returns the
+    names of the processes stopped. As root the database lives under /tmp (PostgreSQL's own user must reach
+    it), outside the cluster's folder: it goes too."""
+    stopped = stop(directory)
+    state = Path(directory, "cluster.json")
+    pg_dir = Cluster.load(directory).pg_dir if state.exists() else ""
+    if pg_dir:
+        shutil.rmtree(pg_dir, ignore_errors=True)
+    for entry in Path(directory).iterdir() if Path(directory).is_dir() else []:
+        if entry.name == "logs":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    return stopped
+
+
 # How long a service is given to exit after each signal.
 STOP_GRACE_S = ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0))
 
@@ -350,7 +370,7 @@ def _alive(entry: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["start", "stop", "status"])
+    parser.add_argument("command", choices=["start", "stop", "remove", "status"])
     parser.add_argument("--dir", default=str(REPO / ".cluster"), help="working directory of the cluster")
     parser.add_argument("--port", type=int, default=8080, help="port of the Airflow UI / API")
     args = parser.parse_args(argv)
@@ -364,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Workers:     {', '.join(f'{n} at {a} ({q})' for n, (a, q) in WORKERS.items())}")
         print(f"Logs:        {c.path('logs')}/   stop with: make cluster-stop")
         return 0
-    if args.command == "stop":
-        names = stop(args.dir)
+    if args.command in ("stop", "remove"):
+        names = (stop if args.command == "stop" else remove)(args.dir)
         print(f"stopped {len(names)} process(es): {', '.join(names) or 'none'}")
         return 0
     running = [p.name for p in Path(args.dir, "pids").glob("*") if _alive(p)] if Path(args.dir, "pids").is_dir() else []

@@ -85,3 +85,24 @@ def test_a_group_that_ignores_sigterm_is_killed_whole(tmp_path, monkeypatch):
     cluster._stop_group([entry], leader_only=True)
     assert 1.0 <= time.monotonic() - t0 < 5.0  # SIGTERM's grace waited out, then SIGKILL took it at once
     assert not cluster._alive(entry)  # (it reaps the process, so its exit status is not ours to read)
+
+
+def test_remove_stops_the_services_and_deletes_the_state_outside_the_folder_too_but_keeps_the_logs(tmp_path):
+    cluster = load_script("cluster")
+    folder, pg_dir = tmp_path / "cluster", tmp_path / "elsewhere" / "pg"  # as root the database lives in /tmp
+    (pg_dir / "base").mkdir(parents=True)
+    (pg_dir / "PG_VERSION").write_text("17")
+    folder.mkdir()
+    c = cluster.Cluster(str(folder), 1, 2, 3, 4, "secret", pg_dir=str(pg_dir))
+    c.save()
+    (folder / "logs").mkdir()
+    (folder / "logs" / "scheduler.log").write_text("what happened")
+    (folder / "worker-a" / "home").mkdir(parents=True)
+    proc, _ = _service(folder, "scheduler")
+
+    stopped = cluster.remove(str(folder))
+
+    assert stopped == ["scheduler"] and proc.wait(timeout=30) is not None
+    assert not pg_dir.exists(), "the database outside the cluster's folder was left behind"
+    assert sorted(p.name for p in folder.iterdir()) == ["logs"]
+    assert (folder / "logs" / "scheduler.log").read_text() == "what happened"

@@ -42,7 +42,7 @@ def cluster(tmp_path_factory):
         print(f"\ncluster up in {time.monotonic() - t0:.0f} s")
         yield mod, c
     finally:
-        stopped = mod.stop(str(directory))
+        stopped = mod.remove(str(directory))  # its database lives under /tmp when run as root
         print(f"stopped: {stopped}")
 
 

@@ -94,6 +94,7 @@ def _become_worker(view: dict[str, list[str]], cgroups: list[Path]) -> None:
     for staging, folder in staged:
         os.makedirs(folder, exist_ok=True)
         isolation.mount(staging, folder, None, 8192)  # MS_MOVE
+        os.rmdir(staging)  # no longer a mount point here: the empty folder it was in /tmp goes
     os.setgroups([])
     os.setresgid(WORKER_GID, WORKER_GID, WORKER_GID)
     os.setresuid(WORKER_UID, WORKER_UID, WORKER_UID)

@@ -19,6 +19,7 @@ token per second as soon as the sandbox or another task wants one of them.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
 import shutil
@@ -40,6 +41,8 @@ ENGINES = ("auto", "llama.cpp", "transformers", "vllm")
 SERVE_ENV = REPO_ROOT / ".venv-serve"
 DEFAULT_THREADS = 1
 DEFAULT_CONTEXT = 8192
+
+log = logging.getLogger(__name__)
 
 
 class ServeError(RuntimeError):
@@ -161,7 +164,7 @@ class RunningServer:
     engine: str
     proc: subprocess.Popen
     log_path: str
-    workdir: str = ""
+    workdir: str = ""  # removed on stop, with the log when it lies there (start's default)
 
     def stop(self, grace_s: float = 20.0) -> None:
         if self.proc.poll() is None:
@@ -171,6 +174,10 @@ class RunningServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        elif self.workdir and self.log_path.startswith(self.workdir + os.sep):
+            # it died on its own: its last words go to the caller's log before its folder does
+            log.warning("the %s server had exited with %s; its log ends:\n%s", self.engine, self.proc.returncode,
+                        self.log_tail())  # fmt: skip
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -187,24 +194,25 @@ def start(spec: ServeSpec, log_path: str | None = None) -> RunningServer:
     engine = pick_engine(spec)
     port = spec.port or free_port()
     argv, env = command(spec, engine, port)
-    if log_path is None:
-        fd, log_path = tempfile.mkstemp(prefix="datamind-serve-", suffix=".log")
-        os.close(fd)
     workdir = tempfile.mkdtemp(prefix="datamind-serve-")
+    log_path = log_path or os.path.join(workdir, "server.log")
     os.symlink(os.path.abspath(spec.model), os.path.join(workdir, spec.name))
-    with open(log_path, "ab") as log:
+    with open(log_path, "ab") as out:
         # its own session: stopping it stops every process it started (vLLM's engine core, uvicorn workers)
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env},
                                 cwd=workdir, start_new_session=True, stdin=subprocess.DEVNULL)  # fmt: skip
     server = RunningServer(f"http://127.0.0.1:{port}/v1", spec.name, engine, proc, log_path, workdir)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + spec.ready_timeout_s
     while not _ready(base, engine, spec.api_key):
         if proc.poll() is not None:
-            raise ServeError(f"{engine} server exited with {proc.returncode} before it was ready:\n{server.log_tail()}")
-        if time.monotonic() > deadline:
+            tail = server.log_tail()
             server.stop()
-            raise ServeError(f"{engine} server not ready after {spec.ready_timeout_s:g} s:\n{server.log_tail()}")
+            raise ServeError(f"{engine} server exited with {proc.returncode} before it was ready:\n{tail}")
+        if time.monotonic() > deadline:
+            tail = server.log_tail()
+            server.stop()
+            raise ServeError(f"{engine} server not ready after {spec.ready_timeout_s:g} s:\n{tail}")
         time.sleep(0.25)
     return server
 
