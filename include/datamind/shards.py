@@ -161,3 +161,8 @@ def read_rows(
     where: tuple[str, Iterable[str]] | None = None,
 ) -> list[dict]:
     return read_table(root, schema, rel_dir, columns, where).to_pylist()
+
+
+def column_counts(table: pa.Table, column: str) -> dict:
+    """How many rows hold each value of ``column`` (None: null), counted in Arrow: no Python object per row."""
+    return {c["values"]: c["counts"] for c in pc.value_counts(table[column]).to_pylist()}

@@ -52,8 +52,9 @@ def test_the_cost_of_thousands_of_samples_adds_every_call_of_their_questions(tmp
     samples = [q for q in queries if q["query_id"] != "q00007"][:2_500]
     samples.append(samples[0])  # two samples of one question: each is paid for by its calls
 
+    table = pa.Table.from_pylist(samples)
     tracemalloc.start()
-    cost = release_cost(root, samples, PRICES)
+    cost = release_cost(root, table, PRICES)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
 
@@ -94,7 +95,7 @@ def test_a_release_whose_calls_all_have_a_price_is_priced_and_the_offline_engine
     _write(root, DIRS["trajectories"], "part-a.parquet", rows, ["query_id", "model", *FIELDS])
     free = [{"query_id": "q1", "model": "offline-synth", "prompt_tokens": 0, "completion_tokens": 0}]
     _write(root, DIRS["queries"], "part-a.parquet", free, ["query_id", "model", "prompt_tokens", "completion_tokens"])
-    cost = release_cost(root, [{"query_id": "q1", "category": "ranking", "hop": 1}], PRICES)
+    cost = release_cost(root, pa.Table.from_pylist([{"query_id": "q1", "category": "ranking", "hop": 1}]), PRICES)
     assert cost["priced"]  # the offline synthesis made no paid call: its missing price does not matter
     total = cost["total"]
     assert total["usd"] == round((600 * 0.25 + 100 * 1.0) / 1e6, 6) and total["saved_usd"] == round(400 * 0.25 / 1e6, 6)

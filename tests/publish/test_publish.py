@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from datetime import UTC, datetime
@@ -129,10 +130,13 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_killed_publish_leaves_no_partial_or_duplicated_shard(root):
+def test_killed_publish_leaves_no_partial_or_duplicated_shard(root, tmp_path, monkeypatch):
     n, size = 1200, 6
     write_judged(root, [judged_row(i) for i in range(n)])
-    env = {**os.environ, "PYTHONPATH": str(REPO / "include")}
+    spills = tmp_path / "tmp"  # the workers' TMPDIR, where publishing spills the rows it screened
+    spills.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spills))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "include"), "TMPDIR": str(spills)}
     child = subprocess.Popen([sys.executable, "-c", CHILD, root.url, str(size)], env=env, cwd=str(REPO))
     vdir = Path(root.path("dataset", "v1"))
     staged = Path(root.path("staging", "dataset", "v1"))  # where a release is built before it is moved in
@@ -151,10 +155,14 @@ def test_killed_publish_leaves_no_partial_or_duplicated_shard(root):
     assert not vdir.exists() and not list(Path(root.path()).glob("dataset/**/*.parquet"))  # ... nor any part of one
     partial = sorted(x.name for x in staged.iterdir())
     assert 0 < len([x for x in partial if x.startswith("part-")]) < n // size
+    assert [x.name.split("-")[2] for x in spills.iterdir()] == [str(child.pid)]  # its spill, left by the kill
+    live = spills / f"datamind-publish-{os.getpid()}-running"  # a publish still running elsewhere
+    live.mkdir()
 
     m = publish_dataset(root, "run-rerun", shard_rows=size)
     assert m["version"] == 1  # the killed attempt's number is reused, not a second copy next to it
     assert not staged.exists()
+    assert list(spills.iterdir()) == [live]  # the dead one's spill was swept, the rerun's own removed
     names = sorted(x.name for x in vdir.iterdir())
     assert names == ["README.md", "files", "manifest.json"] + [f"part-{i:05d}.parquet" for i in range(n // size)]
     assert sorted(Path(root.path("dataset")).iterdir()) == [Path(root.path("dataset", "LATEST")), vdir]
@@ -250,9 +258,16 @@ def test_publish_screens_in_bounded_batches_and_merges_the_runs_in_id_order(root
     monkeypatch.setattr(stage, "apply_filters", lambda rows, config: batches.append(len(rows)) or real(rows, config))
     monkeypatch.setattr(stage, "_SCREEN_ROWS", 40)
     monkeypatch.setattr(stage, "_SPILL_GROUP_ROWS", 3)
+    monkeypatch.setattr(stage, "_MERGE_FAN_IN", 2)
+    merges: list[int] = []
+    real_merge = stage._merge_rows
+    monkeypatch.setattr(stage, "_merge_rows", lambda paths: merges.append(len(paths)) or real_merge(paths))
     m = publish_dataset(root, "run-small-batches", shard_rows=7)
     # screening held at most a batch (the threshold plus the shard that crossed it), never the whole set
     assert len(batches) >= 6 and max(batches) <= 40 + 25 and sum(batches) == 300
+    # the runs were merged two at a time, in passes, never all at once: a merge pass per pair, then the last
+    runs = sum(1 for b in batches if b)  # a batch spills one sorted run
+    assert merges == [2] * (runs - 1), merges
     assert m["n_judged"] == 300 and m["n_samples"] == 297 and m["n_filtered"] == 3
     parts = sorted(Path(root.path("dataset", "v1")).glob("part-*.parquet"))
     sizes = [pq.read_metadata(x).num_rows for x in parts]

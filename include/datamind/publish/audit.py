@@ -15,8 +15,11 @@ import json
 import re
 import statistics
 import sys
+from array import array
 from collections import Counter
 from dataclasses import dataclass
+
+import numpy as np
 
 from datamind import grounding
 from datamind.categories import CATEGORY_IDS
@@ -173,11 +176,76 @@ def audit_rows(rows: list[dict], queries_by_category: dict[str, int] | None = No
     return tally.figures(queries_by_category)
 
 
+class _SentenceCounts:
+    """How many samples hold each sentence (by its hash), exact, in about 24 bytes a distinct sentence: a
+    dict with its objects took ten times that, and a real model writes millions of distinct sentences over
+    a large release. Hashes wait in a typed array and are folded every ``fold`` of them into sorted numpy
+    arrays: distinct hashes, their counts and the position each was first seen at.
+
+    A sentence's text and first sample ids are kept while it is among those seen since the last fold, and
+    at a fold for the ``keep`` best ranked (count, then first seen). The final leader ranks first at every
+    fold after its last occurrence, so its text is always there; its examples are its first samples, unless
+    it ranked below ``keep`` at an earlier fold of a large release (then the first ones since)."""
+
+    def __init__(self, fold: int = 1 << 14, keep: int = 64) -> None:
+        self.fold, self.keep = fold, keep
+        self.pending = array("q")
+        self.seen = 0  # stream position of pending[0]
+        self.hashes = np.empty(0, np.int64)
+        self.counts = np.empty(0, np.int64)
+        self.first = np.empty(0, np.int64)
+        self.texts: dict[int, str] = {}
+        self.examples: dict[int, list[str]] = {}
+
+    def add(self, key: int, text: str, sample_id: str | None) -> None:
+        self.pending.append(key)
+        self.texts.setdefault(key, text)
+        held = self.examples.setdefault(key, [])
+        if sample_id and len(held) < EXAMPLES:
+            held.append(sample_id)
+        if len(self.pending) >= self.fold:
+            self._fold()
+
+    def _fold(self) -> None:
+        if not self.pending:
+            return
+        new_keys, at, counts = np.unique(np.frombuffer(self.pending, np.int64), return_index=True, return_counts=True)
+        pos = np.searchsorted(self.hashes, new_keys)
+        known = pos < len(self.hashes)
+        known[known] = self.hashes[pos[known]] == new_keys[known]
+        self.counts[pos[known]] += counts[known]
+        fresh = ~known
+        self.hashes = np.insert(self.hashes, pos[fresh], new_keys[fresh])
+        self.counts = np.insert(self.counts, pos[fresh], counts[fresh])
+        self.first = np.insert(self.first, pos[fresh], at[fresh] + self.seen)
+        self.seen += len(self.pending)
+        self.pending = array("q")
+        best = set(self.hashes[self._ranked(self.keep)].tolist())
+        self.texts = {k: v for k, v in self.texts.items() if k in best}
+        self.examples = {k: v for k, v in self.examples.items() if k in best and v}
+
+    def _ranked(self, k: int) -> np.ndarray:
+        """Indices of the ``k`` best ranked: most counted, then first seen (one int64 key, partitioned)."""
+        rank = -self.counts * (1 << 40) + self.first  # a release holds far fewer than 2**40 sentences
+        if len(rank) <= k:
+            return np.argsort(rank)
+        return np.argpartition(rank, k)[:k]
+
+    def top(self) -> tuple[str, int, list[str]]:
+        """The most held sentence (the first seen among equals): its text, its count, example sample ids."""
+        self._fold()
+        if not len(self.hashes):
+            return "", 0, []
+        i = int(np.argmin(-self.counts * (1 << 40) + self.first))
+        key = int(self.hashes[i])
+        return self.texts.get(key, ""), int(self.counts[i]), self.examples.get(key, [])
+
+
 class AuditTally:
     """The audit taken one sample at a time, so a release of any size is audited in one pass without
-    holding its rows. Sentences and first thoughts are counted by their hash (equal within the process);
-    a sentence's text is kept only once it repeats, or for the first one seen: all the top-sentence figure
-    can name."""
+    holding its rows: what grows with the release is a few bytes a sample and a sentence (typed arrays),
+    never a Python object per sample. Sentences and first thoughts are counted by their hash (equal within
+    the process)."""
 
     _FLAGS = (
         "internal_import",
@@ -199,15 +267,13 @@ class AuditTally:
         self.verified = 0
         self.database = 0  # database samples, and those whose question names no table
         self.unresolved = 0
-        self.first_thinks: set[int] = set()
-        self.sentences: dict[int, int] = {}
-        self.texts: dict[int, str] = {}
+        self.first_thinks = array("q")
+        self.sentences = _SentenceCounts()
         self.per_category: Counter[str] = Counter()
-        self.answer_words: list[int] = []
-        self.turns_per_hop: dict[int, list[int]] = {}
+        self.answer_words = array("q")
+        self.turns_per_hop: dict[int, array] = {}
         # figure -> the first samples that count against it, so a reviewer can open them
         self.examples: dict[str, list[str]] = {}
-        self.sentence_examples: dict[int, list[str]] = {}
 
     def _example(self, figure: str, sample_id: str | None) -> None:
         found = self.examples.setdefault(figure, [])
@@ -228,36 +294,28 @@ class AuditTally:
             self.unresolved += f.unresolved_table
             if f.unresolved_table:
                 self._example("unresolved_table_share", sid)
-        self.first_thinks.add(hash(f.first_think))
+        self.first_thinks.append(hash(f.first_think))
         for sentence in sorted(f.sentences):  # sorted: ties for the top sentence go to the same one every run
-            key = hash(sentence)
-            seen = self.sentences.get(key, 0)
-            self.sentences[key] = seen + 1
-            if seen == 1 or not self.texts:
-                self.texts[key] = sentence
-            holders = self.sentence_examples.setdefault(key, [])
-            if sid and len(holders) < EXAMPLES:
-                holders.append(sid)
+            self.sentences.add(hash(sentence), sentence, sid)
         self.per_category[row.get("category")] += 1
         self.answer_words.append(f.answer_words)
         if row.get("hop") is not None:
-            self.turns_per_hop.setdefault(row["hop"], []).append(f.turns)
+            self.turns_per_hop.setdefault(row["hop"], array("q")).append(f.turns)
 
     def figures(self, queries_by_category: dict[str, int] | None = None) -> dict:
         n = self.n
-        top_key, top_count = None, 0
-        for key, count in self.sentences.items():  # the first seen among equals, like Counter.most_common
-            if count > top_count:
-                top_key, top_count = key, count
+        top_text, top_count, top_examples = self.sentences.top()
         share = {name: round(self.flags[name] / n, 4) if n else 0.0 for name in self._FLAGS}
         out: dict = {
             "n_samples": n,
             "internal_import_share": share["internal_import"],
             "warning_share": share["warning"],
             "unfixed_placeholder_header_share": share["unfixed_placeholder"],
-            "distinct_first_think_ratio": round(len(self.first_thinks) / n, 4) if n else 0.0,
+            "distinct_first_think_ratio": round(len(np.unique(np.frombuffer(self.first_thinks, np.int64))) / n, 4)
+            if n
+            else 0.0,
             "top_sentence_share": round(top_count / n, 4) if n else 0.0,
-            "top_sentence": self.texts.get(top_key, "") if top_key is not None else "",
+            "top_sentence": top_text,
             "repeated_word_question_share": share["repeated_word"],
             "error_recovery_share": share["error_recovery"],
             "repeated_read_share": share["repeated_read"],
@@ -269,8 +327,8 @@ class AuditTally:
             "nonadditive_sum_share": share["nonadditive_sum"],
             "verified_share": round(self.verified / n, 4) if n else 0.0,
             "samples_per_category": {c: self.per_category.get(c, 0) for c in CATEGORY_IDS},
-            "answer_words": _quantiles(self.answer_words),
-            "turns_per_hop": {str(h): _quantiles(self.turns_per_hop[h]) for h in sorted(self.turns_per_hop)},
+            "answer_words": _quantiles(self.answer_words.tolist()),
+            "turns_per_hop": {str(h): _quantiles(self.turns_per_hop[h].tolist()) for h in sorted(self.turns_per_hop)},
         }
         if queries_by_category:
             total = sum(queries_by_category.values())
@@ -280,8 +338,8 @@ class AuditTally:
             }
         out["misses"] = misses(out)
         examples = {k: v for k, v in self.examples.items() if v}
-        if top_key is not None and self.sentence_examples.get(top_key):
-            examples["top_sentence_share"] = self.sentence_examples[top_key]
+        if top_examples:
+            examples["top_sentence_share"] = top_examples
         out["examples"] = examples
         return out
 

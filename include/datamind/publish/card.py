@@ -19,6 +19,7 @@ import yaml
 
 from datamind.publish import promotion
 from datamind.schemas import DATASET
+from datamind.shards import column_counts
 
 FILES_DIR = "files"
 SPLITS = ("train", "test")
@@ -72,26 +73,30 @@ def _size_category(n: int) -> str:
     return "n>1M"
 
 
-def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
-    """README.md with a Hugging Face style YAML header, from the release's manifest, rows and file provenance."""
+def render_card(manifest: dict, rows: pa.Table, sources: list[dict]) -> str:
+    """README.md with a Hugging Face style YAML header, from the release's manifest, its rows' light fields
+    (split, category, hop, answer_check) and file provenance."""
     vid = manifest["version_id"]
-    by_split = Counter(r.get("split") for r in rows)
+    n = rows.num_rows
+    by_split = column_counts(rows, "split")
     header = {
         "pretty_name": f"DataMind agent trajectories {vid}",
         "license": "other",
         "task_categories": ["question-answering", "table-question-answering"],
-        "size_categories": [_size_category(len(rows))],
+        "size_categories": [_size_category(n)],
         # Both splits share the parts (a row's `split` column says which): one hub split holds them all,
         # so a loader never counts a row twice.
         "configs": [{"config_name": "default", "data_files": [{"split": "all", "path": "part-*.parquet"}]}],
         "dataset_info": {
             "features": [hf_feature(f.name, f.type) for f in DATASET.schema],
-            "splits": [{"name": "all", "num_examples": len(rows)}],
+            "splits": [{"name": "all", "num_examples": n}],
         },
     }
-    cats = Counter(r["category"] for r in rows)
-    hops = Counter(int(r["hop"]) for r in rows)
-    checks = Counter(r.get("answer_check") or "unknown" for r in rows)
+    cats = column_counts(rows, "category")
+    hops = column_counts(rows, "hop")
+    checks = Counter()
+    for check, count in column_counts(rows, "answer_check").items():
+        checks[check or "unknown"] += count
     lines = [
         "---",
         yaml.safe_dump(header, sort_keys=False, allow_unicode=True).rstrip(),
@@ -117,7 +122,7 @@ def render_card(manifest: dict, rows: list[dict], sources: list[dict]) -> str:
         "",
         "## Contents",
         "",
-        f"- samples: {len(rows)} ({', '.join(f'{s}: {by_split.get(s, 0)}' for s in SPLITS)}); "
+        f"- samples: {n} ({', '.join(f'{s}: {by_split.get(s, 0)}' for s in SPLITS)}); "
         f"content hash `{manifest['content_hash']}`; schema `{DATASET.name}` {DATASET.version}",
         f"- answer check against the executed reference: {dict(sorted(checks.items()))}",
         "",

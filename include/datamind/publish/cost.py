@@ -13,7 +13,6 @@ per query and model, never a Python object per trajectory (a release of 300,000 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -21,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamind.assets import DIRS
-from datamind.shards import shard_paths
+from datamind.shards import column_counts, shard_paths
 from datamind.storage import DataRoot
 
 _FIELDS = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cached_completion_tokens")
@@ -57,17 +56,16 @@ def _usage(root: DataRoot, rel: str) -> pa.Table:
     return _summed(pa.concat_tables([merged, *pending]), _KEYS)
 
 
-def release_cost(root: DataRoot, samples: list[Mapping], prices: Mapping | None = None) -> dict:
-    """``samples``: the release's rows (query_id, category, hop); ``prices``: model -> llm.config.Price."""
+def release_cost(root: DataRoot, samples: pa.Table, prices: Mapping | None = None) -> dict:
+    """``samples``: the release's rows (columns query_id, category, hop); ``prices``: model -> llm.config.Price."""
     prices = prices or {}
-    cells_of = [f"{s['category']} / hop {s['hop']}" for s in samples]
-    per_sample = pa.table({"query_id": pa.array([s["query_id"] for s in samples], pa.string()),
-                           "cell": pa.array(cells_of, pa.string())})  # fmt: skip
+    cell = pc.binary_join_element_wise(samples["category"], pc.cast(samples["hop"], pa.string()), " / hop ")
+    per_sample = pa.table({"query_id": samples["query_id"], "cell": cell})
     usage = pa.concat_tables([_usage(root, DIRS["queries"]), _usage(root, DIRS["trajectories"])])
     # a sample counts its query's calls (two samples of one query both do, as each is paid for by them)
     by_cell = _summed(per_sample.join(usage, "query_id", join_type="inner", use_threads=False), ["cell", "model"])
-    cells: dict[str, dict] = {key: {**_empty(), "samples": n} for key, n in Counter(cells_of).items()}
-    total = {**_empty(), "samples": len(samples)}
+    cells: dict[str, dict] = {key: {**_empty(), "samples": n} for key, n in column_counts(per_sample, "cell").items()}
+    total = {**_empty(), "samples": samples.num_rows}
     priced = True
     for row in by_cell.to_pylist():  # one row per cell and model
         p, c, cp, cc = (row[f] or 0 for f in _FIELDS)

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import posixpath
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import fsspec
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -43,7 +45,7 @@ from datamind.publish.audit import AuditTally
 from datamind.publish.cost import release_cost
 from datamind.publish.params import PublishParams
 from datamind.schemas import ALL, CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
-from datamind.shards import read_rows, read_table, shard_paths, table_to_parquet_bytes
+from datamind.shards import column_counts, read_rows, read_table, shard_paths, table_to_parquet_bytes
 from datamind.stage_params import from_params
 from datamind.stages import ITEM_COLUMN, PIPELINE, STAGES, contract
 from datamind.storage import DataRoot
@@ -96,25 +98,31 @@ def _filter_rejection(row: dict, finding, run_id: str | None, now: datetime) -> 
 
 @dataclass
 class _Screened:
-    """What screening the judged rows of one partition leaves: the kept rows' light fields (sorted by
-    sample_id), their audit tally, the rejections (sorted by item), and the local files holding the kept
-    rows whole."""
+    """What screening the judged rows of one partition leaves: the kept rows' light fields (an Arrow table
+    sorted by sample_id: a few dozen bytes a row, where a dict per row took about a KB), their audit tally,
+    the rejections (sorted by item), and the local files holding the kept rows whole."""
 
     partition: str | None
     judge_params: dict | None
     n_judged: int
-    kept: list[dict]
+    kept: pa.Table
     audit: AuditTally
     rejections: list[dict]
     spilled: list[str]
 
 
 # What the manifest and the card read of a kept row; the rows themselves stay in the spill files.
-_LIGHT = ("sample_id", "query_id", "file_id", "data_uri", "category", "hop", "answer_check", "selection_strategy")
+_LIGHT = pa.schema(
+    DATASET.schema.field(k)
+    for k in ("sample_id", "query_id", "file_id", "data_uri", "category", "hop", "answer_check", "selection_strategy")
+)
 # Judged rows screened together: enough to batch the tokenizer and write few spill files, few enough to
 # keep memory flat (a row with its trajectory is tens of KB in Python).
 _SCREEN_ROWS = 2_000
 _SPILL_GROUP_ROWS = 32  # rows the merge decodes at a time from each spill file
+# Spill files merged at once: each open one costs 3-6 MB (its metadata and a decoded group), and a release of
+# 300,000 rows spills about 150.
+_MERGE_FAN_IN = 16
 
 
 class _Screener:
@@ -124,7 +132,7 @@ class _Screener:
     def __init__(self, root: DataRoot, config: FilterConfig, spill: str, run_id: str | None, now: datetime):
         self.root, self.config, self.spill, self.run_id, self.now = root, config, spill, run_id, now
         self.readable: dict[str, str | None] = {}  # data uri -> why it cannot be read (None: readable)
-        self.light: list[dict] = []
+        self.light: list[pa.Table] = []
         self.audit = AuditTally()
         self.rejections: list[dict] = []
         self.spilled: list[str] = []
@@ -139,8 +147,8 @@ class _Screener:
         kept.sort(key=lambda r: r["sample_id"])  # each spill file is a sorted run of the merge
         self.spilled.append(os.path.join(self.spill, f"kept-{len(self.spilled):06d}.parquet"))
         pq.write_table(DATASET.to_table(kept), self.spilled[-1], row_group_size=_SPILL_GROUP_ROWS)
+        self.light.append(pa.table({f.name: pa.array([r.get(f.name) for r in kept], f.type) for f in _LIGHT}))
         for r in kept:
-            self.light.append({k: r.get(k) for k in _LIGHT})
             self.audit.add(r)
 
 
@@ -168,23 +176,54 @@ def _screen(
         partition=partition,
         judge_params=json.loads(root.read_text(src, "params.json")) if root.exists(src, "params.json") else None,
         n_judged=len(seen),
-        kept=sorted(screener.light, key=lambda r: r["sample_id"]),
+        kept=pa.concat_tables(screener.light or [_LIGHT.empty_table()]).combine_chunks().sort_by("sample_id"),
         audit=screener.audit,
         rejections=sorted(screener.rejections, key=lambda r: r["item_id"]),
         spilled=screener.spilled,
     )
 
 
-def _parts_in_order(screened: _Screened, shard_rows: int) -> Iterator[list[dict]]:
-    """The spilled rows in sample_id order, ``shard_rows`` at a time: a merge of the sorted spill files,
-    each read a row group at a time, so memory holds one group per file and the part being filled."""
+def _merge_rows(paths: list[str]) -> Iterator[dict]:
+    """The rows of sorted spill files in sample_id order, each file read a row group at a time."""
 
     def run(path: str) -> Iterator[dict]:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=_SPILL_GROUP_ROWS):
+        # one reader per run open at once: no read-ahead buffers, no threads prefetching row groups
+        reader = pq.ParquetFile(path, pre_buffer=False)
+        for batch in reader.iter_batches(batch_size=_SPILL_GROUP_ROWS, use_threads=False):
             yield from batch.to_pylist()
 
+    return heapq.merge(*(run(path) for path in paths), key=lambda r: r["sample_id"])
+
+
+def _few_runs(spilled: list[str]) -> list[str]:
+    """At most ``_MERGE_FAN_IN`` sorted runs: the oldest are merged into one run, ``_MERGE_FAN_IN`` at a time,
+    until few are left (each open run holds a decoded row group: hundreds of them outgrew the screening)."""
+    runs = list(spilled)
+    merged = 0
+    while len(runs) > _MERGE_FAN_IN:
+        group, runs = runs[:_MERGE_FAN_IN], runs[_MERGE_FAN_IN:]
+        out = os.path.join(os.path.dirname(group[0]), f"merged-{merged:06d}.parquet")
+        merged += 1
+        with pq.ParquetWriter(out, DATASET.schema) as writer:
+            rows: list[dict] = []
+            for row in _merge_rows(group):
+                rows.append(row)
+                if len(rows) == _SPILL_GROUP_ROWS:
+                    writer.write_table(DATASET.to_table(rows))
+                    rows = []
+            if rows:
+                writer.write_table(DATASET.to_table(rows))
+        for path in group:
+            os.remove(path)  # the spill takes the release's size once, not once per pass
+        runs.append(out)
+    return runs
+
+
+def _parts_in_order(screened: _Screened, shard_rows: int) -> Iterator[list[dict]]:
+    """The spilled rows in sample_id order, ``shard_rows`` at a time: a merge of at most ``_MERGE_FAN_IN``
+    sorted runs, so memory holds a row group of each and the part being filled, at any release size."""
     part: list[dict] = []
-    for row in heapq.merge(*(run(path) for path in screened.spilled), key=lambda r: r["sample_id"]):
+    for row in _merge_rows(_few_runs(screened.spilled)):
         part.append(row)
         if len(part) == shard_rows:
             yield part
@@ -212,8 +251,35 @@ def publish_dataset(
     src = _source(root, p.judged_partition)
     # Rows are screened a few judged shards at a time and the kept ones spilled to local disk in sorted runs,
     # then merged back in sample_id order: memory holds a batch and a release part, not the dataset.
-    with tempfile.TemporaryDirectory(prefix="datamind-publish-") as spill:
+    _sweep_dead_spills()
+    with tempfile.TemporaryDirectory(prefix=f"{_SPILL_PREFIX}{os.getpid()}-") as spill:
         return _publish_screened(root, run_id, p, _screen(root, src, p.filter_config(), spill, run_id, now), now, t0)
+
+
+_SPILL_PREFIX = "datamind-publish-"
+
+
+def _sweep_dead_spills() -> None:
+    """Delete the spill folders of publishes that were killed (their process is gone): nothing else removes
+    them, and at 300,000 rows one holds about the release's compressed size. A folder names its process."""
+    base = tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name.removeprefix(_SPILL_PREFIX).split("-", 1)[0]
+        if not entry.name.startswith(_SPILL_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or not entry.is_dir(follow_symlinks=False):
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            log.info("removing the spill of a killed publish (process %s): %s", pid, entry.path)
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:  # alive under another user, or unreadable: not ours to judge
+            continue
 
 
 def _publish_screened(
@@ -227,7 +293,7 @@ def _publish_screened(
     elif root.exists(rejections_file):
         root.remove(rejections_file)
     kept = screened.kept
-    if not kept:
+    if not kept.num_rows:
         # A rerun over samples an earlier release holds (their data files since removed, say) has nothing new:
         # the same quiet no-op as unchanged content. Otherwise no release shows anything for these inputs.
         held = _release_holding(root, {r["item_id"] for r in rejections})
@@ -237,10 +303,11 @@ def _publish_screened(
         latest = read_manifest(root)
         kept_as = f"dataset/LATEST stays v{latest['version']}" if latest else "there is no release yet"
         raise NothingToPublish(f"nothing to publish, no release written ({kept_as}): {why_nothing(root, screened)}")
-    held_out = card.held_out_files((r["file_id"] for r in kept), test_fraction, p.min_test_files)
-    for r in kept:  # the release's own view of each row: its split, and its data file inside the folder
-        r["split"] = "test" if r["file_id"] in held_out else "train"
-    digest = content_version([r["sample_id"] for r in kept], held_out)
+    held_out = card.held_out_files(pc.unique(kept["file_id"]).to_pylist(), test_fraction, p.min_test_files)
+    # the release's own view of each row: its split (every sample of a held-out file is a test sample)
+    is_test = pc.is_in(kept["file_id"], value_set=pa.array(sorted(held_out), pa.string()))
+    kept = kept.append_column(DATASET.schema.field("split"), pc.if_else(is_test, "test", "train"))
+    digest = content_version(kept["sample_id"].to_pylist(), held_out)
 
     existing = versions(root)
     latest = read_manifest(root)
@@ -257,7 +324,7 @@ def _publish_screened(
 
     sources = _carry_files(root, vdir, kept)
     carried = {s["file_id"]: s["path"] for s in sources}
-    names = [part_name(i) for i in range(-(-len(kept) // shard_rows))]
+    names = [part_name(i) for i in range(-(-kept.num_rows // shard_rows))]
     _clear_strays(root, vdir, keep=set(names) | {card.FILES_DIR, CARD})
     shard_info = []
     for name, rows in zip(names, _parts_in_order(screened, shard_rows), strict=True):
@@ -268,11 +335,9 @@ def _publish_screened(
         data = table_to_parquet_bytes(DATASET.to_table(rows))
         root.write_bytes(posixpath.join(vdir, name), data)
         shard_info.append({"name": name, "rows": len(rows), "bytes": len(data)})
-    if sum(s["rows"] for s in shard_info) != len(kept):  # the spill is this run's own: never expected
-        raise RuntimeError(f"release v{number}: wrote {sum(s['rows'] for s in shard_info)} rows, screened {len(kept)}")
-    by_cat: dict[str, int] = {}
-    for r in kept:
-        by_cat[r["category"]] = by_cat.get(r["category"], 0) + 1
+    if sum(s["rows"] for s in shard_info) != kept.num_rows:  # the spill is this run's own: never expected
+        written = sum(s["rows"] for s in shard_info)
+        raise RuntimeError(f"release v{number}: wrote {written} rows, screened {kept.num_rows}")
     by_reason: dict[str, int] = {}
     for r in rejections:
         by_reason[r["reason_code"]] = by_reason.get(r["reason_code"], 0) + 1  # filters and missing data
@@ -282,11 +347,11 @@ def _publish_screened(
         "content_hash": digest,
         "table": DATASET.name,
         "schema_version": DATASET.version,
-        "n_samples": len(kept),
+        "n_samples": kept.num_rows,
         "n_judged": screened.n_judged,
         "n_filtered": len(rejections),
         "filtered_by_reason": dict(sorted(by_reason.items())),
-        "by_category": dict(sorted(by_cat.items())),
+        "by_category": _count(kept, "category"),
         "by_strategy": _count(kept, "selection_strategy"),
         "by_split": _count(kept, "split"),
         "by_answer_check": _count(kept, "answer_check"),
@@ -313,7 +378,11 @@ def _publish_screened(
     _commit(root, vdir, final)
     tables.mark_latest(root, number)
     log.info(
-        "published dataset v%d: %d samples in %d shards (%d filtered)", number, len(kept), len(names), len(rejections)
+        "published dataset v%d: %d samples in %d shards (%d filtered)",
+        number,
+        kept.num_rows,
+        len(names),
+        len(rejections),
     )
     return manifest
 
@@ -323,8 +392,7 @@ def _queries_by_category(root: DataRoot) -> dict[str, int]:
     query, never a Python object per query."""
     if not root.exists(DIRS["queries"]):
         return {}
-    counts = pc.value_counts(read_table(root, QUERIES, DIRS["queries"], columns=["category"]).column("category"))
-    return {c["values"]: c["counts"] for c in counts.to_pylist()}
+    return column_counts(read_table(root, QUERIES, DIRS["queries"], columns=["category"]), "category")
 
 
 class NothingToPublish(ValueError):
@@ -465,27 +533,30 @@ def _missing_rejection(row: dict, why: str, run_id: str | None, now: datetime) -
     )
 
 
-def _carry_files(root: DataRoot, vdir: str, rows: list[dict]) -> list[dict]:
-    """Copy each data file the rows analyse into the version folder and point ``data_uri`` at the copy."""
+def _carry_files(root: DataRoot, vdir: str, kept: pa.Table) -> list[dict]:
+    """Copy each data file the kept rows analyse into the version folder; one entry per file, by file id."""
     catalog = {}
     if root.exists(DIRS["catalog_files"]):
         for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"]):
             catalog[r["file_id"]] = r
-    sources: dict[str, dict] = {}
-    for row in rows:
-        fid, uri = row["file_id"], row.get("data_uri")
-        if not uri:
-            continue
-        if fid not in sources:
-            rel = card.carried_path(fid, uri)
-            data = card.read_source_file(_source_uri(root, uri))
-            root.write_bytes(posixpath.join(vdir, rel), data)
-            info = catalog.get(fid, {})
-            try:
-                provenance = json.loads(info.get("provenance") or "{}")
-            except json.JSONDecodeError:
-                provenance = {}
-            sources[fid] = {
+    with_data = kept.filter(pc.fill_null(pc.not_equal(kept["data_uri"], ""), False))
+    # in sample_id order, so a file's first row names it as before the rows were a table
+    per_file = with_data.group_by("file_id", use_threads=False).aggregate(
+        [("data_uri", "first"), ("split", "first"), ("sample_id", "count")]
+    )
+    sources = []
+    for f in per_file.to_pylist():
+        fid = f["file_id"]
+        rel = card.carried_path(fid, f["data_uri_first"])
+        data = card.read_source_file(_source_uri(root, f["data_uri_first"]))
+        root.write_bytes(posixpath.join(vdir, rel), data)
+        info = catalog.get(fid, {})
+        try:
+            provenance = json.loads(info.get("provenance") or "{}")
+        except json.JSONDecodeError:
+            provenance = {}
+        sources.append(
+            {
                 "file_id": fid,
                 "path": rel,
                 "name": posixpath.basename(rel),
@@ -493,19 +564,15 @@ def _carry_files(root: DataRoot, vdir: str, rows: list[dict]) -> list[dict]:
                 "sha256": hashlib.sha256(data).hexdigest(),
                 "source": info.get("source"),
                 "license": provenance.get("license") if isinstance(provenance, dict) else None,
-                "split": row["split"],
-                "samples": 0,
+                "split": f["split_first"],
+                "samples": f["sample_id_count"],
             }
-        sources[fid]["samples"] += 1
-        row["data_uri"] = sources[fid]["path"]
-    return sorted(sources.values(), key=lambda s: s["file_id"])
+        )
+    return sorted(sources, key=lambda s: s["file_id"])
 
 
-def _count(rows: list[dict], key: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in rows:
-        out[str(r.get(key))] = out.get(str(r.get(key)), 0) + 1
-    return dict(sorted(out.items()))
+def _count(kept: pa.Table, column: str) -> dict[str, int]:
+    return {str(k): n for k, n in sorted(column_counts(kept, column).items(), key=lambda kv: str(kv[0]))}
 
 
 def _clear_strays(root: DataRoot, vdir: str, keep: set[str]) -> None:
