@@ -89,28 +89,36 @@ def child(root: str) -> None:
                 return int(line.split()[1]) / 1024
         return 0.0
 
+    def note() -> None:
+        peaks[phase[0]] = max(peaks.get(phase[0], 0.0), rss_mb())
+
+    def enter(name: str) -> None:  # read at both ends too: a short phase may fall between two samples
+        note()
+        phase[0] = name
+        note()
+
     def sample() -> None:
         while True:
-            peaks[phase[0]] = max(peaks.get(phase[0], 0.0), rss_mb())
+            note()
             time.sleep(0.02)
 
     threading.Thread(target=sample, daemon=True).start()
     screen, parts = stage._screen, stage._parts_in_order
 
     def timed_screen(*args, **kwargs):
-        phase[0] = "screen"
+        enter("screen")
         return screen(*args, **kwargs)
 
     def timed_parts(*args, **kwargs):
-        phase[0] = "merge + write"
+        enter("merge + write")
         yield from parts(*args, **kwargs)
-        phase[0] = "figures + card"
+        enter("figures + card")
 
     stage._screen, stage._parts_in_order = timed_screen, timed_parts
     t0 = time.perf_counter()
     manifest = stage.publish_dataset(root, "bench-publish")
     seconds = time.perf_counter() - t0
-    time.sleep(0.05)
+    note()
     out = {"seconds": seconds, "samples": manifest["n_samples"], "content": manifest["content_hash"], "peaks": peaks}
     print(json.dumps(out))
 

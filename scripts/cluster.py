@@ -169,8 +169,19 @@ def _spawn(c: Cluster, name: str, argv: list[str], env: dict[str, str], cwd: Pat
     if user and os.geteuid() == 0:
         argv = ["runuser", "-u", user, "--", *argv]
     log = open(c.path("logs", f"{name}.log"), "ab")
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_clean_signals)  # fmt: skip
     c.path("pids", name).write_text(str(proc.pid))
+
+
+def _clean_signals() -> None:
+    """In the service's process before exec: no signal ignored or blocked, as a container runtime starts it.
+    Both are inherited across exec (a shell running `make cluster` in the background ignores SIGINT; a test
+    runner may block SIGTERM), and a service that inherited them outlived its stop's SIGTERM: every one of
+    them waited out the grace period."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
 def _postgres_bin() -> Path:

@@ -14,11 +14,16 @@ import time
 from script_modules import load_script
 
 # A service's main process: on SIGTERM it asks its child to finish (SIGINT, as a worker tells its pool) and
-# exits once the child has. The child records a SIGTERM that reaches it directly.
+# exits once the child has. The child records a SIGTERM that reaches it directly. Each starts with no signal
+# blocked or ignored, whatever the test runner's process had (they are inherited across exec), and says
+# "ready" once its handlers are in place: the leader only after its child has.
 LEADER = textwrap.dedent(
     """
     import signal, subprocess, sys, time
-    child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
     def stop(*_):
         child.send_signal(signal.SIGINT)
         child.wait()
@@ -31,8 +36,11 @@ LEADER = textwrap.dedent(
 CHILD = textwrap.dedent(
     """
     import pathlib, signal, sys, time
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     marker = pathlib.Path(sys.argv[1])
     signal.signal(signal.SIGTERM, lambda *_: marker.write_text("SIGTERM reached the child"))
+    print("ready", flush=True)
     try:
         time.sleep(120)
     except KeyboardInterrupt:
@@ -58,7 +66,6 @@ def _service(tmp_path, name: str) -> tuple[subprocess.Popen, object]:
 def test_airflow_services_get_sigterm_on_their_main_process_and_drain_their_children(tmp_path):
     cluster = load_script("cluster")
     procs, entries = zip(*(_service(tmp_path, n) for n in ("worker-a", "worker-b")), strict=True)
-    time.sleep(0.5)  # the children have installed their handlers
     t0 = time.monotonic()
     cluster._stop_group(list(entries), leader_only=True)
     took = time.monotonic() - t0
