@@ -166,9 +166,10 @@ def test_kubernetes_pod_manifest(tiny_model_dir, exported):
     assert c["image"] == "registry/datamind:1.2"
     assert c["resources"]["limits"] == {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": "4"}
     assert c["resources"]["requests"] == c["resources"]["limits"]
-    assert c["command"][:3] == ["torchrun", "--standalone", "--nproc_per_node=4"]
-    assert c["command"][3:7] == ["-m", "datamind.train", "train", "--config-json"]
-    assert json.loads(c["command"][7])["run_id"] == "Train_ABC.1"
+    # the agent writes no log folder of its own (it would pile up in /tmp on a long-lived host)
+    assert c["command"][:4] == ["torchrun", "--standalone", "--nproc_per_node=4", "--log-dir=/dev/null"]
+    assert c["command"][4:8] == ["-m", "datamind.train", "train", "--config-json"]
+    assert json.loads(c["command"][8])["run_id"] == "Train_ABC.1"
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["DATAMIND_DATA_ROOT"] == root.url and env["HF_HUB_OFFLINE"] == "1" and env["DATAMIND_EXTRA"] == "1"
     shm = next(v for v in spec["volumes"] if v["name"] == "dshm")

@@ -71,7 +71,9 @@ def train_argv(cfg: TrainConfig, nproc_per_node: int, torchrun: list[str], pytho
     with ``NPROC_PER_NODE`` for it to read."""
     if cfg.engine != "builtin":
         return ["env", f"NPROC_PER_NODE={nproc_per_node}", python, *trainer_args(cfg)]
-    return [*torchrun, "--standalone", f"--nproc_per_node={nproc_per_node}", *trainer_args(cfg)]
+    # --log-dir=/dev/null: torchrun's agent otherwise leaves a folder in /tmp after every run (per-rank log
+    # and error files this trainer does not use: its output is streamed, its result is the RESULT line)
+    return [*torchrun, "--standalone", f"--nproc_per_node={nproc_per_node}", "--log-dir=/dev/null", *trainer_args(cfg)]
 
 
 class RunHandle:
