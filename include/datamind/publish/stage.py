@@ -100,14 +100,14 @@ def _filter_rejection(row: dict, finding, run_id: str | None, now: datetime) -> 
 class _Screened:
     """What screening the judged rows of one partition leaves: the kept rows' light fields (an Arrow table
     sorted by sample_id: a few dozen bytes a row, where a dict per row took about a KB), their audit tally,
-    the rejections (sorted by item), and the local files holding the kept rows whole."""
+    the rejections (an Arrow table sorted by item), and the local files holding the kept rows whole."""
 
     partition: str | None
     judge_params: dict | None
     n_judged: int
     kept: pa.Table
     audit: AuditTally
-    rejections: list[dict]
+    rejections: pa.Table
     spilled: list[str]
 
 
@@ -134,14 +134,16 @@ class _Screener:
         self.readable: dict[str, str | None] = {}  # data uri -> why it cannot be read (None: readable)
         self.light: list[pa.Table] = []
         self.audit = AuditTally()
-        self.rejections: list[dict] = []
+        self.rejections: list[pa.Table] = []  # a batch's at a time: a drop record carries the row's answer
         self.spilled: list[str] = []
 
     def screen(self, batch: list[dict]) -> None:
         kept, dropped = apply_filters(batch, self.config)
         kept, missing = _with_readable_data(self.root, kept, self.readable)
-        self.rejections += [_filter_rejection(r, f, self.run_id, self.now) for r, f in dropped]
-        self.rejections += [_missing_rejection(r, why, self.run_id, self.now) for r, why in missing]
+        records = [_filter_rejection(r, f, self.run_id, self.now) for r, f in dropped]
+        records += [_missing_rejection(r, why, self.run_id, self.now) for r, why in missing]
+        if records:
+            self.rejections.append(REJECTIONS.to_table(records))
         if not kept:
             return
         kept.sort(key=lambda r: r["sample_id"])  # each spill file is a sorted run of the merge
@@ -178,7 +180,7 @@ def _screen(
         n_judged=len(seen),
         kept=pa.concat_tables(screener.light or [_LIGHT.empty_table()]).combine_chunks().sort_by("sample_id"),
         audit=screener.audit,
-        rejections=sorted(screener.rejections, key=lambda r: r["item_id"]),
+        rejections=pa.concat_tables(screener.rejections or [REJECTIONS.to_table([])]).sort_by("item_id"),
         spilled=screener.spilled,
     )
 
@@ -288,15 +290,15 @@ def _publish_screened(
     shard_rows, test_fraction, partition = p.shard_rows, p.test_fraction, screened.partition
     rejections_file = posixpath.join(DIRS["rejections"], STAGE, f"part-{partition or 'judged'}.parquet")
     rejections = screened.rejections
-    if rejections:  # a pure function of the judged rows: rewritten whole on every publish
-        root.write_bytes(rejections_file, table_to_parquet_bytes(REJECTIONS.to_table(rejections)))
+    if rejections.num_rows:  # a pure function of the judged rows: rewritten whole on every publish
+        root.write_bytes(rejections_file, table_to_parquet_bytes(rejections))
     elif root.exists(rejections_file):
         root.remove(rejections_file)
     kept = screened.kept
     if not kept.num_rows:
         # A rerun over samples an earlier release holds (their data files since removed, say) has nothing new:
         # the same quiet no-op as unchanged content. Otherwise no release shows anything for these inputs.
-        held = _release_holding(root, {r["item_id"] for r in rejections})
+        held = _release_holding(root, set(rejections["item_id"].to_pylist()))
         if held is not None:
             log.info("no publishable sample; v%s already holds the judged ones: nothing to publish", held["version"])
             return {**held, "unchanged": True}
@@ -338,9 +340,7 @@ def _publish_screened(
     if sum(s["rows"] for s in shard_info) != kept.num_rows:  # the spill is this run's own: never expected
         written = sum(s["rows"] for s in shard_info)
         raise RuntimeError(f"release v{number}: wrote {written} rows, screened {kept.num_rows}")
-    by_reason: dict[str, int] = {}
-    for r in rejections:
-        by_reason[r["reason_code"]] = by_reason.get(r["reason_code"], 0) + 1  # filters and missing data
+    by_reason = column_counts(rejections, "reason_code")  # filters and missing data
     manifest = {
         "version": number,
         "version_id": f"v{number}",  # the one name of this release: folder, exports, Asset events, summaries
@@ -349,7 +349,7 @@ def _publish_screened(
         "schema_version": DATASET.version,
         "n_samples": kept.num_rows,
         "n_judged": screened.n_judged,
-        "n_filtered": len(rejections),
+        "n_filtered": rejections.num_rows,
         "filtered_by_reason": dict(sorted(by_reason.items())),
         "by_category": _count(kept, "category"),
         "by_strategy": _count(kept, "selection_strategy"),
@@ -382,7 +382,7 @@ def _publish_screened(
         number,
         kept.num_rows,
         len(names),
-        len(rejections),
+        rejections.num_rows,
     )
     return manifest
 
@@ -431,7 +431,7 @@ def why_nothing(root: DataRoot, screened: _Screened) -> str:
     if screened.n_judged:
         return (
             f"publish_dataset dropped all {_plural(screened.n_judged, 'judged row')} of {judged}/; "
-            f"by reason: {_by_reason(Counter(r['reason_code'] for r in screened.rejections))}"
+            f"by reason: {_by_reason(Counter(column_counts(screened.rejections, 'reason_code')))}"
         )
     rejected: dict[str, Counter] = {}
     for r in read_rows(root, REJECTIONS, DIRS["rejections"], columns=["stage", "reason_code"]):
