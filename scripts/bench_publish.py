@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "include"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_scale import TEMPLATE_FILES, build_template  # noqa: E402  (the same template as the scale bench)
+from bench_scale import TEMPLATE_FILES, build_template, status_mb  # noqa: E402  (the same template as the scale bench)
 
 SHARD_ROWS = 300
 WORDS = [a + b for a in ("al", "be", "ko", "mi", "ru", "sa", "te", "vo") for b in ("ran", "dex", "lio", "mos", "nak")]
@@ -83,14 +83,8 @@ def child(root: str) -> None:
 
     phase, peaks = ["start"], {}
 
-    def rss_mb() -> float:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
     def note() -> None:
-        peaks[phase[0]] = max(peaks.get(phase[0], 0.0), rss_mb())
+        peaks[phase[0]] = max(peaks.get(phase[0], 0.0), status_mb("VmRSS") or 0.0)
 
     def enter(name: str) -> None:  # read at both ends too: a short phase may fall between two samples
         note()

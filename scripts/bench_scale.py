@@ -296,8 +296,8 @@ def child(args) -> None:
     plan_rss_mb = _peak_rss_mb()
     t_plan = time.perf_counter() - t0
     items = sum(spec_items(stage, s) for s in specs) if stage != "publish" else _judged_rows(root_dir)
-    (root_dir.parent / f"sample-{stage}.json").write_text(json.dumps(specs[: args.sample_shards]))
     sampled = specs[: args.sample_shards]
+    (root_dir.parent / f"sample-{stage}.json").write_text(json.dumps(sampled))
     print(
         json.dumps(
             {
@@ -346,13 +346,20 @@ def _reset_peak_rss() -> None:
         pass
 
 
+def status_mb(field: str) -> float | None:
+    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM) in MB; None off Linux."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith(f"{field}:")), None)
+
+
 def _peak_rss_mb() -> float:
     """This process's own high-water RSS (VmHWM starts afresh at exec, unlike ru_maxrss, which keeps the
     parent's peak across fork and exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_child(argv: list[str]) -> dict:
@@ -384,28 +391,23 @@ def build_template(base: Path, n_files: int) -> dict:
     return outputs
 
 
-def prepare(n: int, base: Path, outputs: dict, template_files: int, keep: Path | None) -> Path:
+def prepare(n: int, base: Path, outputs: dict, ids: set[str], template_files: int, keep: Path | None) -> Size:
     """A work folder for N = ``n``: its N source files and a copy of the template's data root."""
     work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-", dir=keep))
     t0 = time.perf_counter()
     write_sources(work / "src", n)
     print(f"N={n}: {n} source files written in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     shutil.copytree(base / "root", work / "root")
-    shutil.copy(base / "ids.json", work / "ids.json")
-    copies = max(2, math.ceil(n / template_files))
-    (work / "work.json").write_text(json.dumps({"copies": copies, "outputs": outputs}))
-    return work
+    return Size(n, work, max(2, math.ceil(n / template_files)), outputs, ids)
 
 
 class Size:
     """One size's work folder, and its stage's input cloned in halves around the measurements."""
 
-    def __init__(self, n: int, work: Path):
+    def __init__(self, n: int, work: Path, copies: int, outputs: dict, ids: set[str]):
         self.n, self.work, self.root = n, work, work / "root"
-        spec = json.loads((work / "work.json").read_text())
-        self.copies, self.outputs = spec["copies"], spec["outputs"]
-        self.ids = set(json.loads((work / "ids.json").read_text()))
-        self.half = max(1, self.copies // 2)
+        self.copies, self.outputs, self.ids = copies, outputs, ids
+        self.half = max(1, copies // 2)
 
     def clone(self, stage: str, first_half: bool) -> None:
         if stage == "profile" and first_half:  # the catalog of files is every later stage's first input
@@ -555,8 +557,9 @@ def main() -> None:
             f"template: the pipeline over {args.template_files} files in {time.perf_counter() - t0:.0f} s",
             file=sys.stderr,
         )
+        ids = set(json.loads((base / "ids.json").read_text()))
         for n in sorted(set(args.sizes)):
-            sizes[n] = Size(n, prepare(n, base, outputs, args.template_files, args.keep))
+            sizes[n] = prepare(n, base, outputs, ids, args.template_files, args.keep)
         t0 = time.perf_counter()
         stages = STAGES[: STAGES.index(args.last_stage) + 1]
         results = measure(sizes, stages, args.sample_shards, args.repeats, args.max_shards)

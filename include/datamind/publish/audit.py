@@ -225,7 +225,8 @@ class _SentenceCounts:
         self.examples = {k: v for k, v in self.examples.items() if k in best and v}
 
     def _ranked(self, k: int) -> np.ndarray:
-        """Indices of the ``k`` best ranked: most counted, then first seen (one int64 key, partitioned)."""
+        """Indices of the ``k`` best ranked, the best first when k is 1: most counted, then first seen (one
+        int64 key, partitioned)."""
         rank = -self.counts * (1 << 40) + self.first  # a release holds far fewer than 2**40 sentences
         if len(rank) <= k:
             return np.argsort(rank)
@@ -236,7 +237,7 @@ class _SentenceCounts:
         self._fold()
         if not len(self.hashes):
             return "", 0, []
-        i = int(np.argmin(-self.counts * (1 << 40) + self.first))
+        i = int(self._ranked(1)[0])
         key = int(self.hashes[i])
         return self.texts.get(key, ""), int(self.counts[i]), self.examples.get(key, [])
 

@@ -185,6 +185,17 @@ def _screen(
     )
 
 
+def _batches(rows: Iterator[dict], size: int) -> Iterator[list[dict]]:
+    part: list[dict] = []
+    for row in rows:
+        part.append(row)
+        if len(part) == size:
+            yield part
+            part = []
+    if part:
+        yield part
+
+
 def _merge_rows(paths: list[str]) -> Iterator[dict]:
     """The rows of sorted spill files in sample_id order, each file read a row group at a time."""
 
@@ -207,13 +218,7 @@ def _few_runs(spilled: list[str]) -> list[str]:
         out = os.path.join(os.path.dirname(group[0]), f"merged-{merged:06d}.parquet")
         merged += 1
         with pq.ParquetWriter(out, DATASET.schema) as writer:
-            rows: list[dict] = []
-            for row in _merge_rows(group):
-                rows.append(row)
-                if len(rows) == _SPILL_GROUP_ROWS:
-                    writer.write_table(DATASET.to_table(rows))
-                    rows = []
-            if rows:
+            for rows in _batches(_merge_rows(group), _SPILL_GROUP_ROWS):
                 writer.write_table(DATASET.to_table(rows))
         for path in group:
             os.remove(path)  # the spill takes the release's size once, not once per pass
@@ -224,14 +229,7 @@ def _few_runs(spilled: list[str]) -> list[str]:
 def _parts_in_order(screened: _Screened, shard_rows: int) -> Iterator[list[dict]]:
     """The spilled rows in sample_id order, ``shard_rows`` at a time: a merge of at most ``_MERGE_FAN_IN``
     sorted runs, so memory holds a row group of each and the part being filled, at any release size."""
-    part: list[dict] = []
-    for row in _merge_rows(_few_runs(screened.spilled)):
-        part.append(row)
-        if len(part) == shard_rows:
-            yield part
-            part = []
-    if part:
-        yield part
+    return _batches(_merge_rows(_few_runs(screened.spilled)), shard_rows)
 
 
 def publish_dataset(
@@ -337,8 +335,8 @@ def _publish_screened(
         data = table_to_parquet_bytes(DATASET.to_table(rows))
         root.write_bytes(posixpath.join(vdir, name), data)
         shard_info.append({"name": name, "rows": len(rows), "bytes": len(data)})
-    if sum(s["rows"] for s in shard_info) != kept.num_rows:  # the spill is this run's own: never expected
-        written = sum(s["rows"] for s in shard_info)
+    written = sum(s["rows"] for s in shard_info)
+    if written != kept.num_rows:  # the spill is this run's own: never expected
         raise RuntimeError(f"release v{number}: wrote {written} rows, screened {kept.num_rows}")
     by_reason = column_counts(rejections, "reason_code")  # filters and missing data
     manifest = {
