@@ -40,8 +40,8 @@ CHILD = textwrap.dedent(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     marker = pathlib.Path(sys.argv[1])
     signal.signal(signal.SIGTERM, lambda *_: marker.write_text("SIGTERM reached the child"))
-    print("ready", flush=True)
-    try:
+    try:  # ready only inside: a SIGINT right after the word is still a drain
+        print("ready", flush=True)
         time.sleep(120)
     except KeyboardInterrupt:
         marker.write_text(marker.read_text() + "; drained" if marker.exists() else "drained")
