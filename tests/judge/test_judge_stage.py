@@ -12,7 +12,7 @@ from rollout.corpus import build_corpus, expected
 from datamind.assets import DIRS
 from datamind.judge.consistency import OfflineJudge
 from datamind.judge.reflection import Round, reflect
-from datamind.judge.stage import JudgeParams, judge_shard, plan_judging
+from datamind.judge.stage import JudgeParams, judge_shard, judged_dir, plan_judging
 from datamind.judge.verdict import judge_answers
 from datamind.rollout import protocol
 from datamind.rollout.stage import plan_sampling, sample_shard
@@ -202,3 +202,25 @@ def test_a_shard_killed_between_its_writes_is_judged_again_and_nothing_is_lost(s
     rej = read_rows(sampled, REJECTIONS, "rejections/judge")
     assert ("q5", "too_few_samples") in {(r["query_id"], r["reason_code"]) for r in rej}
     assert len({r["item_id"] for r in rej}) == len(rej)
+
+
+def test_the_judge_takes_n_from_the_trajectories_it_judges(sandbox, tmp_path):
+    """Sampled with n_samples=2 and judged with the form's defaults: the judge reads N from what it judges.
+    It used to take N from its own default RolloutParams (3) and reject every query as too_few_samples."""
+    root = DataRoot(str(tmp_path / "data"))
+    build_corpus(root, str(tmp_path))
+    for spec in plan_sampling(root, 10, {"n_samples": 2}):
+        sample_shard(root, spec, {"n_samples": 2}, "run-1", sandbox=sandbox)
+    _judge(root, sandbox, reflection_rounds=0)
+    judged = {r["query_id"] for r in read_rows(root, DATASET, DIRS["judged"])}
+    assert {"q1", "q2", "q4", "q6"} <= judged  # the queries whose two samples agree
+    too_few = {r["query_id"] for r in read_rows(root, REJECTIONS, "rejections/judge")
+               if r["reason_code"] == "too_few_samples"}  # fmt: skip
+    assert too_few == {"q5"}  # the offline expert has one program for q5: one trajectory of the two
+    # A minimum the form names still wins over the input's N.
+    strict = {"reflection_rounds": 0, "min_samples": 3}
+    _judge(root, sandbox, **strict)
+    assert not read_rows(root, DATASET, judged_dir(JudgeParams(**strict)))
+    too_few = {r["query_id"] for r in read_rows(root, REJECTIONS, "rejections/judge")
+               if r["reason_code"] == "too_few_samples"}  # fmt: skip
+    assert {"q1", "q2", "q4", "q6"} <= too_few

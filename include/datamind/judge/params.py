@@ -25,8 +25,15 @@ class JudgeParams:
     )
     strategy: str = param(selection.DEFAULT_STRATEGY, "Selection strategy", enum=selection.STRATEGIES)
     reflection_rounds: int = param(1, "Reflection rounds", minimum=0, maximum=5)  # 0 disables the rescue loop
-    # Fewer trajectories than this cannot show consistency; None = N, the rollout's n_samples (paper: N = 3).
-    min_samples: int | None = param(None, "Minimum trajectories to judge", minimum=1, maximum=8)
+    # Fewer trajectories than this cannot show consistency. None: the N the judged trajectories were sampled
+    # with (their recorded n_samples; paper: N = 3), so judging never needs to be told what sampling used.
+    min_samples: int | None = param(
+        None,
+        "Minimum trajectories to judge",
+        minimum=1,
+        maximum=8,
+        description="Empty: N, the trajectories per query the sampling run drew.",
+    )
     # numeric tolerance of the offline judge and of the reference check (paper, appendix G.4: 3 %)
     rel_tol: float = param(REL_TOL, "Numeric tolerance (offline judge)", minimum=0, maximum=1)
     # Compare the selected answer with the synthesizer's executed reference answer where there is one.
@@ -40,8 +47,6 @@ class JudgeParams:
     rollout: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.min_samples is None:
-            object.__setattr__(self, "min_samples", RolloutParams.from_dict(self.rollout).n_samples)
         check_ranges(self)
         RolloutParams.from_dict(self.rollout)  # validate early
 

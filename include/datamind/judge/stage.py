@@ -115,6 +115,7 @@ class Outcome:
     selected: list[dict] = field(default_factory=list)
     failure: tuple[str, str, str | None] | None = None  # (reason_code, reason, raw) when the query was not judged
     no_reflection: str | None = None  # why an inconsistent query could not be reflected in this run
+    min_samples: int = 1  # the trajectories this query needed to be judged (JudgeParams.min_samples, else its N)
 
 
 @dataclass(frozen=True)
@@ -267,16 +268,17 @@ async def _judge_query(
 ) -> Outcome:
     """Judge a query's round 0; rescue an inconsistent one by reflection; select the samples to keep."""
     question = task.query["question"]
+    need = p.min_samples or sampled_with(rows0, p.rollout_params).n_samples
     try:
-        v0 = await judge_answers(judge, question, [r["final_answer"] for r in rows0], p.min_samples)
+        v0 = await judge_answers(judge, question, [r["final_answer"] for r in rows0], need)
     except ParseFailure as exc:
-        return Outcome(qid, [], failure=("judge_parse_failed", exc.reason, exc.raw))
+        return Outcome(qid, [], failure=("judge_parse_failed", exc.reason, exc.raw), min_samples=need)
     rounds: list[Round[dict]] = [Round(0, rows0, v0)]
     can_reflect = (
         not v0.consistent
         and selection.needs_consistency(p.strategy)
         and p.reflection_rounds > 0
-        and len(rows0) >= p.min_samples
+        and len(rows0) >= need
     )
     no_reflection = None
     if can_reflect:
@@ -288,12 +290,12 @@ async def _judge_query(
                 judge=judge,
                 revise=revise,
                 max_rounds=p.reflection_rounds,
-                min_samples=p.min_samples,
+                min_samples=need,
             )
     final = rounds[-1]
     answered = [r["status"] == "answered" and bool(r["final_answer"]) for r in final.candidates]
     keep = selection.select(p.strategy, final.verdict, answered, seed_key=qid, seed=p.seed)
-    return Outcome(qid, rounds, [final.candidates[i] for i in keep], no_reflection=no_reflection)
+    return Outcome(qid, rounds, [final.candidates[i] for i in keep], no_reflection=no_reflection, min_samples=need)
 
 
 # -- the steps of a judging shard: group, decide (judge + rescue + select), collect rows, write ------------------
@@ -425,7 +427,7 @@ def _collect(
 def _why_not_kept(row: dict, rnd: Round[dict], outcome: Outcome, p: JudgeParams) -> tuple[str, str]:
     if row["status"] != "answered" or not row["final_answer"]:
         return "no_answer", f"trajectory ended with status {row['status']}: {row.get('error') or ''}".strip()
-    if len(rnd.candidates) < p.min_samples:
+    if len(rnd.candidates) < outcome.min_samples:
         return "too_few_samples", rnd.verdict.reasoning
     if not rnd.verdict.consistent and selection.needs_consistency(p.strategy):
         reason = rnd.verdict.reasoning
