@@ -275,10 +275,7 @@ async def _judge_query(
         return Outcome(qid, [], failure=("judge_parse_failed", exc.reason, exc.raw), min_samples=need)
     rounds: list[Round[dict]] = [Round(0, rows0, v0)]
     can_reflect = (
-        not v0.consistent
-        and selection.needs_consistency(p.strategy)
-        and p.reflection_rounds > 0
-        and len(rows0) >= need
+        not v0.consistent and selection.needs_consistency(p.strategy) and p.reflection_rounds > 0 and len(rows0) >= need
     )
     no_reflection = None
     if can_reflect:
