@@ -381,3 +381,27 @@ def test_no_hop_of_a_chain_runs_an_earlier_hops_program_again(root, tmp_path):
     for chain in chains:
         programs = [hop.solution for hop in chain]
         assert len(set(programs)) == len(programs), [hop.task.question for hop in chain]
+
+
+def test_a_value_that_reads_yes_is_asked_for_as_a_value_not_as_a_verdict(root, tmp_path):
+    """A ranking over a Yes/No column answers "Yes" (its most frequent value): the question must ask for the
+    value, not add "Reply with yes or no." (sample 585e3824f9a0: "Which remote appears most often? Reply with
+    yes or no."). A yes/no form is stated exactly where the program decides a claim."""
+    from datamind.synth.offline.phrasing import _FORMATS
+
+    path = tmp_path / "staff.csv"
+    rows = [("north", "Yes", 52000 + 900 * i) for i in range(9)] + [("south", "No", 48000 + 700 * i) for i in range(5)]
+    rows += [("east", "Yes", 61000 + 500 * i) for i in range(6)]
+    path.write_text("team,remote,salary\n" + "".join(f"{t},{r},{s}\n" for t, r, s in rows))
+    (row,) = catalog_rows(path)
+    out = synthesize_table_offline(root, row, SynthParams(queries_per_category=20, n_chains=6), run_id="r")
+    questions = out.rows + [r for chain in out.chain_rows for r in chain]
+    verdict_forms = _FORMATS["yesno"]
+    asked_for_value = [r for r in questions if r["reference_answer"] in ("Yes", "No") and "'Yes'" not in
+                       r["reference_solution"]]  # fmt: skip
+    assert asked_for_value, "no question over the remote column's values: the test's table no longer exercises it"
+    for r in questions:
+        if any(r["question"].endswith(f) for f in verdict_forms):  # a verdict is asked for: the program decides one
+            assert "'Yes' if" in r["reference_solution"] or "THEN 'Yes' ELSE 'No'" in r["reference_solution"]
+    for r in asked_for_value:
+        assert not any(r["question"].endswith(f) for f in verdict_forms), r["question"]

@@ -13,6 +13,9 @@ _SAYS_FORMAT = re.compile(
     re.IGNORECASE,
 )
 _NUMBER = re.compile(r"^[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?%?$")
+# A program that decides a claim writes its verdict as these literals (pandas or SQL): only then is the
+# answer a yes or no. A "Yes" read from the data (the top value of a Yes/No column) is a value, not a verdict.
+_DECIDES = re.compile(r"'Yes'\s+if\b|\bTHEN\s+'Yes'\s+ELSE\s+'No'", re.IGNORECASE)
 
 _FORMATS = {
     "number": ("Answer with a single number.", "Reply with just the number.", "The answer is one number."),
@@ -30,9 +33,11 @@ _FORMATS = {
 }
 
 
-def answer_kind(answer: str) -> str:
+def answer_kind(answer: str, program: str | None = None) -> str:
+    """The form of ``answer``; with the ``program`` that computed it, a yes or no only where the program
+    decides one (the question asks for a verdict), never because a value read from the data spells one."""
     a = answer.strip()
-    if a.lower() in ("yes", "no", "true", "false"):
+    if a.lower() in ("yes", "no", "true", "false") and (program is None or _DECIDES.search(program)):
         return "yesno"
     if _NUMBER.match(a):
         return "number"
@@ -75,11 +80,11 @@ def _meaning_note(question: str, terms: dict[str, str]) -> str:
     return " " + " ".join(f"({c}: {terms[c]}.)" for c in used)
 
 
-def polish_question(question: str, answer: str, terms: dict[str, str] | None = None) -> str:
+def polish_question(question: str, answer: str, terms: dict[str, str] | None = None, program: str | None = None) -> str:
     q = undouble(question.strip()) + _meaning_note(question, terms or {})
     if _SAYS_FORMAT.search(q) or any(opt in q for opts in _FORMATS.values() for opt in opts):
         return q
-    options = _FORMATS[answer_kind(answer)]
+    options = _FORMATS[answer_kind(answer, program)]
     pick = int.from_bytes(hashlib.sha256(q.encode()).digest()[:4], "big") % len(options)
     return f"{q} {options[pick]}"
 
