@@ -129,3 +129,20 @@ def test_bad_prompt_files_are_rejected_with_a_clear_error(tmp_path):
     (root / "categories" / "comparison.yaml").write_text("id: [unclosed\n")
     with pytest.raises(P.PromptError, match="not valid YAML"):
         P.category_spec("comparison", str(root))
+
+
+def test_query_prompts_put_what_calls_share_first_so_a_server_reuses_the_prefix():
+    """A server that keeps evaluated prompt prefixes evaluates only what differs: every call shares the text
+    up to the file, and every question about one file shares it up to the target type."""
+    import os
+
+    meta = P.meta_for_prompt(json.dumps(META))
+    other = P.meta_for_prompt(json.dumps({**META, "description": "Hourly river levels", "row_count": 9}))
+    ranking = P.render_query_prompt(meta, "ranking", template_index=0).text
+    counting = P.render_query_prompt(meta, "counting", template_index=0, avoid=["Which store sold most?"]).text
+    elsewhere = P.render_query_prompt(other, "ranking", template_index=0).text
+    same_file = os.path.commonprefix([ranking, counting])
+    assert same_file.endswith("# Target question type\n") and "120 rows, 3 columns" in same_file
+    any_file = os.path.commonprefix([ranking, elsewhere])
+    assert "18. " in any_file and "# Rules" in any_file  # the taxonomy and the rules before any file
+    assert len(any_file) > len(ranking) / 3
