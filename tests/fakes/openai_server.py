@@ -12,8 +12,9 @@ Scripting, in order of precedence for each ``POST /v1/chat/completions``:
 The Batch API too (``/v1/files``, ``/v1/batches``): an uploaded JSONL of chat-completions requests is answered
 line by line as above once ``batch_delay_s`` has passed since the batch was created (polling sees
 ``validating``, ``in_progress``, then ``completed`` with output and error files); ``batch_outcome(line)`` may
-return ``"failed"`` (a 400 line in the error file) or ``"expired"`` for a line, and ``expire_batches`` ends
-every batch ``expired`` unanswered.
+return ``"failed"`` (a 400 line in the error file) or ``"expired"`` for a line, ``expire_batches`` ends
+every batch ``expired`` unanswered, and ``batch_rewrite(output_line)`` may return the text to write instead
+of an output line (a malformed result line; ``None`` keeps it).
 
 Usage fields are deterministic so tests can compute expected tokens by hand:
 prompt_tokens = whitespace-separated words over all message contents, completion_tokens = words in the reply.
@@ -127,6 +128,7 @@ class FakeOpenAIServer:
         self.batch_delay_s = 0.0
         self.batch_outcome: Callable[[dict], str | None] | None = None
         self.expire_batches = False
+        self.batch_rewrite: Callable[[dict], str | None] | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.batch_bodies: list[dict] = []  # every request body that arrived inside a batch
@@ -184,6 +186,7 @@ class FakeOpenAIServer:
         self.batch_delay_s = 0.0
         self.batch_outcome = None
         self.expire_batches = False
+        self.batch_rewrite = None
 
     @property
     def request_count(self) -> int:
@@ -369,7 +372,7 @@ class FakeOpenAIServer:
         for name, rows in (("output_file_id", out), ("error_file_id", err)):
             if rows:
                 fid = f"file-{len(self.files) + 1:04d}"
-                data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+                data = "".join(self._result_text(r, name) + "\n" for r in rows).encode()
                 self.files[fid] = {"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
                                    "filename": f"{b['id']}_{name}.jsonl", "purpose": "batch_output",
                                    "status": "processed", "data": data}  # fmt: skip
@@ -379,6 +382,10 @@ class FakeOpenAIServer:
         else:
             b["status"] = "completed"
         b["request_counts"] = {"total": len(lines), "completed": len(out), "failed": len(err)}
+
+    def _result_text(self, row: dict, file: str) -> str:
+        rewritten = self.batch_rewrite(row) if self.batch_rewrite and file == "output_file_id" else None
+        return json.dumps(row) if rewritten is None else rewritten
 
     def _reply_for(self, body: dict) -> str | Fault:
         if self.responder is None:

@@ -169,3 +169,121 @@ def test_the_real_pass_refuses_a_request_no_dry_pass_asked(server, api_key, tmp_
     with pytest.raises(EndpointUnavailable, match="asked by no dry pass"):
         step(fickle, root, client, "s")
     assert not root.exists("out")
+
+
+# Each way an endpoint's result line can be unusable: (how the line answering "question 1" is rewritten,
+# whether the line still names its request, a phrase the recorded reason must hold).  A line that names no
+# request of the batch is kept in the submission record; one that does fails its request.
+_BAD_LINES = {
+    "not JSON": (lambda row: json.dumps(row)[:40], False, "not JSON"),
+    "nested past the parser's depth": (lambda row: "[" * 100_000 + "]" * 100_000, False, "not JSON"),
+    "an array": (lambda row: json.dumps([row]), False, "JSON array, not an object"),
+    "a string": (lambda row: json.dumps("answer"), False, "JSON string, not an object"),
+    "custom_id an object": (lambda row: json.dumps({**row, "custom_id": {"id": row["custom_id"]}}), False,
+                            "custom_id is a JSON object"),
+    "custom_id missing": (lambda row: json.dumps({k: v for k, v in row.items() if k != "custom_id"}), False,
+                          "no custom_id"),
+    "custom_id a number": (lambda row: json.dumps({**row, "custom_id": 7}), False, "custom_id is a JSON number"),
+    "custom_id unknown": (lambda row: json.dumps({**row, "custom_id": "f" * 64}), False,
+                          "not a request of this batch"),
+    "response an array": (lambda row: json.dumps({**row, "response": [row["response"]]}), True,
+                          "response is a JSON array"),
+    "error a string": (lambda row: json.dumps({**row, "response": None, "error": "boom"}), True,
+                       "error is a JSON string"),
+    "body not a completion": (lambda row: json.dumps({**row, "response": {**row["response"], "body": ["x"]}}), True,
+                              "unusable answer"),
+    "body without choices": (lambda row: json.dumps({**row, "response": {**row["response"], "body": {"id": 1}}}),
+                             True, "unusable answer"),
+}  # fmt: skip
+
+
+def _first_hop_of(question: str, row: dict) -> bool:
+    text = row["response"]["body"]["choices"][0]["message"]["content"]
+    return text == "echo " + question.upper()
+
+
+def _submissions(root) -> dict[str, dict]:
+    docs = [json.loads(root.read_bytes(root.rel(p))) for p in root.glob("cache/llm_batches/submitted/*/*.json")]
+    return {d["batch_id"]: d for d in docs}
+
+
+def _failures(root) -> list[dict]:
+    return [json.loads(root.read_bytes(root.rel(p))) for p in root.glob("cache/llm_batches/failed/*/*.json")]
+
+
+@pytest.mark.parametrize("shape", list(_BAD_LINES))
+def test_one_unusable_result_line_costs_only_itself_and_its_request_is_asked_again(server, api_key, tmp_path, shape):
+    """The endpoint's first batch answers "question 1" with an unusable line: the rest of the batch is taken
+    in, the line is recorded with its reason, its request goes out again and the shard completes."""
+    from datamind.storage import DataRoot
+
+    rewrite, names_request, reason = _BAD_LINES[shape]
+    written: list[str] = []
+
+    def once(row):  # only the first answer to question 1: the request asked again gets a good line
+        if written or not _first_hop_of("question 1", row):
+            return None
+        written.append(rewrite(row))
+        return written[0]
+
+    server.responder = _reply
+    server.batch_rewrite = once
+    root = DataRoot(str(tmp_path / "batch"))
+    questions = [f"question {i}" for i in range(3)]
+    summary = run_batched(two_step_shard(questions), root, _client(server, api_key, root), "shard-b", poll_s=0.01)
+
+    rows = json.loads(root.read_text("out/rows.json"))
+    assert rows == [{"q": q, "a": f"echo {q.upper()} THEN ECHO {q.upper()}"} for q in questions]
+    assert summary["answered"] == 3 and written
+    sent = [b["messages"][-1]["content"] for b in server.batch_bodies]
+    assert sent.count("question 1") == 2 and sent.count("question 0") == 1  # only the spoiled one went again
+    first = _submissions(root)["batch_0001"]
+    (failure,) = _failures(root)
+    assert failure["batches"] == ["batch_0001"] and failure["reason_code"] == "llm_bad_response"
+    if names_request:
+        assert reason in failure["reason"] and first["bad_lines"] == []
+        assert first["absorbed"]["failed"] == 1 and first["absorbed"]["answered"] == 2
+    else:
+        out_file = server.files[server.batches["batch_0001"]["output_file_id"]]["data"].decode().splitlines()
+        (bad,) = first["bad_lines"]
+        assert reason in bad["reason"] and bad["file"] == "output"
+        assert bad["line"] == out_file.index(written[0]) + 1 and bad["excerpt"] == written[0][:300]
+        assert first["absorbed"]["bad_lines"] == 1 and first["absorbed"]["answered"] == 2
+        # the request it may have answered is missing from the output: failed, saying why, asked again
+        assert "without a usable line" in failure["reason"] and "batch_0001" in failure["reason"]
+
+
+def test_a_second_line_for_an_answered_request_is_recorded_and_the_first_answer_kept(server, api_key, tmp_path):
+    from datamind.storage import DataRoot
+
+    def twice(row):
+        if not _first_hop_of("question 0", row):
+            return None
+        return json.dumps(row) + "\n" + json.dumps({**row, "response": {**row["response"], "body": {"x": 1}}})
+
+    server.responder = _reply
+    server.batch_rewrite = twice
+    root = DataRoot(str(tmp_path / "batch"))
+    summary = run_batched(two_step_shard(["question 0"]), root, _client(server, api_key, root), "s-d", poll_s=0.01)
+    assert summary["answered"] == 1 and not _failures(root)
+    (bad,) = _submissions(root)["batch_0001"]["bad_lines"]
+    assert "a second line for request" in bad["reason"] and bad["line"] == 2
+
+
+def test_a_request_whose_line_is_always_unusable_fails_its_item_with_the_reason(server, api_key, tmp_path):
+    """Asked again up to the attempts, then its item is rejected with why; the others are written."""
+    from datamind.storage import DataRoot
+
+    server.responder = _reply
+    server.batch_rewrite = lambda row: json.dumps([row]) if _first_hop_of("question 1", row) else None
+    root = DataRoot(str(tmp_path / "batch"))
+    summary = run_batched(two_step_shard(["question 0", "question 1"]), root, _client(server, api_key, root),
+                          "s-a", poll_s=0.01, max_attempts=2)  # fmt: skip
+    rows = json.loads(root.read_text("out/rows.json"))
+    assert rows == [{"q": "question 0", "a": "echo QUESTION 0 THEN ECHO QUESTION 0"},
+                    {"q": "question 1", "error": "llm_bad_response"}]  # fmt: skip
+    assert summary["answered"] == 1
+    (failure,) = _failures(root)
+    assert len(failure["batches"]) == 2 and "without a usable line" in failure["reason"]
+    kept = [line for d in _submissions(root).values() for line in d.get("bad_lines", [])]
+    assert len(kept) == 2 and all("JSON array" in line["reason"] for line in kept)

@@ -15,7 +15,10 @@ A shard in batch mode advances in passes, each an ordinary run of the stage's ow
    pays for it twice.  The caller waits (a deferrable task waits on the triggerer, holding no worker
    slot), then :func:`absorb` writes each answer into the response cache, exactly where an online call
    would have.  A failed or expired request is recorded and asked again in a later batch, up to
-   ``max_attempts`` batches, then its item fails with the reason.
+   ``max_attempts`` batches, then its item fails with the reason.  Result lines are checked one by one: a
+   line that matches no request (not JSON, no string ``custom_id``, an id the batch never sent) is kept in
+   the submission record with its line number and reason, and the requests left without an answer fail
+   and are asked again the same way.
 
 Work whose next request needs the previous answer (a chain's next hop, a re-ask after a malformed reply)
 takes one batch per step.
@@ -48,6 +51,10 @@ METADATA_KEY = "datamind_batch"
 DONE = ("completed",)
 ENDED = ("completed", "failed", "expired", "cancelled")
 MAX_ATTEMPTS = 3  # batches a request may take before its item fails with the reason
+# Result files are the endpoint's, of any length: the submission record keeps the first unusable lines (all
+# are counted and logged), each with an excerpt
+MAX_BAD_LINES_KEPT = 1000
+BAD_LINE_EXCERPT = 300
 
 
 # -- what is stored under cache/llm_batches/ -------------------------------------------------------------------
@@ -210,58 +217,129 @@ async def wait(http, batch_id: str, *, poll_s: float = 30.0, max_poll_s: float =
 
 
 async def absorb(http, store: BatchStore, cache: ResponseCache, doc: Mapping, price=None) -> dict[str, Any]:
-    """Write an ended batch's answers where online calls write them; record every other request's failure."""
+    """Write an ended batch's answers where online calls write them; record every other request's failure.
+
+    The result files come from the endpoint and are checked line by line: one unusable line costs only
+    itself.  A line that names one of the batch's requests but carries no usable answer fails that request,
+    which is asked again in a later batch.  A line that names none (not JSON, not an object, no string
+    ``custom_id``, an id the batch never sent, a second line for a request) cannot be matched to anything:
+    it is kept in the submission record (``bad_lines``: file, line number, reason) and the requests it may
+    have answered, missing from the output, fail and are asked again like any unanswered request."""
     batch = await http.batches.retrieve(doc["batch_id"])
     requests = doc["requests"]
     seen: set[str] = set()
-    counts = {"answered": 0, "held": 0, "failed": 0, "expired": 0, "prompt_tokens": 0, "completion_tokens": 0}
-    for line in await _lines(http, batch.output_file_id) + await _lines(http, batch.error_file_id):
-        key = line.get("custom_id")
-        if key not in requests or key in seen:
-            continue
-        seen.add(key)
-        req, response, error = requests[key], line.get("response") or {}, line.get("error")
-        if error or response.get("status_code") != 200:
-            why = (error or {}).get("message") or _error_message(response) or "no answer"
-            code = "llm_batch_expired" if (error or {}).get("code") == "batch_expired" else "llm_request_rejected"
-            store.record_failure(key, batch.id, code, f"{why} (batch {batch.id})")
-            counts["expired" if code == "llm_batch_expired" else "failed"] += 1
-            continue
-        try:
-            res = completion_result(response.get("body"), req["body"]["model"], key)
-        except Exception as exc:  # noqa: BLE001 - one unusable line costs only its request
-            store.record_failure(key, batch.id, "llm_bad_response", f"unusable answer: {exc} (batch {batch.id})")
+    counts = {"answered": 0, "held": 0, "failed": 0, "expired": 0, "bad_lines": 0, "prompt_tokens": 0,
+              "completion_tokens": 0}  # fmt: skip
+    bad_lines: list[dict] = []
+    for kind, file_id in (("output", batch.output_file_id), ("error", batch.error_file_id)):
+        for number, text, line in await _lines(http, file_id):
+            key, problem = _line_request(line, requests, seen)
+            if problem is not None:
+                counts["bad_lines"] += 1
+                if len(bad_lines) < MAX_BAD_LINES_KEPT:
+                    bad_lines.append({"file": kind, "file_id": file_id, "line": number, "reason": problem,
+                                      "excerpt": text[:BAD_LINE_EXCERPT]})  # fmt: skip
+                    log.warning("batch %s, %s file %s line %d: %s", batch.id, kind, file_id, number, problem)
+                continue
+            seen.add(key)
+            code, why = _line_failure(line)
+            if code is not None:
+                store.record_failure(key, batch.id, code, f"{why} (batch {batch.id}, {kind} line {number})")
+                counts["expired" if code == "llm_batch_expired" else "failed"] += 1
+                continue
+            req = requests[key]
+            try:
+                res = completion_result(line["response"].get("body"), req["body"]["model"], key)
+            except Exception as exc:  # noqa: BLE001 - one unusable line costs only its request
+                store.record_failure(key, batch.id, "llm_bad_response",
+                                     f"unusable answer: {exc} (batch {batch.id}, {kind} line {number})")  # fmt: skip
+                counts["failed"] += 1
+                continue
+            params = {k: v for k, v in req["body"].items() if k not in ("model", "messages")}
+            record = cache_record(res, req["template_version"], req["sample_index"], params, req["body"]["messages"])
+            if res.finish_reason == "length":  # never cached (as online); handed to its caller once
+                store.hold(key, record)
+                counts["held"] += 1
+            else:
+                cache.put(key, record)
+                counts["answered"] += 1
+            counts["prompt_tokens"] += res.prompt_tokens
+            counts["completion_tokens"] += res.completion_tokens
+    if counts["bad_lines"] > len(bad_lines):
+        log.warning("batch %s: %d unusable result lines, the first %d kept in its submission record",
+                    batch.id, counts["bad_lines"], len(bad_lines))  # fmt: skip
+    for key in sorted(set(requests) - seen):
+        if batch.status in DONE:  # the endpoint finished but left no usable line for it
+            why = f"batch {batch.id} completed without a usable line for this request"
+            if counts["bad_lines"]:
+                why += f" ({counts['bad_lines']} unusable lines are kept in its submission record)"
+            store.record_failure(key, batch.id, "llm_bad_response", why)
             counts["failed"] += 1
-            continue
-        params = {k: v for k, v in req["body"].items() if k not in ("model", "messages")}
-        record = cache_record(res, req["template_version"], req["sample_index"], params, req["body"]["messages"])
-        if res.finish_reason == "length":  # never cached (as online); handed to its caller once
-            store.hold(key, record)
-            counts["held"] += 1
-        else:
-            cache.put(key, record)
-            counts["answered"] += 1
-        counts["prompt_tokens"] += res.prompt_tokens
-        counts["completion_tokens"] += res.completion_tokens
-    for key in sorted(set(requests) - seen):  # a batch that expired or failed whole answers nothing
-        store.record_failure(key, batch.id, "llm_batch_expired", f"batch {batch.id} ended {batch.status}")
-        counts["expired"] += 1
+        else:  # a batch that expired or failed whole answers nothing
+            store.record_failure(key, batch.id, "llm_batch_expired", f"batch {batch.id} ended {batch.status}")
+            counts["expired"] += 1
     if price is not None:
         counts["cost_usd"] = price.cost(counts["prompt_tokens"], counts["completion_tokens"], batch=True)
-    store.record_submission({**doc, "absorbed": counts, "status": batch.status})
+    store.record_submission({**doc, "absorbed": counts, "status": batch.status, "bad_lines": bad_lines})
     return counts
 
 
-async def _lines(http, file_id: str | None) -> list[dict]:
+def _line_request(line: Any, requests: Mapping[str, dict], seen: set[str]) -> tuple[str | None, str | None]:
+    """(the request a result line answers, None) or (None, why it answers none of this batch's requests)."""
+    if isinstance(line, _Unparsed):
+        return None, f"not JSON: {line.error}"
+    if not isinstance(line, dict):
+        return None, f"a JSON {_json_type(line)}, not an object"
+    key = line.get("custom_id")
+    if key is None:
+        return None, "no custom_id"
+    if not isinstance(key, str):
+        return None, f"custom_id is a JSON {_json_type(key)}, not a string"
+    if key not in requests:
+        return None, f"custom_id {key[:80]!r} is not a request of this batch"
+    if key in seen:
+        return None, f"a second line for request {key[:12]} (the first one counts)"
+    return key, None
+
+
+def _line_failure(line: dict) -> tuple[str | None, str]:
+    """(reason code, why) when a request's line carries no answer; (None, "") when it has a 200 response."""
+    response, error = line.get("response"), line.get("error")
+    if error is not None and not isinstance(error, dict):
+        return "llm_bad_response", f"the line's error is a JSON {_json_type(error)}, not an object"
+    if response is not None and not isinstance(response, dict):
+        return "llm_bad_response", f"the line's response is a JSON {_json_type(response)}, not an object"
+    if error or (response or {}).get("status_code") != 200:
+        why = str((error or {}).get("message") or _error_message(response or {}) or "no answer")[:500]
+        code = "llm_batch_expired" if (error or {}).get("code") == "batch_expired" else "llm_request_rejected"
+        return code, why
+    return None, ""
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )
+
+
+@dataclass(frozen=True)
+class _Unparsed:
+    error: str
+
+
+async def _lines(http, file_id: str | None) -> list[tuple[int, str, Any]]:
+    """(1-based line number, its text, its JSON or ``_Unparsed``) of every non-blank line of a result file."""
     if not file_id:
         return []
     raw = await http.files.content(file_id)
     lines = []
-    for text in raw.text.splitlines():
+    for number, text in enumerate(raw.text.splitlines(), 1):
+        if not text.strip():
+            continue
         try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:
-            log.warning("batch result file %s: a line that is not JSON", file_id)
+            lines.append((number, text, json.loads(text)))
+        except (ValueError, RecursionError) as exc:  # invalid JSON, an int past Python's digit cap, deep nesting
+            lines.append((number, text, _Unparsed(f"{type(exc).__name__}: {exc}"[:200])))
     return lines
 
 
