@@ -5,7 +5,9 @@ the whole ingest task with it, and every file of the shard would lose its catalo
 retry. Here one child process parses the shard's files one after another under ``RLIMIT_AS``
 (``limits.parse_memory_mb``) and a per-file ``RLIMIT_CPU`` budget (``limits.parse_cpu_s``, re-armed
 before each file); when it dies, that file is rejected as ``parse_limit`` with the signal and the reader's
-last stderr line, and a fresh child takes the next file.
+last stderr line, and a fresh child takes the next file. A later read of a staged copy (profiling replays
+the ``read_options`` ingestion recorded: ``IsolatedParser.load_recorded``) reads the same untrusted bytes
+and goes through the same child under the same caps.
 
 The child runs ``python -I`` with a minimal environment (no credentials), talks over its stdin/stdout
 with length-prefixed pickle frames, and has its own stdout moved to stderr so a library's print cannot
@@ -81,18 +83,27 @@ class IsolatedParser:
         self.close()
 
     def load(self, local_path: str, filename: str | None = None) -> LoadResult:
+        return self._request(local_path, filename, {})
+
+    def _request(self, local_path: str, filename: str | None, extra: dict) -> LoadResult:
         proc = self._ensure_child()
         started = time.monotonic()
         self._stderr.seek(0)
         self._stderr.truncate()
         try:
-            _write_frame(proc.stdin, {"path": local_path, "filename": filename})
+            _write_frame(proc.stdin, {"path": local_path, "filename": filename, **extra})
             result, stalled = self._await(proc, self.limits.parse_cpu_s * _WALL_FACTOR + _WALL_SLACK_S)
         except (OSError, EOFError, pickle.UnpicklingError):
             result, stalled = None, False
         if isinstance(result, LoadResult):
             return result
         return self._death_result(proc, time.monotonic() - started, stalled, local_path, filename)
+
+    def load_recorded(self, local_path: str, read_options: list[dict], frames: bool = True) -> LoadResult:
+        """``loaders.load_recorded`` in the capped child: a later stage's replay of what ingestion recorded
+        reads the same untrusted bytes, so it runs under the same caps.  A failure (the reader died, ran out
+        of its budget or raised) is the result's ``error`` / ``error_code``, never an exception."""
+        return self._request(local_path, None, {"recorded": read_options, "frames": frames})
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -201,7 +212,24 @@ def _child_main() -> None:
         budget = int(used.ru_utime + used.ru_stime) + 1 + limits.parse_cpu_s
         hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         resource.setrlimit(resource.RLIMIT_CPU, (budget if hard == resource.RLIM_INFINITY else min(budget, hard), hard))
-        _write_frame(channel, load_tables(request["path"], limits, filename=request["filename"]))
+        if "recorded" in request:
+            _write_frame(channel, _replay(request["path"], request["recorded"], request["frames"], limits))
+        else:
+            _write_frame(channel, load_tables(request["path"], limits, filename=request["filename"]))
+
+
+def _replay(path: str, recorded: list[dict], frames: bool, limits: Limits) -> LoadResult:
+    """``load_recorded`` as a LoadResult: what the file raises is its result, like ``load_tables``'s."""
+    from datamind.ingest.loaders import load_recorded
+
+    fmt = recorded[0]["format"] if recorded else "unknown"
+    try:
+        return LoadResult(fmt, None, None, load_recorded(path, recorded, frames=frames))
+    except MemoryError:
+        message = f"reading needed more than the {limits.parse_memory_mb:,} MB memory cap"
+        return LoadResult(fmt, None, None, [], message, "parse_limit")
+    except Exception as exc:  # noqa: BLE001 - a reader's failure is a property of the file, recorded by the caller
+        return LoadResult(fmt, None, None, [], f"{type(exc).__name__}: {exc}"[:500], "unloadable")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 ``plan_profile`` lists accepted files of ``catalog/files`` that have no ``catalog/tables`` row yet (and
 no recorded profiling failure) as small JSON shard specs. ``profile_shard`` reads each staged file once
-(one parse yields every table and its ``read_options``), profiles the tables the ingest verdicts accepted,
-and writes one deterministic-named shard. A file that cannot be profiled any more (staged copy gone,
-parser changed its mind) is recorded in ``rejections`` with stage ``profile``, never dropped silently.
+(replaying the ``read_options`` ingestion recorded, in the capped parser child ingestion uses), profiles
+the tables the ingest verdicts accepted, and writes one deterministic-named shard. A file that cannot be
+profiled any more (staged copy gone, parser changed its mind, a read past the parser's caps) is recorded in
+``rejections`` with stage ``profile``, never dropped silently.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import pyarrow.compute as pc
 
 from datamind.assets import DIRS
 from datamind.ids import stable_id
-from datamind.ingest.loaders import LoadedTable, load_recorded
-from datamind.ingest.parse_worker import IsolatedParser
+from datamind.ingest.loaders import LoadedTable
+from datamind.ingest.parse_worker import IsolatedParser, ParserUnavailable
 from datamind.profile.meta import TableToProfile, profile_tables
 from datamind.roles import with_roles
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
@@ -135,9 +136,15 @@ def _wanted(file_row: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _load_file(
-    root: DataRoot, file_row: dict[str, Any], wanted: dict[str, dict[str, Any]], provenance: dict[str, Any]
+    root: DataRoot,
+    file_row: dict[str, Any],
+    wanted: dict[str, dict[str, Any]],
+    provenance: dict[str, Any],
+    parser: IsolatedParser,
 ) -> tuple[list[LoadedTable], str | None]:
-    """(the file's tables, failure reason): one read of the staged file, with the options ingestion recorded."""
+    """(the file's tables, failure reason): one read of the staged file, with the options ingestion recorded,
+    in ``parser``'s capped child: a staged copy is as untrusted as the file ingestion read, and a read past
+    the caps costs this file (its reason recorded), never the shard."""
     if not wanted:
         return [], "no accepted tables recorded at ingestion"
     recorded = [json.loads(v["read_options"]) for v in wanted.values() if v.get("read_options")]
@@ -145,12 +152,14 @@ def _load_file(
         path = root.local_copy(root.path(root.rel(file_row["staged_uri"])))
         if len(recorded) == len(wanted):
             # One read, no detection: the options ingestion recorded reproduce the tables it judged.
-            return load_recorded(path, recorded, frames=False), None
-        # rows cataloged before read_options were recorded: detect again, in the capped child process like
-        # any first read of a file. The original name keeps table names (a CSV's table is named after its
-        # file) as ingestion saw them.
-        with IsolatedParser(_limits_admitting(wanted)) as parser:
-            result = parser.load(path, filename=provenance.get("original_filename"))
+            result = parser.load_recorded(path, recorded, frames=False)
+        else:
+            # rows cataloged before read_options were recorded: detect again, like any first read of a file.
+            # The original name keeps table names (a CSV's table is named after its file) as ingestion saw them.
+            with IsolatedParser(_limits_admitting(wanted)) as detecting:
+                result = detecting.load(path, filename=provenance.get("original_filename"))
+    except ParserUnavailable:
+        raise  # no child process could start: the task's fault, retried, never a property of the file
     except Exception as exc:  # a file that loaded at ingestion and fails now is recorded, never raised
         return [], f"staged file unreadable: {type(exc).__name__}: {exc}"[:500]
     if result.error:
@@ -184,23 +193,24 @@ def profile_files(
     (``_GROUP_CELLS``) at a time, then the group's tables are profiled together (``profile_tables``)."""
     group: list[tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]] = []
     cells = 0
-    for i, file_row in enumerate(file_rows):
-        wanted = _wanted(file_row)
-        group.append((file_row, wanted, json.loads(file_row.get("provenance") or "{}")))
-        cells += sum(int(v["n_rows"] or 0) * int(v["n_cols"] or 0) for v in wanted.values())
-        if cells < _GROUP_CELLS and i + 1 < len(file_rows):
-            continue
-        with _collector_paused():
-            loaded, failures = [], []
-            for file_row_, wanted_, provenance in group:
-                tables, failure = _load_file(root, file_row_, wanted_, provenance)
-                if not failure:
-                    tables, failure = _profiled_tables(wanted_, tables)
-                loaded.append((file_row_, tables, provenance))
-                failures.append(failure)
-            done = list(zip(profile_rows(loaded, run_id, now), failures, strict=True))
-        yield from done
-        group, cells = [], 0
+    with IsolatedParser(Limits.from_env()) as parser:  # one capped child reads every file of the call
+        for i, file_row in enumerate(file_rows):
+            wanted = _wanted(file_row)
+            group.append((file_row, wanted, json.loads(file_row.get("provenance") or "{}")))
+            cells += sum(int(v["n_rows"] or 0) * int(v["n_cols"] or 0) for v in wanted.values())
+            if cells < _GROUP_CELLS and i + 1 < len(file_rows):
+                continue
+            with _collector_paused():
+                loaded, failures = [], []
+                for file_row_, wanted_, provenance in group:
+                    tables, failure = _load_file(root, file_row_, wanted_, provenance, parser)
+                    if not failure:
+                        tables, failure = _profiled_tables(wanted_, tables)
+                    loaded.append((file_row_, tables, provenance))
+                    failures.append(failure)
+                done = list(zip(profile_rows(loaded, run_id, now), failures, strict=True))
+            yield from done
+            group, cells = [], 0
 
 
 @contextlib.contextmanager
@@ -222,7 +232,11 @@ def profile_file(
     root: DataRoot, file_row: dict[str, Any], run_id: str | None, now: dt.datetime
 ) -> tuple[list[dict[str, Any]], str | None]:
     """(catalog/tables rows, failure reason) for one accepted file."""
-    return next(profile_files(root, [file_row], run_id, now))
+    files = profile_files(root, [file_row], run_id, now)
+    try:
+        return next(files)
+    finally:
+        files.close()  # its parser's child ends now, not when the generator is collected
 
 
 _ROLES_SHOWN = 20  # tables whose column roles a shard's summary lists (the catalog holds them all)
