@@ -18,7 +18,8 @@ nothing. Quality report: `reports/publish_dataset/<run>/`, opening with the rele
 published for inspection only: **review** asks a person in the UI (Required actions) to approve or reject
 it, with the missed figures and links to the report and the sample viewer. Approve promotes it (and wakes
 train_agent); reject keeps it readable and never trained on. The decision, who made it and the comment
-go into the release's manifest and card. `DATAMIND_APPROVE_EVERY_RELEASE=1` asks for every release.
+go into the release's manifest and card. `DATAMIND_APPROVE_EVERY_RELEASE=1` asks for every release;
+`DATAMIND_RELEASE_APPROVERS` (user ids, comma-separated) names who may answer, and Airflow refuses anyone else.
 
 A run with no publishable sample, and no earlier release holding one, **fails**: it writes and promotes
 nothing, and its error names the stage that produced nothing with that stage's rejections by reason.
@@ -32,6 +33,7 @@ from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import dag, get_current_context, task
 
 from datamind.publish.params import PublishParams, ReviewForm
+from datamind.settings import release_approvers
 from datamind_airflow import DAG_DEFAULTS, announces, lineage, runtime, wakes_on
 from datamind_airflow.forms import form_params
 
@@ -110,6 +112,8 @@ def publish_dataset():
         body="{{ ti.xcom_pull(task_ids='publish')['review_body'] }}",
         options=[APPROVE, REJECT],
         params=form_params(ReviewForm),
+        # read when the DAG is parsed: a malformed list is the DAG's import error, shown in the UI
+        assigned_users=release_approvers(),
     )
 
     @lineage.task(outlets=[DATASET], trigger_rule="none_failed_min_one_success")

@@ -106,3 +106,35 @@ def worker_hostname() -> str:
     import socket
 
     return os.environ.get("DATAMIND_WORKER_HOSTNAME") or socket.getfqdn()
+
+
+# -- the review gate of publish_dataset (datamind.publish.promotion): read by the DAG file at parse time, so
+# this module stays free of heavy imports
+APPROVE_EVERY_ENV = "DATAMIND_APPROVE_EVERY_RELEASE"
+APPROVERS_ENV = "DATAMIND_RELEASE_APPROVERS"
+
+
+def approve_every_release() -> bool:
+    """Whether a person approves every release, not only one that misses its audit."""
+    return os.environ.get(APPROVE_EVERY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def release_approvers(raw: str | None = None) -> list[dict[str, str]] | None:
+    """Who may approve or reject a release (``DATAMIND_RELEASE_APPROVERS``), as Airflow's HITL users.
+
+    A comma-separated list of user ids, each optionally ``id=Display name``. The id is what the deployment's
+    auth manager calls the user (the username with the simple auth manager, the numeric id with FAB): Airflow
+    compares it with the id of the user who answers. ``None`` (unset or blank): anyone allowed to answer the
+    DAG's required actions may decide."""
+    raw = os.environ.get(APPROVERS_ENV, "") if raw is None else raw
+    names: dict[str, str] = {}  # id -> display name given ("" for none), in the order written
+    for entry in raw.split(","):
+        if not entry.strip():
+            continue
+        uid, _, name = (part.strip() for part in entry.partition("="))
+        if not uid:
+            raise ValueError(f"{APPROVERS_ENV}: {entry.strip()!r} names no user id (write id or id=Display name)")
+        if name and names.get(uid) and names[uid] != name:
+            raise ValueError(f"{APPROVERS_ENV}: user id {uid!r} has two names ({names[uid]!r}, {name!r})")
+        names[uid] = name or names.get(uid, "")
+    return [{"id": uid, "name": name or uid} for uid, name in names.items()] or None

@@ -166,6 +166,96 @@ def test_the_review_form_is_its_dataclass(dagbag):
     assert set(review.params) == set(form_schema(ReviewForm))
 
 
+def _publish_dag_with(monkeypatch, approvers: str | None):
+    from airflow.dag_processing.dagbag import DagBag
+
+    if approvers is None:
+        monkeypatch.delenv("DATAMIND_RELEASE_APPROVERS", raising=False)
+    else:
+        monkeypatch.setenv("DATAMIND_RELEASE_APPROVERS", approvers)
+    return DagBag(dag_folder=str(REPO / "dags" / "publish_dataset.py"))
+
+
+def test_only_the_deployments_approvers_may_answer_the_review(monkeypatch):
+    """The review task carries DATAMIND_RELEASE_APPROVERS as Airflow's assigned users, and Airflow's check
+    (the one its HITL route runs before it takes an answer) lets the named user answer and refuses an admin
+    who is not named; without the setting the task names nobody and Airflow skips that check."""
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    bag = _publish_dag_with(monkeypatch, "ada=Ada L., grace")
+    assert bag.import_errors == {}
+    review = bag.dags["publish_dataset"].get_task("review")
+    assert review.assigned_users == [{"id": "ada", "name": "Ada L."}, {"id": "grace", "name": "grace"}]
+    assert review.hitl_summary["assigned_users"] == review.assigned_users  # what the task records for the UI
+    assigned = {u["id"] for u in review.assigned_users}  # as the route builds it from the task's HITL detail
+    auth = SimpleAuthManager()
+    ada = SimpleAuthManagerUser(username="ada", role="user")
+    admin = SimpleAuthManagerUser(username="admin", role="admin")
+    assert auth.is_authorized_hitl_task(assigned_users=assigned, user=ada)
+    assert not auth.is_authorized_hitl_task(assigned_users=assigned, user=admin)
+
+    assert _publish_dag_with(monkeypatch, None).dags["publish_dataset"].get_task("review").assigned_users is None
+
+
+def test_the_api_refuses_a_review_answer_from_a_user_who_is_not_an_approver(monkeypatch, airflow_db):
+    """Through Airflow's own REST route (PATCH .../hitlDetails) as two signed-in users: an admin who is not
+    named gets 403 and the review stays unanswered; the named approver's answer is taken. The task's HITL
+    row carries the review task's assigned users, as its execute() records them."""
+    import uuid
+
+    import pendulum
+    from airflow.api_fastapi.app import create_app, get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import sync_bag_to_db
+    from airflow.models.hitl import HITLDetail
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+    from fastapi.testclient import TestClient
+
+    bag = _publish_dag_with(monkeypatch, "ada=Ada L.")
+    review = bag.dags["publish_dataset"].get_task("review")
+    DagBundlesManager().sync_bundles_to_db()
+    sync_bag_to_db(bag, "dags-folder", None)
+    run_id = f"approvers-{uuid.uuid4().hex[:8]}"
+    with create_session() as session:
+        dag = SerializedDagModel.get_dag("publish_dataset", session=session)
+        run = dag.create_dagrun(
+            run_id=run_id,
+            run_after=pendulum.now("UTC"),
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.TEST,
+            state=DagRunState.RUNNING,
+            session=session,
+        )
+        ti = run.get_task_instance("review", session=session)
+        session.add(HITLDetail(ti_id=ti.id, options=review.options, subject="review", params={},
+                               assignees=review.assigned_users))  # fmt: skip
+    client, auth = TestClient(create_app("core")), get_auth_manager()
+    url = f"/api/v2/dags/publish_dataset/dagRuns/{run_id}/taskInstances/review/-1/hitlDetails"
+
+    def answer(user: str, role: str):
+        token = auth.generate_jwt(SimpleAuthManagerUser(username=user, role=role))
+        return client.patch(url, json={"chosen_options": ["Approve"], "params_input": {"comment": "ok"}},
+                            headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+
+    refused = answer("admin", "admin")
+    assert refused.status_code == 403 and "not a respondent" in refused.text
+    taken = answer("ada", "user")
+    assert taken.status_code == 200, taken.text
+    assert taken.json()["responded_by"] == {"id": "ada", "name": "ada"}  # who decided, as promote() records it
+
+
+def test_a_malformed_approvers_setting_is_the_dags_import_error(monkeypatch):
+    bag = _publish_dag_with(monkeypatch, "ada,=Ann")
+    assert "publish_dataset" not in bag.dags
+    (error,) = bag.import_errors.values()
+    assert "DATAMIND_RELEASE_APPROVERS" in error and "names no user id" in error
+
+
 @pytest.mark.parametrize("dag_id", sorted(FORMS))
 def test_form_defaults_equal_the_stage_dataclass_defaults(dagbag, dag_id):
     """A run from the form and a run from Python must fingerprint the same, so one reuses the other's work."""

@@ -60,3 +60,19 @@ def test_with_nothing_promoted_export_says_what_waits(root):
     write_release(root, 1, 120, flawed=True)
     with pytest.raises(ValueError, match="v1 is awaiting_approval"):
         export(root)
+
+
+def test_the_approvers_setting_names_airflow_users_and_refuses_an_entry_without_an_id(monkeypatch):
+    from datamind.settings import APPROVERS_ENV, release_approvers
+
+    monkeypatch.setenv(APPROVERS_ENV, " ada , 7=Bob Brown,, ada")
+    # Airflow's HITL users: the id is what it compares with the answering user's id, the name what it shows
+    assert release_approvers() == [{"id": "ada", "name": "ada"}, {"id": "7", "name": "Bob Brown"}]
+    monkeypatch.setenv(APPROVERS_ENV, "  ")
+    assert release_approvers() is None  # no list: anyone allowed to answer the DAG's required actions decides
+    monkeypatch.delenv(APPROVERS_ENV)
+    assert release_approvers() is None
+    with pytest.raises(ValueError, match=f"{APPROVERS_ENV}: '=Ann' names no user id"):
+        release_approvers("ada,=Ann")
+    with pytest.raises(ValueError, match="two names"):
+        release_approvers("7=Ann,7=Bob")

@@ -1,29 +1,26 @@
 """Whether a release may be trained on: promoted by its audit, or by a person who approved it.
 
 A release that meets every audit threshold is promoted when it is published, unless the deployment asks a
-person to approve every release (``DATAMIND_APPROVE_EVERY_RELEASE``). Any other release is published for
-inspection, ``awaiting_approval``: readable, in the viewer and the reports, but never exported for training
-until someone approves it. The decision, who made it and their comment are written into the release's
-manifest and card; a rejected release stays readable and is never trained on.
+person to approve every release (``DATAMIND_APPROVE_EVERY_RELEASE``, read in ``datamind.settings``). Any
+other release is published for inspection, ``awaiting_approval``: readable, in the viewer and the reports,
+but never exported for training until someone approves it. The decision, who made it and their comment are
+written into the release's manifest and card; a rejected release stays readable and is never trained on.
+Who may decide is the deployment's choice (``DATAMIND_RELEASE_APPROVERS``, read in ``datamind.settings``);
+Airflow refuses anyone else's answer.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 from datetime import UTC, datetime
 
 from datamind.publish.audit import missed_figures, verdicts
+from datamind.settings import approve_every_release
 from datamind.storage import DataRoot
 from datamind.tables import AWAITING, PROMOTED, REJECTED
 
-APPROVE_EVERY_ENV = "DATAMIND_APPROVE_EVERY_RELEASE"
 CARD_START, CARD_END = "<!-- promotion -->", "<!-- /promotion -->"
-
-
-def approve_every_release() -> bool:
-    return os.environ.get(APPROVE_EVERY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def initial(audit: dict, approve_every: bool | None = None) -> dict:
