@@ -178,7 +178,7 @@ def probe(sandbox_cls, limits_cls, data: str, isolation_mode: str = "auto") -> d
             lines = [ln for ln in obs.output.splitlines() if ln.strip().isdigit()]
             out[name] = {
                 "kind": obs.error_kind,
-                "output": obs.output.strip()[-120:],
+                "output": obs.output.strip()[-240:],  # room for a note on children killed for memory
                 "held_mb": int(lines[-1]) if lines else 0,
                 "peak_host_mb": round(peak.peak_mb),
                 "peak_session_mb": round((s.memory_peak_bytes or 0) / 2**20),
@@ -223,7 +223,7 @@ def probe(sandbox_cls, limits_cls, data: str, isolation_mode: str = "auto") -> d
 def verdicts(r: dict) -> dict[str, bool]:
     """Attack name -> contained, from what ``probe`` measured."""
     held = r["pids"]["a"].split()
-    forks = r["forks"]["output"].split()
+    forks = next((line.split() for line in r["forks"]["output"].splitlines() if line.startswith("holding")), [])
     return {
         "memfd pages count against the session's memory": r["memfd"]["kind"] == "memory"
         and r["memfd"]["held_mb"] < MEMORY_MB

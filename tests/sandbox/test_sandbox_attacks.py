@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import attacks_round3
+import attacks_round4
 import pytest
 from sandbox_helpers import TEST_LIMITS
 
@@ -197,6 +198,25 @@ def test_third_round_attacks_are_contained_per_session(mode, csv_file):
     print(f"\nround 3 [{mode}]: memfd {result['memfd']}, forks {result['forks']}")
     for name, ok in attacks_round3.verdicts(result).items():
         contained(f"{mode}: {name}: {result}", ok)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fourth_round_attacks_are_contained_per_session(mode, csv_file):
+    """Kernel objects outside the cell's namespaces (a vsock port, per-user counters of inotify, message
+    queues, queued signals, locked memory) are no channel between sessions, and children the session's
+    memory limit killed are reported."""
+    if mode == "root" and os.geteuid() != 0:
+        pytest.skip("root isolation mode needs a root worker")
+    result = attacks_round4.probe(Sandbox, SandboxLimits, str(csv_file), mode)
+    print(f"\nround 4 [{mode}]: {result}")
+    untried = []
+    for name, ok in attacks_round4.verdicts(result).items():
+        if ok is None:
+            untried.append(name)
+            continue
+        contained(f"{mode}: {name}: {result}", ok)
+    if untried:
+        pytest.skip(f"this host cannot try: {untried} (no AF_VSOCK transport outside the sandbox)")
 
 
 def test_a_cell_that_cannot_be_set_up_is_the_platforms_failure_not_an_observation(csv_file):

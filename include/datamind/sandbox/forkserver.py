@@ -8,7 +8,8 @@ Airflow worker, whose threads make forking unsafe, and talks to its owner over a
                     {"op": "kill", "id", "pid"}, {"op": "pin", "id", "pid"}, {"op": "end_turn", "id", "pid"},
                     {"op": "close_session", "id", "session"}, {"op": "warm", "id", "modules"}
     zygote -> host  {"event": "ready", "layers", "notes"}, {"event": "spawned", "id", "pid"},
-                    {"event": "failed", "id", "error"}, {"event": "done", "id", ...},
+                    {"event": "failed", "id", "error"}, {"event": "done", "id", ...} (end_turn's with
+                    "killed" and "oom_kills"),
                     {"event": "exit", "pid", "status", "maxrss_kb", "cpu_s", "oom_kills"}
 
 A session (one trajectory) has one cgroup: memory and processes of all its cells, in both modes, bounded
@@ -217,7 +218,11 @@ class _Zygote:
         elif op == "pin":
             self.keep[req["pid"]] = self._processes(req["pid"])
         elif op == "end_turn":
-            return {"event": "done", "killed": self._sweep(req["pid"], keep=self.keep.get(req["pid"], frozenset()))}
+            killed = self._sweep(req["pid"], keep=self.keep.get(req["pid"], frozenset()))
+            # The interpreter lives on, so no exit event will carry what the memory limit killed this turn.
+            sid = self.children.get(req["pid"])
+            oom = self.cgroups.oom_kills(sid) if self.cgroups is not None and sid is not None else 0
+            return {"event": "done", "killed": killed, "oom_kills": oom}
         elif op == "warm":
             self._warm(req["modules"])
         elif op == "close_session":

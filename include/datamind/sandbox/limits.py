@@ -24,7 +24,7 @@ LAYER_UID = "dedicated_uid"
 LAYER_USERNS = "user_namespace_no_caps"
 LAYER_PIDS_CGROUP = "pids_cgroup"  # processes per session
 LAYER_MEMORY_CGROUP = "memory_cgroup"  # all memory of a session (page cache, tmpfs, memfd included)
-LAYER_SECCOMP = "seccomp_filter"  # no user namespaces, keyrings, mounts, ptrace, io_uring, bpf for cells
+LAYER_SECCOMP = "seccomp_filter"  # no namespaces, keyrings, mounts, ptrace, io_uring, bpf, inotify, non-IP sockets
 LAYER_KEYRING = "session_keyring"
 LAYER_NPROC = "rlimit_nproc"
 LAYER_PGROUP_KILL = "process_group_kill"
@@ -190,5 +190,13 @@ def apply_rlimits(
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # The kernel counts POSIX message-queue bytes, queued signals and locked SysV memory per user, against
+    # the rlimit of whoever asks next: where cells share a uid (user-namespace mode, with the worker too),
+    # one cell holding them would make another session's or the worker's calls fail. At 0, a cell cannot
+    # hold any, so each call answers the same whatever other sessions do. Analysis code loses mq_open,
+    # sigqueue of real-time signals, timer_create and mlock; ordinary signals (kill, alarms, SIGCHLD)
+    # bypass the queued-signal limit, and only their extra siginfo can be lost.
+    for shared_per_user in (resource.RLIMIT_MSGQUEUE, resource.RLIMIT_SIGPENDING, resource.RLIMIT_MEMLOCK):
+        resource.setrlimit(shared_per_user, (0, 0))
     if nproc is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))

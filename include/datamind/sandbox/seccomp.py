@@ -7,6 +7,14 @@ with a long record of kernel bugs (io_uring, bpf, perf, userfaultfd). ``clone`` 
 with a namespace flag; ``clone3`` answers ENOSYS so the C library falls back to ``clone``, whose flags the
 filter can read (clone3 passes them in memory a filter cannot see).
 
+File watching (inotify, fanotify) is refused too: its instances and watches are counted per user, so in
+user-namespace mode, where every cell and the worker itself share one uid, a cell holding them would
+starve the other sessions and the worker; analysis code never watches files.
+
+Sockets are an allow-list of address families (``SOCKET_FAMILIES``). The per-cell network namespace only
+covers families that are namespaced: AF_VSOCK, for one, reaches the host's vsock transport, so a cell
+could squat a vsock port the host or another session wants, or use it as a channel between sessions.
+
 The program is classic BPF written out by hand: libseccomp has no maintained binding for a virtualenv.
 """
 
@@ -15,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import platform
+import socket
 
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
@@ -29,6 +38,11 @@ _OFF_NR, _OFF_ARCH, _OFF_ARG0_LOW = 0, 4, 16
 _X32_SYSCALL_BIT = 0x40000000
 _NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET (+NEWTIME below)
 _CLONE_NEWTIME = 0x00000080
+# What a cell may create sockets of: unix sockets (multiprocessing, asyncio's self-pipe) and IP over the
+# cell's own loopback. Any other family answers EAFNOSUPPORT, the kernel's own answer for a family it was
+# built without: socket(2) documents it (EPERM it does not), and code that probes for an optional family
+# (glibc's netlink address check in getaddrinfo, libraries trying AF_ALG or AF_VSOCK) falls back on it.
+SOCKET_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6)
 
 # (audit arch, syscall numbers): x86_64 from asm/unistd_64.h, aarch64 from asm-generic/unistd.h.
 _ARCHES = {
@@ -42,7 +56,8 @@ _ARCHES = {
             "finit_module": 313, "delete_module": 176, "open_tree": 428, "move_mount": 429, "fsopen": 430,
             "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "swapon": 167,
             "swapoff": 168, "reboot": 169, "acct": 163, "open_by_handle_at": 304, "io_uring_setup": 425,
-            "io_uring_enter": 426, "io_uring_register": 427,
+            "io_uring_enter": 426, "io_uring_register": 427, "inotify_init": 253, "inotify_init1": 294,
+            "fanotify_init": 300, "socket": 41, "socketpair": 53,
         },
     ),
     "aarch64": (
@@ -55,11 +70,14 @@ _ARCHES = {
             "finit_module": 273, "delete_module": 106, "open_tree": 428, "move_mount": 429, "fsopen": 430,
             "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "swapon": 224,
             "swapoff": 225, "reboot": 142, "acct": 89, "open_by_handle_at": 265, "io_uring_setup": 425,
-            "io_uring_enter": 426, "io_uring_register": 427,
+            "io_uring_enter": 426, "io_uring_register": 427, "inotify_init1": 26, "fanotify_init": 262,
+            "socket": 198, "socketpair": 199,
         },
     ),
 }  # fmt: skip
 _ARCHES["arm64"] = _ARCHES["aarch64"]
+# Calls the filter looks into instead of refusing outright.
+_INSPECTED = ("clone", "clone3", "socket", "socketpair")
 
 
 class _Instruction(ctypes.Structure):
@@ -77,7 +95,7 @@ def supported() -> bool:
 def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions; jumps are relative to the next instruction."""
     arch, numbers = _ARCHES[machine or platform.machine()]
-    denied = sorted(n for name, n in numbers.items() if name not in ("clone", "clone3"))
+    denied = sorted(n for name, n in numbers.items() if name not in _INSPECTED)
     # (code, jump-if-true label, k); labels are resolved once the program is laid out.
     steps: list[tuple[int, str | None, int]] = [
         (_BPF_LD_W_ABS, None, _OFF_ARCH),
@@ -92,6 +110,8 @@ def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
     steps += [
         (_BPF_JEQ_K, "no_clone3", numbers["clone3"]),
         (_BPF_JEQ_K, "clone", numbers["clone"]),
+        (_BPF_JEQ_K, "socket", numbers["socket"]),
+        (_BPF_JEQ_K, "socket", numbers["socketpair"]),
         (_BPF_RET_K, None, _RET_ALLOW),
         ("clone", None, 0),
         (_BPF_LD_W_ABS, None, _OFF_ARG0_LOW),  # clone's flags are its first argument on both arches
@@ -101,6 +121,13 @@ def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
         (_BPF_RET_K, None, _RET_ERRNO | errno.EPERM),
         ("no_clone3", None, 0),
         (_BPF_RET_K, None, _RET_ERRNO | errno.ENOSYS),
+        # The family is the first argument of both calls, an int: the kernel reads only its low 32 bits.
+        ("socket", None, 0),
+        (_BPF_LD_W_ABS, None, _OFF_ARG0_LOW),
+        *[(_BPF_JEQ_K, "family_allowed", family) for family in SOCKET_FAMILIES],
+        (_BPF_RET_K, None, _RET_ERRNO | errno.EAFNOSUPPORT),
+        ("family_allowed", None, 0),
+        (_BPF_RET_K, None, _RET_ALLOW),
     ]
     labels: dict[str, int] = {}
     for step in steps:
@@ -109,6 +136,8 @@ def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
     out: list[tuple[int, int, int, int]] = []
     for code, label, k in (s for s in steps if not isinstance(s[0], str)):
         jt = labels[label] - len(out) - 1 if label else 0
+        if not 0 <= jt <= 255:  # classic BPF jumps only forward, at most 255 instructions
+            raise ValueError(f"seccomp program: jump to {label!r} out of range ({jt})")
         out.append((code, jt, 0, k))
     return out
 

@@ -426,6 +426,7 @@ class Session:
             raw = bytes(buf[: limits.max_output_bytes])
             maxrss = maxrss or cell.exit.maxrss_kb
             exit_info = cell.exit
+            oom_kills = exit_info.oom_kills
         else:
             self.workspace.restore_inputs()
             if self._kernel is not None and self._kernel.exit.event.is_set():
@@ -443,15 +444,21 @@ class Session:
                     self._kernel.kill()
                 self._kernel.finish()
                 maxrss = maxrss or exit_info.maxrss_kb
+                oom_kills = exit_info.oom_kills
                 self._kernel = None
             else:
                 # The turn is over: whatever it started (a double-forked grandchild too) goes now, and
                 # what such a process wrote after the cell reported is dropped, never shown next turn.
-                self.sandbox._client.call({"op": "end_turn", "pid": self._kernel.pid})
+                reply = self.sandbox._client.call({"op": "end_turn", "pid": self._kernel.pid})
+                oom_kills = reply.get("oom_kills", 0)
                 _drain(self._kernel.out, bytearray(), limits.max_output_bytes, block=False)
         if outcome is None and not self.sandbox._client.alive:
             raise SandboxUnavailable("the sandbox zygote exited while a cell was running")
         kind, note = _classify(outcome, exit_info, limits)
+        if oom_kills and outcome is not None:
+            # The cell itself reported (or was stopped by the host), so _classify said nothing of memory; but
+            # the session's limit killed some of what it started, and its result may be missing that work.
+            note = "\n".join(n for n in (note, _killed_for_memory(oom_kills, limits)) if n)
         text = truncate_head_tail(raw.decode("utf-8", errors="replace"), limits.head_chars, limits.tail_chars)
         if note:
             text = f"{text.rstrip()}\n{note}" if text.strip() else note
@@ -512,7 +519,7 @@ def _classify(outcome: str | None, exit_info, limits: SandboxLimits) -> tuple[Er
         return "output_limit", f"[sandbox] execution stopped: output exceeded {limits.max_output_bytes} bytes."
     status = exit_info.status
     if exit_info.oom_kills:
-        return "memory", f"[sandbox] memory limit reached ({limits.memory_mb} MB for the session)."
+        return "memory", f"[sandbox] {_session_memory(limits)}."
     if status >= 0 and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and exit_info.cpu_s >= limits.cpu_s):
@@ -521,6 +528,15 @@ def _classify(outcome: str | None, exit_info, limits: SandboxLimits) -> tuple[Er
     if status >= 0 and os.WIFEXITED(status):
         return "killed", f"[sandbox] the process exited with code {os.WEXITSTATUS(status)} before finishing."
     return "killed", "[sandbox] the process ended without reporting a result."
+
+
+def _session_memory(limits: SandboxLimits) -> str:
+    return f"memory limit reached ({limits.memory_mb} MB for the session)"
+
+
+def _killed_for_memory(n: int, limits: SandboxLimits) -> str:
+    """The note for processes of a cell (its children, or the cell itself) the session's memory limit killed."""
+    return f"[sandbox] {n} of this cell's processes {'was' if n == 1 else 'were'} killed: {_session_memory(limits)}."
 
 
 def _sweep_stale_roots() -> None:
