@@ -1,7 +1,7 @@
 """The quality reports inside the Airflow UI: a FastAPI app the api-server mounts at ``/datamind``.
 
     /datamind/reports/                          every report, newest first (regenerated from summary.json files)
-    /datamind/reports/<stage>/<run>/            one report (report.html; rendered from its JSON if missing)
+    /datamind/reports/<stage>/<run>/            one report (rendered from its summary.json and validation.json)
     /datamind/reports/<stage>/<run>/<file>      its validation.json, summary.json, Data Docs pages
     /datamind/task/<dag_id>/<run_id>/<task_id>  the report a task wrote (the task's "Quality report" link)
     /datamind/viewer/                           the sample viewer: every release, its audit and promotion
@@ -10,23 +10,87 @@
     /datamind/viewer/runs/<run>/<kind>/[<id>]   one run's trajectories or rejections, and one of them
 
 Files are read from the data root (a local folder or object storage), so any api-server shows what any worker
-wrote. Every route needs a logged-in Airflow user, as the rest of the UI does.
+wrote. Every route needs a logged-in Airflow user, as the rest of the UI does; there are no API docs routes.
+
+The app is served in the Airflow UI's origin, next to the session cookie that the REST API accepts, and its pages
+show text that workers and models wrote. So: every page is rendered by ``datamind.templating`` (escaped);
+every response carries ``SecurityHeaders`` (a CSP that allows no script at all, nosniff, same-origin framing);
+the data root's own files (Great Expectations' Data Docs carry inline script) are served in a CSP sandbox, an
+opaque origin without script; and a report page is always rendered afresh from its JSON, never the stored
+report.html, so what the UI shows is what this code escaped.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import mimetypes
 import posixpath
 import re
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from datamind.templating import render, style_hashes
 from datamind_airflow.urls import PREFIX, VIEWER
 
+log = logging.getLogger(__name__)
+
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._+=-][A-Za-z0-9._+= -]*$")
+
+# Our pages: no script from anywhere, only our own stylesheets (by hash), forms submit to us, and only the
+# Airflow UI (same origin) may frame them.
+PAGE_POLICY = "; ".join(
+    [
+        "default-src 'none'",
+        "style-src " + " ".join(style_hashes()),
+        "form-action 'self'",
+        "base-uri 'none'",
+        "frame-ancestors 'self'",
+    ]
+)
+# Files of the data root (Data Docs, JSON): shown as they are, but in a sandbox, an opaque origin that runs no
+# script, submits no form and loads nothing from the network (Data Docs' CDN styling included), so their inline
+# script and anything a worker wrote into them cannot act as the logged-in user.
+FILE_POLICY = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'self'"
+
+
+class SecurityHeaders:
+    """Every response of the app (pages, JSON, files, errors, redirects) gets the security headers: the page
+    policy unless the route chose a stricter one (FILE_POLICY). An exception no route handled becomes a plain
+    500 here, so that it carries them too (Starlette's own error page is outside the app's middleware)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("Content-Security-Policy", PAGE_POLICY)
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers["X-Frame-Options"] = "SAMEORIGIN"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            if started:
+                raise
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            await PlainTextResponse("Internal error (see the api-server's log).", 500)(
+                scope, receive, send_with_headers
+            )
 
 
 async def _logged_in(request: Request) -> None:
@@ -65,9 +129,6 @@ def _index_html(root) -> str:
 def _report_html(root, rel_dir: str) -> str:
     from datamind.quality.report_page import render_report
 
-    page = posixpath.join(rel_dir, "report.html")
-    if root.exists(page):
-        return root.read_text(page)
     summary = posixpath.join(rel_dir, "summary.json")
     if not root.exists(summary):
         raise HTTPException(404, "no such report")
@@ -81,7 +142,10 @@ def find_task_report(root, dag_id: str, run_id: str, task_id: str) -> str | None
     from datamind.quality.report_index import REPORTS, load_summaries
     from datamind.quality.validate import path_segment
 
-    run_dir = path_segment(run_id, "run_id")
+    try:
+        run_dir = path_segment(run_id, "run_id")
+    except ValueError:  # nothing of it survives as a folder name: no run of that id wrote anything
+        return None
     for doc in load_summaries(root):
         origin = doc.get("origin") or {}
         same_run = doc.get("_dir", "").endswith("/" + run_dir)
@@ -91,7 +155,16 @@ def find_task_report(root, dag_id: str, run_id: str, task_id: str) -> str | None
 
 
 def create_app() -> FastAPI:
-    app = FastAPI(title="DataMind quality reports", dependencies=[Depends(_logged_in)])
+    # No /docs, /redoc or /openapi.json: they would be the app's only routes outside the login, and nobody
+    # calls this app as an API.
+    app = FastAPI(
+        title="DataMind quality reports",
+        dependencies=[Depends(_logged_in)],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.add_middleware(SecurityHeaders)
 
     @app.get("/reports/", response_class=HTMLResponse)
     def index() -> str:
@@ -102,14 +175,17 @@ def create_app() -> FastAPI:
         from datamind.quality.report_index import REPORTS
 
         root = _root()
-        rel = posixpath.join(REPORTS, _safe(path))
-        if path.endswith("/") or path.count("/") == 1 and not posixpath.splitext(path)[1]:
-            return HTMLResponse(_report_html(root, rel.rstrip("/")))
+        parts = _safe(path).split("/")
+        if parts == ["index.html"]:  # the reports link to it relatively, as they do on disk
+            return HTMLResponse(_index_html(root))
+        if len(parts) == 2 or (len(parts) == 3 and parts[2] == "report.html"):
+            return HTMLResponse(_report_html(root, posixpath.join(REPORTS, *parts[:2])))
+        rel = posixpath.join(REPORTS, *parts)
         if not root.exists(rel):
-            raise HTTPException(404, f"no such report file: {path}")
+            raise HTTPException(404, "no such report file")
         media = mimetypes.guess_type(rel)[0] or "application/octet-stream"
         with root.open(root.path(rel)) as fh:
-            return Response(fh.read(), media_type=media)
+            return Response(fh.read(), media_type=media, headers={"Content-Security-Policy": FILE_POLICY})
 
     _viewer_routes(app)
 
@@ -119,26 +195,67 @@ def create_app() -> FastAPI:
 
         found = find_task_report(_root(), dag_id, run_id, task_id)
         if found is None:
-            message = f"Task {dag_id}.{task_id} of run {run_id} has not written a quality report (yet)."
-            return HTMLResponse(
-                f"<!doctype html><meta charset='utf-8'><p>{message}</p>"
-                f"<p><a href='{PREFIX}/reports/'>All reports</a></p>",
-                status_code=404,
+            page = render(
+                "quality/no_report.html.j2",
+                dag_id=dag_id,
+                run_id=run_id,
+                task_id=task_id,
+                reports_href=f"{PREFIX}/reports/",
             )
+            return HTMLResponse(page, status_code=404)
         rel = posixpath.relpath(found, REPORTS)
         return RedirectResponse(f"{PREFIX}/reports/{quote(rel)}/", status_code=307)
 
     return app
 
 
-def _chosen(request: Request, source) -> tuple[dict[str, str], str, int]:
+_MAX_SEARCH = 200
+# query.page lists at most this many values of a filter: a shorter list is every value the table has.
+_FACET_LIMIT = 200
+
+
+def _list_params(request: Request, source) -> tuple[dict[str, str], str, str]:
+    """The filters, search text and page (its digits) a list was asked for. A parameter the list does not
+    take, one given twice, a search past its length or a page that is not a whole number from 1 is a 400."""
     params = request.query_params
-    chosen = {k: params[k] for k in source.filters if params.get(k)}  # anything else in the query is ignored
-    try:
-        number = max(1, int(params.get("page") or 1))
-    except ValueError:
-        number = 1
-    return chosen, (params.get("q") or "")[:200], number
+    allowed = (*source.filters, "q", "page")
+    unknown = sorted(k for k in params if k not in allowed)
+    if unknown:
+        raise HTTPException(
+            400, f"this list takes no parameter {', '.join(map(repr, unknown))}; it takes {', '.join(allowed)}"
+        )
+    repeated = sorted(k for k in params if len(params.getlist(k)) > 1)
+    if repeated:
+        raise HTTPException(400, f"give each parameter once: {', '.join(repeated)} came more than once")
+    chosen = {k: params[k] for k in source.filters if params.get(k)}
+    text = params.get("q") or ""
+    if len(text) > _MAX_SEARCH:
+        raise HTTPException(400, f"the search text is {len(text)} characters; at most {_MAX_SEARCH} are searched")
+    given = params.get("page") or "1"
+    digits = given.lstrip("0")
+    if not (given.isascii() and given.isdigit() and digits):
+        raise HTTPException(400, f"page must be a whole number from 1, not {given!r}")
+    return chosen, text, digits
+
+
+def _list_page(root, source, request: Request):
+    """The page of a list the request asked for; 400 for a page past the last, or for a filter value the list
+    never has (a typo in a pasted link would otherwise read as "0 matching")."""
+    from datamind.review import query
+
+    chosen, text, digits = _list_params(request, source)
+    # a larger OFFSET overflows duckdb's 64-bit integers (a 500 before); no table has that many pages
+    last_queryable = 2**62 // query.PAGE_SIZE
+    number = int(digits) if len(digits) <= 18 else last_queryable + 1
+    page = query.page(root, source, chosen, text, min(number, last_queryable))
+    if number > page.pages:
+        raise HTTPException(400, f"page {digits} is out of range: this list has pages 1 to {page.pages}")
+    for name, value in chosen.items():
+        known = page.facets.get(name)
+        if known is not None and len(known) < _FACET_LIMIT and value not in {str(v) for v, _ in known}:
+            shown = ", ".join(str(v) for v, _ in known[:20]) + (", ..." if len(known) > 20 else "")
+            raise HTTPException(400, f"no row of this list has {name} {value!r}; its values are: {shown or 'none'}")
+    return page, chosen, text
 
 
 def _viewer_routes(app: FastAPI) -> None:
@@ -157,8 +274,7 @@ def _viewer_routes(app: FastAPI) -> None:
         if manifest is None:
             raise HTTPException(404, f"no such release: {version_id}")
         source = query.release_source(version_id)
-        chosen, text, number = _chosen(request, source)
-        page = query.page(root, source, chosen, text, number)
+        page, chosen, text = _list_page(root, source, request)
         return pages.release_page(links, version_id, manifest, page, source, chosen, text)
 
     @app.get("/viewer/releases/{version_id}/samples/{sample_id}", response_class=HTMLResponse)
@@ -177,8 +293,8 @@ def _viewer_routes(app: FastAPI) -> None:
             source = query.run_source(kind, run_id)
         except LookupError as exc:
             raise HTTPException(404, str(exc)) from exc
-        chosen, text, number = _chosen(request, source)
-        return pages.run_page(links, run_id, query.page(_root(), source, chosen, text, number), source, chosen, text)
+        page, chosen, text = _list_page(_root(), source, request)
+        return pages.run_page(links, run_id, page, source, chosen, text)
 
     @app.get("/viewer/runs/{run_id}/{kind}/{key}", response_class=HTMLResponse)
     def viewer_run_item(run_id: str, kind: str, key: str) -> str:

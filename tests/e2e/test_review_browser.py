@@ -118,10 +118,17 @@ def test_a_missed_threshold_waits_for_a_person_who_reviews_and_approves_it(stand
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     _login(page, base, home)
+    # the plugin's pages run under a policy that allows no script and only their own styles: the browser
+    # reports anything of theirs it blocked (a style it refused would leave a page unstyled)
+    blocked = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and blocked.append(m.text))
 
     # 3. The release's report opens with its audit and leads into the viewer.
-    page.goto(f"{base}/datamind/task/publish_dataset/{quote(second, safe='')}/publish")
+    opened = page.goto(f"{base}/datamind/task/publish_dataset/{quote(second, safe='')}/publish")
     page.wait_for_url("**/datamind/reports/**", timeout=30_000)
+    headers = opened.all_headers()
+    assert "frame-ancestors 'self'" in headers["content-security-policy"], headers
+    assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "SAMEORIGIN"
     report = page.inner_text("body")
     assert "Release v2 audit: misses 1: repeated_word_question_share" in report
     assert "awaiting_approval" in report
@@ -155,6 +162,10 @@ def test_a_missed_threshold_waits_for_a_person_who_reviews_and_approves_it(stand
     rejected = page.inner_text("body")
     assert "mojibake" in rejected and "The sample as judged" in rejected
     page.screenshot(path=str(shots / "14-viewer-rejection.png"), full_page=True)
+    assert page.locator(".turn.assistant .highlight .kn").first.evaluate("e => getComputedStyle(e).color") != (
+        page.locator(".turn.assistant .highlight").first.evaluate("e => getComputedStyle(e).color")
+    )  # the highlighting's stylesheet applied
+    assert blocked == [], blocked
 
     # 6. Approve in the UI (the review task's required action); train_agent starts on v2.
     page.goto(f"{base}/dags/publish_dataset/runs/{second}/tasks/review/required_actions")
