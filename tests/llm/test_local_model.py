@@ -129,6 +129,7 @@ def test_a_turn_the_protocol_writes_is_one_the_turn_grammar_allows():
         code_turn + "\n<interpreter>\n3\n</interpreter>",  # the model writing the environment's reply
         "<think>\nx\n</think>\n<code>\n```python\nprint(1)\n</code>\n```\n</code>",  # a tag line inside the block
         "<think>\nx\n</think>\n<code>\n```python\nprint(1)\n```\n</code><answer>\n1\n</answer>",  # both
+        "<think>\nx\n</think>\n<answer>\nThere are 4 records.\nExplanation: I counted them.\n</answer>",  # prose
     ]
     for bad in refused:
         assert not g.fullmatch(bad), bad
