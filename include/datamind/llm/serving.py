@@ -41,6 +41,11 @@ ENGINES = ("auto", "llama.cpp", "transformers", "vllm")
 SERVE_ENV = REPO_ROOT / ".venv-serve"
 DEFAULT_THREADS = 1
 DEFAULT_CONTEXT = 8192
+# llama.cpp keeps one sequence's evaluated prompt; the trajectories of a shard take turns on it, so each turn
+# would evaluate its whole conversation again. A RAM store of evaluated states (longest prefix wins) lets every
+# conversation go on from its own last turn: about 12 KB a token for Qwen2.5-Coder-0.5B, 28 KB for 1.5B, so
+# 2 GiB holds a shard's trajectories (DATAMIND_SERVE_PROMPT_CACHE_MB; 0 turns it off).
+DEFAULT_PROMPT_CACHE_MB = 2048
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +126,9 @@ def command(spec: ServeSpec, engine: str, port: int) -> tuple[list[str], dict[st
         argv = [llama_cpp_python() or "python", "-m", "llama_cpp.server", "--model", spec.model]
         argv += ["--model_alias", spec.name, "--host", "127.0.0.1", "--port", str(port)]
         argv += ["--n_threads", threads, "--n_threads_batch", threads, "--n_ctx", str(spec.context)]
+        cache_mb = int(os.environ.get("DATAMIND_SERVE_PROMPT_CACHE_MB") or DEFAULT_PROMPT_CACHE_MB)
+        if cache_mb > 0:
+            argv += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(cache_mb << 20)]
         if spec.api_key:
             argv += ["--api_key", spec.api_key]
         return argv, env
