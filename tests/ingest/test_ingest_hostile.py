@@ -3,16 +3,18 @@ good files in the same shard are accepted, and the ingesting process survives (r
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hostile_files import CORPUS, write_corpus
 from ingest_builders import table_rows, write_csv, xlsx_bytes
 from test_ingest_stage import SAMPLES, catalog, run_ingest
 
-from datamind.ingest.parse_worker import IsolatedParser
+from datamind.ingest.parse_worker import IsolatedParser, ParseLimit
 from datamind.settings import Limits
 
 
@@ -59,6 +61,25 @@ def test_a_reader_crash_is_recorded_and_the_next_file_gets_a_fresh_child(tmp_pat
     assert "SIGABRT" in crashed.error and "memory allocation" in crashed.error, crashed.error
     assert parser.crashes == 1
     assert after.error_code is None and after.tables[0].n_rows == 40
+
+
+def test_a_call_in_the_child_answers_raises_as_itself_and_costs_only_itself_past_the_caps(tmp_path: Path):
+    """``IsolatedParser.call`` (a later stage's own reading of a staged file): the function's result or its
+    exception comes back; an allocation past the memory cap or a dead child is a ParseLimit, the next call
+    gets a fresh child."""
+    data = tmp_path / "five.bin"
+    data.write_bytes(b"12345")
+    limits = Limits()
+    with IsolatedParser(limits) as parser:
+        assert parser.call(os.path.getsize, str(data)) == 5
+        with pytest.raises(FileNotFoundError):  # the child's own exception, as itself
+            parser.call(os.path.getsize, str(tmp_path / "gone.bin"))
+        with pytest.raises(ParseLimit, match=f"{limits.parse_memory_mb:,} MB memory cap"):
+            parser.call(bytearray, (limits.parse_memory_mb + 1) * 1024 * 1024)
+        with pytest.raises(ParseLimit, match="SIGABRT"):
+            parser.call(os.abort)
+        assert parser.call(os.path.getsize, str(data)) == 5  # a fresh child after the crash
+    assert parser.crashes == 1
 
 
 def test_a_file_that_spins_is_stopped_by_the_cpu_cap(tmp_path: Path):

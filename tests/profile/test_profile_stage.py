@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fakes.costly_files import parser_child_cap_mb, shared_strings_workbook
 
 from datamind.assets import DIRS
 from datamind.ingest.bird import discover_bird
@@ -146,60 +147,6 @@ def test_missing_staged_file_is_recorded_not_dropped(tmp_path):
     assert plan_profile(root, 10) == []  # recorded failures are not retried forever
 
 
-_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
-_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
-_PKG = "http://schemas.openxmlformats.org/package/2006/relationships"
-_CT = "application/vnd.openxmlformats-officedocument.spreadsheetml"
-
-
-def _shared_strings_workbook(path: Path, n_strings: int, rows: int = 30) -> None:
-    """A small sheet (id, city, amount) over a shared-strings table of ``n_strings`` entries it never uses:
-    a few MB zipped that a reader holds in memory whole (the issue's 4M-string workbook is 10.5 MB)."""
-    import zipfile
-
-    cities = ["Lyon", "Graz", "Oslo", "Bern"]
-    cells = ['<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c><c r="C1" t="s"><v>2</v></c></row>']
-    cells += [f'<row r="{i}"><c r="A{i}"><v>{i}</v></c><c r="B{i}" t="s"><v>{3 + i % 4}</v></c>'
-              f'<c r="C{i}"><v>{i * 1.5}</v></c></row>' for i in range(2, rows + 2)]  # fmt: skip
-    strings = ["id", "city", "amount", *cities, *(f"s{i}" for i in range(n_strings))]
-    parts = {
-        "[Content_Types].xml": f'<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
-        f'<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
-        f'<Default Extension="xml" ContentType="application/xml"/>'
-        f'<Override PartName="/xl/workbook.xml" ContentType="{_CT}.sheet.main+xml"/>'
-        f'<Override PartName="/xl/worksheets/sheet1.xml" ContentType="{_CT}.worksheet+xml"/>'
-        f'<Override PartName="/xl/sharedStrings.xml" ContentType="{_CT}.sharedStrings+xml"/></Types>',
-        "_rels/.rels": f'<Relationships xmlns="{_PKG}"><Relationship Id="rId1" '
-        f'Type="{_REL}/officeDocument" Target="xl/workbook.xml"/></Relationships>',
-        "xl/workbook.xml": f'<workbook xmlns="{_NS}" xmlns:r="{_REL}"><sheets>'
-        f'<sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>',
-        "xl/_rels/workbook.xml.rels": f'<Relationships xmlns="{_PKG}">'
-        f'<Relationship Id="rId1" Type="{_REL}/worksheet" Target="worksheets/sheet1.xml"/>'
-        f'<Relationship Id="rId2" Type="{_REL}/sharedStrings" Target="sharedStrings.xml"/></Relationships>',
-        "xl/worksheets/sheet1.xml": f'<worksheet xmlns="{_NS}"><dimension ref="A1:C{rows + 1}"/>'
-        f"<sheetData>{''.join(cells)}</sheetData></worksheet>",
-        "xl/sharedStrings.xml": f'<sst xmlns="{_NS}" count="{len(strings)}" uniqueCount="{len(strings)}">'
-        + "".join(f"<si><t>{s}</t></si>" for s in strings)
-        + "</sst>",
-    }
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, xml in parts.items():
-            zf.writestr(name, '<?xml version="1.0" encoding="UTF-8"?>' + xml)
-
-
-def _vm_mb(code: str) -> float:
-    """The address space (VmSize) of a fresh ``python -I`` after ``code``: the parser child's before its cap."""
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", f"{code}\nprint([l for l in open('/proc/self/status') if 'VmSize' in l][0])"],
-        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "ARROW_NUM_THREADS": "1"},
-        capture_output=True, text=True, check=True, cwd="/",
-    )  # fmt: skip
-    return int(out.stdout.split()[1]) / 1024
-
-
 # The profiling process's peak RSS (VmHWM: ru_maxrss would carry the forking pytest's peak over the exec)
 _PROFILE_AND_MEASURE = """
 import json, sys
@@ -227,13 +174,13 @@ def test_a_staged_workbook_past_the_parser_caps_costs_only_itself_at_profiling(t
     src = tmp_path / "src"
     src.mkdir()
     pd.DataFrame({"a": range(30), "b": ["x", "y", "z"] * 10}).to_csv(src / "good.csv", index=False)
-    _shared_strings_workbook(src / "good_book.xlsx", 10)
-    _shared_strings_workbook(src / "strings.xlsx", 2_000_000)
+    shared_strings_workbook(src / "good_book.xlsx", 10)
+    shared_strings_workbook(src / "strings.xlsx", 2_000_000)
     limits = Limits()  # ingestion's default caps let all three through
     for spec in plan_ingest(root, list_source_files(str(src), limits), "s", 10):
         ingest_shard(root, spec, limits, "r1")
     # the child's own start (the loaders, the workbook reader) plus 64 MB: what the small files need
-    cap_mb = int(_vm_mb("from datamind.ingest.loaders import load_tables\nimport python_calamine")) + 64
+    cap_mb = parser_child_cap_mb()
     env = {**os.environ, "DATAMIND_PARSE_MEMORY_MB": str(cap_mb)}
     run = subprocess.run([sys.executable, "-c", _PROFILE_AND_MEASURE, root.path("")], env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip

@@ -10,8 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from synth_fixtures import catalog_rows, write_catalog
 
-from datamind.schemas import QUERIES, REJECTIONS
+from datamind.assets import DIRS
+from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES, REJECTIONS
 from datamind.shards import read_rows
+from datamind.storage import DataRoot
 from datamind.synth.params import SynthParams
 from datamind.synth.stage import output_dir, plan_synthesis, summarize_run, synthesize_shard
 
@@ -158,3 +160,88 @@ def test_a_stored_answer_that_the_standalone_program_does_not_reproduce_is_rejec
     ids = {r["query_id"] for r in rows}
     assert all(p in ids for r in rows for p in r["parent_query_ids"])  # no orphaned chain hops
     assert sum(s["n_verified_solutions"] for s in summaries) == len(rows)
+
+
+# The synthesizing process's peak RSS (VmHWM: ru_maxrss would carry the forking pytest's peak over the exec),
+# measured after a warm-up shard of small files in the same process: what the libraries, the engine and the
+# programs cost once (~100 MB) is then in both figures, and their difference is the measured shard's reading.
+_SYNTHESIZE_AND_MEASURE = """
+import json, sys
+from datamind.synth.stage import plan_synthesis, synthesize_shard
+from datamind.storage import DataRoot
+def peak_kb():
+    return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])
+params = json.loads(sys.argv[3])
+for name in ("warm", "measured"):
+    root = DataRoot(sys.argv[1 if name == "warm" else 2])
+    (spec,) = plan_synthesis(root, 10, params)
+    before = peak_kb()
+    summary = synthesize_shard(root, spec, params, "r1")
+print(json.dumps({"before_kb": before, "after_kb": peak_kb(), "summary": summary}))
+"""
+
+
+def _staged_root(path, files: dict) -> DataRoot:
+    """A data root where ingestion and profiling (their default caps) accepted ``files`` (name -> writer)."""
+    from datamind.ingest.sources import list_source_files
+    from datamind.ingest.stage import ingest_shard, plan_ingest
+    from datamind.profile.stage import plan_profile, profile_shard
+    from datamind.settings import Limits
+    from datamind.storage import DataRoot
+
+    src = path / "src"
+    src.mkdir(parents=True)
+    for name, write in files.items():
+        write(src / name)
+    root = DataRoot(str(path / "root"))
+    limits = Limits()
+    for spec in plan_ingest(root, list_source_files(str(src), limits), "s", 10):
+        ingest_shard(root, spec, limits, "r1")
+    for spec in plan_profile(root, 10):
+        profile_shard(root, spec, "r1")
+    return root
+
+
+def test_a_staged_workbook_past_the_parser_caps_costs_only_its_table_at_synthesis(tmp_path):
+    """Ingestion and profiling accepted a workbook whose shared-strings table costs ~110 MB to read; synthesis
+    reads it again under the parser's caps (here set just above what the parser child needs to start), so the
+    table is rejected with the reason, the synthesizing process never holds it, and the shard's other tables
+    (a CSV, a small workbook) are synthesized."""
+    import subprocess
+    import sys
+
+    from fakes.costly_files import parser_child_cap_mb, shared_strings_workbook
+
+    regions = ["north", "south", "east", "west"]
+    rows = (f"{regions[i % 4]},{5 * (i + 1)},{1.5 * (i % 7 + 1)},2024-{i % 12 + 1:02d}-1{i % 9}" for i in range(40))
+    sales = "region,units,price,day\n" + "\n".join(rows) + "\n"
+    small = {
+        "sales.csv": lambda p: p.write_text(sales),
+        "good_book.xlsx": lambda p: shared_strings_workbook(p, 10),
+    }
+    warm = _staged_root(tmp_path / "warm", small)
+    costly = {**small, "strings.xlsx": lambda p: shared_strings_workbook(p, 2_000_000)}
+    root = _staged_root(tmp_path / "measured", costly)
+    cap_mb = parser_child_cap_mb()
+    env = {**os.environ, "DATAMIND_PARSE_MEMORY_MB": str(cap_mb)}
+    script = [sys.executable, "-c", _SYNTHESIZE_AND_MEASURE, warm.path(""), root.path(""), json.dumps(PARAMS)]
+    run = subprocess.run(script, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    measured = json.loads(run.stdout.strip().splitlines()[-1])
+    grown_mb = (measured["after_kb"] - measured["before_kb"]) / 1024
+    print(f"\nsynthesis under a {cap_mb} MB parser cap: peak RSS {measured['before_kb'] / 1024:.0f} -> "
+          f"{measured['after_kb'] / 1024:.0f} MB")  # fmt: skip
+    assert grown_mb < 40, grown_mb  # read in this process (before the fix): +110 MB
+
+    summary = measured["summary"]
+    assert summary["n_tables"] == 3 and summary["rejections"].get("parse_limit") == 1, summary["rejections"]
+    (rej,) = [r for r in read_rows(root, REJECTIONS, DIRS["rejections"]) if r["reason_code"] == "parse_limit"]
+    files = {r["file_id"]: r["rel_path"] for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"])}
+    assert rej["stage"] == "synthesis" and files[rej["file_id"]] == "strings.xlsx"
+    assert f"{cap_mb:,} MB cap" in rej["reason"], rej["reason"]
+    tables = read_rows(root, CATALOG_TABLES, DIRS["catalog_tables"])
+    queried = {r["table_id"] for r in read_rows(root, QUERIES, DIRS["queries"])}
+    assert queried == {t["table_id"] for t in tables if files[t["file_id"]] != "strings.xlsx"}
+    assert len(queried) == 2  # the CSV and the small workbook
+    # the shard committed: the rejected table is not planned again and again
+    assert plan_synthesis(root, 10, PARAMS) == []

@@ -41,7 +41,7 @@ def _variants_agree(root, path, tmp_path):
         result = synthesize_offline(view, source, CATEGORY_IDS, 2, 0, row["table_id"])
         for cands in result.candidates.values():
             for cand in cands:
-                variants = runnable_variants(cand.task, source, cand.lang, str(tmp_path))
+                variants = runnable_variants(cand.task, source, cand.lang, str(tmp_path), view.df)
                 # polars' SQL lacks a few DuckDB functions (regr_slope...): those variants are dropped, no others
                 candidates = candidate_variants(cand.task, source, cand.lang)
                 assert {p for p in candidates if "polars" not in p} <= set(variants)

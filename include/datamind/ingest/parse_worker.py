@@ -5,9 +5,10 @@ the whole ingest task with it, and every file of the shard would lose its catalo
 retry. Here one child process parses the shard's files one after another under ``RLIMIT_AS``
 (``limits.parse_memory_mb``) and a per-file ``RLIMIT_CPU`` budget (``limits.parse_cpu_s``, re-armed
 before each file); when it dies, that file is rejected as ``parse_limit`` with the signal and the reader's
-last stderr line, and a fresh child takes the next file. A later read of a staged copy (profiling replays
-the ``read_options`` ingestion recorded: ``IsolatedParser.load_recorded``) reads the same untrusted bytes
-and goes through the same child under the same caps.
+last stderr line, and a fresh child takes the next file. A later read of a staged copy reads the same
+untrusted bytes and goes through the same child under the same caps: profiling replays the ``read_options``
+ingestion recorded (``IsolatedParser.load_recorded``), synthesis runs the reader programs it generated
+(``IsolatedParser.call``), and only their results (frames, names) come back to the stage's process.
 
 The child runs ``python -I`` with a minimal environment (no credentials), talks over its stdin/stdout
 with length-prefixed pickle frames, and has its own stdout moved to stderr so a library's print cannot
@@ -27,7 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import BinaryIO
+from collections.abc import Callable
+from typing import Any, BinaryIO, TypeVar
 
 from datamind.ingest.loaders import LoadResult
 from datamind.settings import Limits
@@ -37,10 +39,15 @@ _WALL_FACTOR, _WALL_SLACK_S = 2, 30  # wall-clock kill: CPU budget x 2 + 30 s (I
 _START_TIMEOUT_S = 120
 _CHILD_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 _SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "ARROW_NUM_THREADS": "1"}
+T = TypeVar("T")
 
 
 class ParserUnavailable(RuntimeError):
     """The child could not start at all: an infrastructure fault (retry the task), not a property of a file."""
+
+
+class ParseLimit(RuntimeError):
+    """A ``call`` died, stalled or ran out of memory in the child: a property of the file (``parse_limit``)."""
 
 
 def _write_frame(fh: BinaryIO, obj: object) -> None:
@@ -86,24 +93,50 @@ class IsolatedParser:
         return self._request(local_path, filename, {})
 
     def _request(self, local_path: str, filename: str | None, extra: dict) -> LoadResult:
+        result, death = self._exchange({"path": local_path, "filename": filename, **extra})
+        if isinstance(result, LoadResult):
+            return result
+        from datamind.ingest import sniff
+
+        declared = sniff.declared_format(filename or os.path.basename(local_path))
+        return LoadResult("unknown", declared, None, [], death or "the parser sent no result", "parse_limit")
+
+    def _exchange(self, request: dict) -> tuple[object | None, str | None]:
+        """(the child's answer, None) or (None, why it has none: the child died or stalled and is gone)."""
         proc = self._ensure_child()
         started = time.monotonic()
         self._stderr.seek(0)
         self._stderr.truncate()
         try:
-            _write_frame(proc.stdin, {"path": local_path, "filename": filename, **extra})
+            _write_frame(proc.stdin, request)
             result, stalled = self._await(proc, self.limits.parse_cpu_s * _WALL_FACTOR + _WALL_SLACK_S)
         except (OSError, EOFError, pickle.UnpicklingError):
             result, stalled = None, False
-        if isinstance(result, LoadResult):
-            return result
-        return self._death_result(proc, time.monotonic() - started, stalled, local_path, filename)
+        if result is not None:
+            return result, None
+        return None, self._death(proc, time.monotonic() - started, stalled)
 
     def load_recorded(self, local_path: str, read_options: list[dict], frames: bool = True) -> LoadResult:
         """``loaders.load_recorded`` in the capped child: a later stage's replay of what ingestion recorded
         reads the same untrusted bytes, so it runs under the same caps.  A failure (the reader died, ran out
         of its budget or raised) is the result's ``error`` / ``error_code``, never an exception."""
         return self._request(local_path, None, {"recorded": read_options, "frames": frames})
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the capped child, for a later stage's own reading of a staged file beyond a recorded
+        replay (synthesis runs the reader programs it generated there).  ``fn`` is a module-level function
+        (pickle sends it by name; its module is imported in the child, under the cap, so keep it light) and
+        its result comes back by pickle.  Raises ``ParseLimit`` when the call died, stalled or ran out of
+        memory; what ``fn`` raised otherwise is raised here (as ``RuntimeError`` when it cannot cross)."""
+        result, death = self._exchange({"call": fn, "args": args})
+        if death is not None:
+            raise ParseLimit(death)
+        outcome, value = result
+        if outcome == "ok":
+            return value
+        if outcome == "limit":
+            raise ParseLimit(value)
+        raise value
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -153,10 +186,8 @@ class IsolatedParser:
             return None, True
         return _read_frame(proc.stdout), False  # a frame follows once its first byte is there (EOF on death)
 
-    def _death_result(
-        self, proc: subprocess.Popen, elapsed: float, stalled: bool, path: str, filename: str | None
-    ) -> LoadResult:
-        """The child died or stalled on this file: the file is rejected with why, the next file gets a new child."""
+    def _death(self, proc: subprocess.Popen, elapsed: float, stalled: bool) -> str:
+        """Why the child died or stalled on this request (the next request gets a new child)."""
         try:
             code = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # alive but its channel is broken
@@ -179,10 +210,7 @@ class IsolatedParser:
             message = f"the parser process exited with code {code}"
         if last:
             message += f"; its last words: {last}"
-        from datamind.ingest import sniff
-
-        declared = sniff.declared_format(filename or os.path.basename(path))
-        return LoadResult("unknown", declared, None, [], message[:500], "parse_limit")
+        return message[:500]
 
 
 def _last_words(raw: bytes) -> str:
@@ -212,7 +240,9 @@ def _child_main() -> None:
         budget = int(used.ru_utime + used.ru_stime) + 1 + limits.parse_cpu_s
         hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         resource.setrlimit(resource.RLIMIT_CPU, (budget if hard == resource.RLIM_INFINITY else min(budget, hard), hard))
-        if "recorded" in request:
+        if "call" in request:
+            _write_frame(channel, _call(request["call"], request["args"], limits))
+        elif "recorded" in request:
             _write_frame(channel, _replay(request["path"], request["recorded"], request["frames"], limits))
         else:
             _write_frame(channel, load_tables(request["path"], limits, filename=request["filename"]))
@@ -230,6 +260,20 @@ def _replay(path: str, recorded: list[dict], frames: bool, limits: Limits) -> Lo
         return LoadResult(fmt, None, None, [], message, "parse_limit")
     except Exception as exc:  # noqa: BLE001 - a reader's failure is a property of the file, recorded by the caller
         return LoadResult(fmt, None, None, [], f"{type(exc).__name__}: {exc}"[:500], "unloadable")
+
+
+def _call(fn: Callable, args: tuple, limits: Limits) -> tuple[str, object]:
+    """("ok", result) | ("limit", why) | ("raised", the exception, as it can be unpickled by the parent)."""
+    try:
+        return "ok", fn(*args)
+    except MemoryError:
+        return "limit", f"reading needed more than the {limits.parse_memory_mb:,} MB memory cap"
+    except Exception as exc:  # noqa: BLE001 - the caller decides what a failure of its reading means
+        try:
+            pickle.loads(pickle.dumps(exc))  # an exception whose __init__ its args do not fit cannot cross
+        except Exception:  # noqa: BLE001
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}"[:500])
+        return "raised", exc
 
 
 if __name__ == "__main__":

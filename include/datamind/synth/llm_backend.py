@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from datamind import categories, grounding
@@ -200,8 +200,9 @@ def question_rules(
     """(what the agent will see of the data, the table scope a question needs): the grounding rules an
     LLM-written question is held to, with the table's column roles (``table_roles``, corrections applied)."""
     name = str(table.get("table_name"))
-    if source is not None and source.fmt == "sqlite":
-        schema = grounding.schema_of_database(source.data_path, source.file_name)
+    if source is not None and source.schema is not None:
+        # read with the source, in the parser child (``open_source``): this process never opens the file
+        schema = replace(source.schema, roles={})
     else:
         columns = list(table.get("columns") or roles)
         schema = grounding.Schema({name: columns}, file_name=source.file_name if source is not None else "")

@@ -33,7 +33,7 @@ from datamind.shards import chunk, key_paths, read_hinted, read_rows, write_shar
 from datamind.storage import DataRoot
 from datamind.synth import rows as R
 from datamind.synth.params import SynthParams
-from datamind.synth.table import dedup_rows, synthesize_table_offline, verify_rows
+from datamind.synth.table import dedup_rows, synthesize_table_offline, table_reader, verify_rows
 
 log = logging.getLogger(__name__)
 
@@ -220,38 +220,46 @@ def _synthesize_offline(
     work: _ShardWork,
 ) -> list[_LLMTable]:
     """The offline pass over every table: its queries (offline backend) or its seed chains, returned as the
-    tables the LLM backend goes on to extend."""
+    tables the LLM backend goes on to extend. One capped parser child reads the shard's staged files (a file
+    is as untrusted here as at ingestion); it ends with the pass."""
     llm_tables: list[_LLMTable] = []
-    for tid in table_ids:
-        table = catalog.get(tid)
-        if table is None:
-            work.rejections.append(
-                R.rejection_row(
-                    key=(params.fingerprint, tid, "missing"),
-                    reason_code="table_not_in_catalog",
-                    reason=f"table {tid} is not in catalog_tables",
-                    run_id=run_id,
+    with table_reader() as parser:
+        for tid in table_ids:
+            table = catalog.get(tid)
+            if table is None:
+                work.rejections.append(
+                    R.rejection_row(
+                        key=(params.fingerprint, tid, "missing"),
+                        reason_code="table_not_in_catalog",
+                        reason=f"table {tid} is not in catalog_tables",
+                        run_id=run_id,
+                    )
                 )
+                continue
+            llm = params.backend == "llm"
+            # the LLM backend writes a seed chain's root as the chain's first hop: it must be of a requested category
+            offline = synthesize_table_offline(
+                root,
+                table,
+                params,
+                run_id,
+                with_singles=not llm,
+                chain_roots=params.categories if llm else None,
+                parser=parser,
             )
-            continue
-        llm = params.backend == "llm"
-        # the LLM backend writes a seed chain's root as the chain's first hop: it must be of a requested category
-        offline = synthesize_table_offline(
-            root, table, params, run_id, with_singles=not llm, chain_roots=params.categories if llm else None
-        )
-        work.rejections.extend(offline.rejections)
-        work.skips.extend(
-            {"table_id": tid, "category": s.category, "reason_code": s.reason_code, "reason": s.reason}
-            for s in offline.skips
-        )
-        if params.backend == "offline":
-            kept, dropped = dedup_rows(offline.rows, params.dedup_threshold, params.fingerprint, run_id)
-            work.queries.extend(kept)
-            work.rejections.extend(dropped)
-        else:
-            chains = offline.chain_rows
-            tables = chains[0][0]["tables"] if chains else [table["table_name"]]
-            llm_tables.append(_LLMTable(table, tables, chains, offline.source))
+            work.rejections.extend(offline.rejections)
+            work.skips.extend(
+                {"table_id": tid, "category": s.category, "reason_code": s.reason_code, "reason": s.reason}
+                for s in offline.skips
+            )
+            if params.backend == "offline":
+                kept, dropped = dedup_rows(offline.rows, params.dedup_threshold, params.fingerprint, run_id)
+                work.queries.extend(kept)
+                work.rejections.extend(dropped)
+            else:
+                chains = offline.chain_rows
+                tables = chains[0][0]["tables"] if chains else [table["table_name"]]
+                llm_tables.append(_LLMTable(table, tables, chains, offline.source))
     return llm_tables
 
 

@@ -1,10 +1,15 @@
-"""One catalog table -> its query rows, offline: load, pick columns, generate, execute, compose, dedup."""
+"""One catalog table -> its query rows, offline: load, pick columns, generate, execute, compose, dedup.
+
+Loading reads the staged file, which is as untrusted as the file ingestion read: the reference frame (ingest's
+loader replaying ``read_options``) and every reader's frame are read in the capped parser child
+(``IsolatedParser``, one per shard), so a read past its caps is this table's ``parse_limit`` rejection and
+never this process's memory; generated programs then run on the frames that came back.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -12,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from datamind.ingest.loaders import load_table
+from datamind.ingest.parse_worker import IsolatedParser, ParseLimit, ParserUnavailable
 from datamind.roles import parse_overrides, table_roles
+from datamind.settings import Limits
 from datamind.storage import DataRoot
 from datamind.synth import rows as R
 from datamind.synth.dedup import near_duplicates
@@ -23,7 +29,7 @@ from datamind.synth.offline.engine import Skip, synthesize_offline
 from datamind.synth.offline.execute import ExecutionError, run_in_subprocess, run_solution
 from datamind.synth.offline.generators import OFFLINE_TEMPLATES_VERSION
 from datamind.synth.offline.phrasing import glossary, polish_question, scope_question
-from datamind.synth.offline.source import READERS, Source, UnsupportedSource, build_source, parse_read_options
+from datamind.synth.offline.source import READERS, Source, UnsupportedSource, open_source, parse_read_options
 from datamind.synth.offline.variants import runnable_variants
 from datamind.synth.params import SynthParams
 
@@ -52,11 +58,17 @@ def data_path(root: DataRoot, staged_uri: str) -> str:
     return root.local_file(staged_uri)
 
 
-def _ingest_frame(path: str, read_options: dict) -> pd.DataFrame | None:
-    """The frame the profiler saw (ingest's loader replaying ``read_options``); None without a recipe."""
+def _ingest_frame(parser: IsolatedParser, path: str, read_options: dict) -> pd.DataFrame | None:
+    """The frame the profiler saw (ingest's loader replaying ``read_options``, in ``parser``'s capped child);
+    None without a recipe."""
     if "format" not in read_options:
         return None
-    return load_table(path, read_options)
+    result = parser.load_recorded(path, [read_options], frames=True)
+    if result.error_code == "parse_limit":
+        raise TableUnusable("parse_limit", f"ingest loader: {result.error}")
+    if result.error:
+        raise TableUnusable("table_unreadable", f"ingest loader failed: {result.error}")
+    return result.tables[0].df
 
 
 def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:
@@ -84,19 +96,34 @@ def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     return True
 
 
-def _exec_preamble(source: Source) -> pd.DataFrame:
-    namespace: dict = {}
-    with contextlib.chdir(os.path.dirname(os.path.abspath(source.data_path))):  # programs name the file relatively
-        exec(compile(source.python_preamble(in_process=True), "<preamble>", "exec"), namespace)  # noqa: S102
-    return namespace["df"]
+@contextlib.contextmanager
+def table_reader(parser: IsolatedParser | None = None):
+    """``parser``, or a capped parser child of this call's own, closed when the call ends (its start is ~0.45 s:
+    a shard opens one for all its tables)."""
+    if parser is not None:
+        yield parser
+        return
+    with IsolatedParser(Limits.from_env()) as own:
+        yield own
 
 
-def load_view(root: DataRoot, table: dict, column_roles: tuple[str, ...] = ()) -> tuple[Source, TableView]:
+def load_view(
+    root: DataRoot, table: dict, column_roles: tuple[str, ...] = (), parser: IsolatedParser | None = None
+) -> tuple[Source, TableView]:
     """Pick how reference programs read the table: the plainest reader whose frame equals ingest's.
 
     Plain pandas when it reproduces the frame the profiler saw, then plain pandas plus ingest's cell
-    tidying, and for report-style sheets a header-less read repaired by hand.
+    tidying, and for report-style sheets a header-less read repaired by hand. Every read runs in
+    ``parser``'s capped child (one of this call's own without it); ``ParserUnavailable`` (no child could
+    start) is raised, a read past the caps is ``TableUnusable("parse_limit")``.
     """
+    with table_reader(parser) as reader:
+        return _load_view(root, table, column_roles, reader)
+
+
+def _load_view(
+    root: DataRoot, table: dict, column_roles: tuple[str, ...], parser: IsolatedParser
+) -> tuple[Source, TableView]:
     try:
         path = data_path(root, table["staged_uri"])
         options = parse_read_options(table.get("read_options"))
@@ -105,15 +132,15 @@ def load_view(root: DataRoot, table: dict, column_roles: tuple[str, ...] = ()) -
     fmt = table.get("format")
     reference = None
     if fmt in ("csv", "xlsx", "xls", "sqlite"):
-        try:
-            reference = _ingest_frame(path, options)
-        except Exception as exc:
-            raise TableUnusable("table_unreadable", f"ingest loader failed: {type(exc).__name__}: {exc}") from exc
+        reference = _ingest_frame(parser, path, options)
     errors = []
     for reader in READERS if fmt != "sqlite" else ("plain",):
         try:
-            source = build_source(table, path, reader)
-            df = _exec_preamble(source)
+            source, df = parser.call(open_source, table, path, reader)
+        except ParserUnavailable:
+            raise
+        except ParseLimit as exc:  # the next reader reads the same bytes: the table is rejected now
+            raise TableUnusable("parse_limit", f"{reader} reader: {exc}") from exc
         except UnsupportedSource as exc:
             if fmt not in ("csv", "xlsx", "xls", "sqlite"):
                 raise TableUnusable("unsupported_source", str(exc)) from exc
@@ -148,11 +175,15 @@ def synthesize_table_offline(
     run_id: str | None,
     with_singles: bool = True,
     chain_roots: Collection[str] | None = None,
+    parser: IsolatedParser | None = None,
 ) -> TableOutput:
     """Offline questions for one table; a failure on this table is a rejection, never a lost shard.
-    ``chain_roots``: the categories a chain's first hop may have (default any)."""
+    ``chain_roots``: the categories a chain's first hop may have (default any). ``parser``: the shard's
+    capped parser child that reads the staged file (``load_view``)."""
     try:
-        return _synthesize_table_offline(root, table, params, run_id, with_singles, chain_roots)
+        return _synthesize_table_offline(root, table, params, run_id, with_singles, chain_roots, parser)
+    except ParserUnavailable:
+        raise  # no parser child could start: the task's fault (retried), not this table's
     except Exception as exc:  # noqa: BLE001 - recorded with the traceback in the log
         log.exception("offline synthesis failed for table %s", table.get("table_id"))
         out = TableOutput()
@@ -175,12 +206,13 @@ def _synthesize_table_offline(
     run_id: str | None,
     with_singles: bool,
     chain_roots: Collection[str] | None,
+    parser: IsolatedParser | None,
 ) -> TableOutput:
     out = TableOutput()
     fp = params.fingerprint
     tid = table["table_id"]
     try:
-        source, view = load_view(root, table, params.column_roles)
+        source, view = load_view(root, table, params.column_roles, parser)
     except TableUnusable as exc:
         out.rejections.append(
             R.rejection_row(
@@ -256,7 +288,7 @@ def _offline_rows(out: TableOutput, job: _OfflineJob) -> None:
                         model=None,
                         template_version=f"{version}/{cand.task.template}",
                         run_id=run_id,
-                        variants=runnable_variants(cand.task, source, cand.lang, scratch),
+                        variants=runnable_variants(cand.task, source, cand.lang, scratch, view.df),
                     )
                 )
         for task, error in result.failures:
@@ -298,7 +330,7 @@ def _offline_rows(out: TableOutput, job: _OfflineJob) -> None:
                         model=None,
                         template_version=f"{version}/{hop.task.template}",
                         run_id=run_id,
-                        variants=runnable_variants(hop.task, source, hop.lang, scratch),
+                        variants=runnable_variants(hop.task, source, hop.lang, scratch, view.df),
                     )
                 )
             out.chains.append(chain)

@@ -6,10 +6,15 @@ answer; SQL solutions run against the staged SQLite file. For SQLite, a table wi
 reach a readable label column of each parent table, so questions can group by a parent's name instead of
 an opaque key. Such a column goes by its schema name, ``Parent.Column`` ("Genre.Name"), never an alias of
 our own, and a program joins only the parents its question names (``Source.narrowed``).
+
+A staged file is untrusted: ``open_source`` (what a reader needs of the file: a workbook's sheets, a
+database's schema and joins, then the frame its preamble loads) runs in the capped parser child
+(``IsolatedParser.call``), never in the synthesizing process; only the ``Source`` and the frame come back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -17,9 +22,13 @@ import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from datamind.grounding import schema_of_database
+from datamind.grounding import Schema, schema_of_database
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 READERS = ("plain", "tidy", "repair")
 _TIDY = (
@@ -75,6 +84,8 @@ class Source:
     reader: str = "plain"
     siblings: tuple[str, ...] = ()  # the other tables (sheets) of the same file: a question must name its own
     columns: tuple[str, ...] = ()  # the table's own columns (SQLite), for programs that select only what they use
+    # what get_db_info() prints of the database (SQLite), read with the source so no later step opens the file
+    schema: Schema | None = None
 
     @property
     def scope(self) -> tuple[str, str] | None:
@@ -362,11 +373,27 @@ def build_source(row: dict, data_path: str, reader: str = "plain") -> Source:
         return Source(fmt, data_path, row["table_name"], options, reader=reader, siblings=siblings)
     if fmt == "sqlite":
         table = options.get("table") or options.get("table_name") or row["table_name"]
-        layout = schema_of_database(data_path).tables
+        schema = schema_of_database(data_path, os.path.basename(data_path))
         joins = sqlite_joins(data_path, table, row.get("foreign_keys"))
-        siblings = tuple(t for t in layout if t != table)
-        return Source(fmt, data_path, table, options, joins, siblings=siblings, columns=tuple(layout.get(table, ())))
+        siblings = tuple(t for t in schema.tables if t != table)
+        columns = tuple(schema.tables.get(table, ()))
+        return Source(fmt, data_path, table, options, joins, siblings=siblings, columns=columns, schema=schema)
     raise UnsupportedSource(f"unsupported format {fmt!r}")
+
+
+def read_frame(source: Source) -> pd.DataFrame:
+    """The frame ``source``'s own preamble loads (run in the file's folder: programs name it relatively)."""
+    namespace: dict = {}
+    with contextlib.chdir(os.path.dirname(os.path.abspath(source.data_path))):
+        exec(compile(source.python_preamble(in_process=True), "<preamble>", "exec"), namespace)  # noqa: S102
+    return namespace["df"]
+
+
+def open_source(row: dict, data_path: str, reader: str) -> tuple[Source, pd.DataFrame]:
+    """(how ``reader`` reads the table, the frame it loads): every read of the staged file synthesis makes.
+    Runs in the capped parser child (``IsolatedParser.call``): keep this module's imports light."""
+    source = build_source(row, data_path, reader)
+    return source, read_frame(source)
 
 
 @functools.lru_cache(maxsize=64)  # staged files never change (named by content), and each reader asks again

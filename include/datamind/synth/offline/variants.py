@@ -14,11 +14,15 @@ that pandas or DuckDB then reads), because SQL sessions may not open the databas
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from datamind.sandbox.sqltools import ReadOnlyDatabase
 from datamind.synth.offline.execute import ExecutionError, run_python
 from datamind.synth.offline.generators import Task, task_text
 from datamind.synth.offline.source import Source
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Prints a query result the way reference answers are formatted: one cell as itself, else rows
 # joined by "; " and cells by ", ", floats rounded to 4 places.
@@ -98,8 +102,12 @@ def _alternative_bodies(task: Task, source: Source) -> list[str]:
     return [source.python_preamble(imports) + "\n" + body + "\nprint(answer)\n" for body, imports in task.alt]
 
 
-def runnable_variants(task: Task, source: Source, lang: str, scratch_dir: str) -> list[str]:
-    """The variants that run and print something; one that fails to run is dropped, not stored."""
+def runnable_variants(task: Task, source: Source, lang: str, scratch_dir: str, frame: pd.DataFrame) -> list[str]:
+    """The variants that run and print something; one that fails to run is dropped, not stored.
+
+    ``frame``: the table as the source's reading loads it (the view's frame, read in the parser child).
+    A file variant runs without its reading, on a copy of that frame, as candidates do (``run_body_on_frame``):
+    its reading is the source's own, and a staged file is parsed only in the capped child, never here."""
     programs = candidate_variants(task, source, lang)
     if not programs:
         return []
@@ -108,11 +116,18 @@ def runnable_variants(task: Task, source: Source, lang: str, scratch_dir: str) -
     # them in a scratch dir; file-based variants run next to their data file, as they name it.
     preset = {"execute_sql": database.execute_sql} if database else None
     cwd = scratch_dir if database else os.path.dirname(os.path.abspath(source.data_path))
+    reading = None if database else _reading(source)
     kept = []
     try:
         for program in programs:
             try:
-                if run_python(program, preset=preset, cwd=cwd).strip():
+                if reading is None:
+                    printed = run_python(program, preset=preset, cwd=cwd)
+                elif reading in program:
+                    printed = run_python(program.replace(reading, "", 1), preset={"df": frame.copy()}, cwd=cwd)
+                else:  # every file variant starts with the source's reading (candidate_variants)
+                    raise ExecutionError("the variant does not read its table the source's way")
+                if printed.strip():
                     kept.append(program)
             except ExecutionError:
                 continue
@@ -120,3 +135,9 @@ def runnable_variants(task: Task, source: Source, lang: str, scratch_dir: str) -
         if database:
             database.close()
     return kept
+
+
+def _reading(source: Source) -> str:
+    """The lines of a file source's preamble after its imports: the file's path and the read into ``df``."""
+    preamble = source.python_preamble()
+    return preamble[preamble.index("DATA_PATH = ") :]
