@@ -43,9 +43,12 @@ DEFAULT_THREADS = 1
 DEFAULT_CONTEXT = 8192
 # llama.cpp keeps one sequence's evaluated prompt; the trajectories of a shard take turns on it, so each turn
 # would evaluate its whole conversation again. A RAM store of evaluated states (longest prefix wins) lets every
-# conversation go on from its own last turn: about 12 KB a token for Qwen2.5-Coder-0.5B, 28 KB for 1.5B, so
-# 2 GiB holds a shard's trajectories (DATAMIND_SERVE_PROMPT_CACHE_MB; 0 turns it off).
+# conversation go on from its own last turn. A state holds its KV bytes (12 KB a token for Qwen2.5-Coder-0.5B,
+# 28 KB for 1.5B) and a copy of the logits buffer (311 MB with Qwen's vocabulary, 100 MB with SmolLM2's), all of
+# it counted (llama_server.py): 2 GiB keeps the last 5-6 conversations of a Qwen model
+# (DATAMIND_SERVE_PROMPT_CACHE_MB; 0 turns it off).
 DEFAULT_PROMPT_CACHE_MB = 2048
+_LLAMA_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_server.py")
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +126,7 @@ def command(spec: ServeSpec, engine: str, port: int) -> tuple[list[str], dict[st
     env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     if engine == "llama.cpp":
-        argv = [llama_cpp_python() or "python", "-m", "llama_cpp.server", "--model", spec.model]
+        argv = [llama_cpp_python() or "python", _LLAMA_SERVER, "--model", spec.model]
         argv += ["--model_alias", spec.name, "--host", "127.0.0.1", "--port", str(port)]
         argv += ["--n_threads", threads, "--n_threads_batch", threads, "--n_ctx", str(spec.context)]
         cache_mb = int(os.environ.get("DATAMIND_SERVE_PROMPT_CACHE_MB") or DEFAULT_PROMPT_CACHE_MB)
