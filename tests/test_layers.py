@@ -27,6 +27,7 @@ LAYERS = [
         "progress",
         "stage_params",
         "stages",
+        "templating",  # the one Jinja environment of every HTML page (quality reports, the viewer)
     },
     {"llm", "sandbox", "quality"},
     {"ingest"},
