@@ -356,3 +356,57 @@ def test_batch_mode_writes_the_online_rows(tmp_path, small_csv, llm_server):
     sent = sum(b["requests"] for b in summary["batches"])
     assert sent == len(llm_server.batch_bodies) == online_requests  # each request asked once, as online
     assert len(summary["batches"]) >= 3  # a chain's hops and the repairs each waited for the step before
+
+
+def test_a_question_must_fill_its_template_and_its_program_print_an_answer_of_its_form(
+    root, catalog, llm_server, client_factory
+):
+    """What a real 0.5B model wrote at synthesis: the template's slots kept in the question, an exemplar of
+    another data set copied, a "how many" whose program printed a list, a program that printed a sentence.
+    The slots and the copy are re-asked like any malformed reply; a wrong form is shown to the model like a
+    crash; what stays wrong is rejected with its reason, and only questions with answers of their form remain."""
+    slot_question = "How many records have [categorical column] equal to [value]?"
+    copied = P.category_spec("ranking").exemplars[0]
+
+    def reply(body: dict) -> str:
+        prompt, turns = body["messages"][0]["content"], len(body["messages"])
+        name = re.search(r"# Target question type\n(.+)\n", prompt).group(1).strip()
+        read = _read_code(prompt)
+        if name == "Counting":
+            last = body["messages"][-1]["content"]
+            if turns == 1:  # the first answer keeps the template's slots
+                question, code = slot_question, read + "\nprint(len(df))"
+            elif "Your <code> ran" not in last:  # re-asked with the slots named: filled, but printing a list
+                question, code = "How many records have region equal to 'north'?", read + (
+                    "\nprint('; '.join(str(n) for n in df.groupby('region').size()))")  # fmt: skip
+            else:  # shown that a list is no count, the program counts
+                question, code = "How many records have region equal to 'north'?", read + (
+                    "\nprint(int((df['region'] == 'north').sum()))")  # fmt: skip
+        elif name == "Ranking":
+            question, code = copied, read + "\nprint(df['region'].iloc[0])"
+        else:  # Causal Analysis: a program that always answers in prose
+            question = "Does a higher price go with more units in this file?"
+            code = read + "\nprint('Yes, there is a strong positive relationship between price and units.')"
+        return f"<question>{question}</question>\n<description>d</description>\n<type>{name}</type>\n" + (
+            f"<code>\n```python\n{code}\n```\n</code>"
+        )
+
+    llm_server.responder = reply
+    params = dict(PARAMS, n_chains=0, queries_per_category=1)
+    for spec in plan_synthesis(root, 10, params):
+        synthesize_shard(root, spec, params, "run-1", llm_client=client_factory())
+    kept = [r for r in read_rows(root, QUERIES, "queries") if r["backend"] == "llm"]
+    assert [(r["question"], r["reference_answer"]) for r in kept] == [
+        ("How many records have region equal to 'north'?", "3")  # 3 north rows in SMALL_CSV, by hand
+    ]
+    assert all("[" not in r["question"] and r["question"] != copied for r in kept)
+    rejected = {r["reason_code"]: r["reason"] for r in read_rows(root, REJECTIONS, "rejections")}
+    assert "copies an example" in rejected["llm_parse_failed"]  # re-asked, copied every time
+    assert "printed a sentence" in rejected["answer_form_mismatch"]
+    # the count was asked again once with the slots named, and the list shown back as no count
+    counting = [
+        b["messages"] for b in llm_server.bodies if "Target question type\nCounting" in b["messages"][0]["content"]
+    ]
+    asked_again = [m[-1]["content"] for m in counting if len(m) == 3]
+    assert any("template's slots [categorical column], [value]" in t for t in asked_again)
+    assert any("Your <code> ran" in t and "asks how many" in t and "'2; 3; 3'" in t for t in asked_again), asked_again

@@ -32,9 +32,11 @@ from datamind.llm.usage import cached_part
 from datamind.roles import ROLES, parse_overrides, table_roles
 from datamind.synth import rows as R
 from datamind.synth.offline.execute import ExecutionError
-from datamind.synth.offline.phrasing import scope_question
+from datamind.synth.offline.phrasing import answer_kind, final_ask, scope_question
 from datamind.synth.prompts import (
     PromptError,
+    all_category_specs,
+    category_spec,
     meta_for_prompt,
     program_context,
     render_compose_prompt,
@@ -63,6 +65,12 @@ def parse_query_output(text: str, category_id: str, with_code: bool = False) -> 
         raise ValueError(
             f"question length {len(question)} outside {MIN_QUESTION_CHARS}-{MAX_QUESTION_CHARS} characters"
         )
+    slots = sorted(set(_SLOT.findall(question)) & _template_slots())
+    if slots:
+        raise ValueError(f"the question still holds the template's slots {', '.join(slots)}: fill each with a "
+                         "column name, value or condition taken from the file")  # fmt: skip
+    if _norm(question) in _exemplars(category_id):
+        raise ValueError("the question copies an example written for another data set: ask about this file")
     cat = categories.get(category_id)
     got = _norm(tags["type"])
     if got not in (_norm(cat.id), _norm(cat.name)):
@@ -95,11 +103,50 @@ class Answered:
     cached_completion_tokens: int = 0
 
 
+_SLOT = re.compile(r"\[[^\[\]]{1,60}\]")
+
+
+@functools.cache
+def _template_slots() -> frozenset[str]:
+    """Every ``[slot]`` of every category's question templates: text a question must fill, never keep."""
+    templates = [t for spec in all_category_specs() for t in spec.question_templates]
+    return frozenset(slot for t in templates for slot in _SLOT.findall(t))
+
+
+@functools.cache
+def _exemplars(category_id: str) -> frozenset[str]:
+    return frozenset(_norm(ex) for ex in category_spec(category_id).exemplars)
+
+
+_HOW_MANY = re.compile(r"^(?:how many|what is the number of|what number of)\b", re.IGNORECASE)
+_SENTENCE = re.compile(r"^[A-Z][^\n]*\s[^\n]*[.!]$")
+
+
+def answer_form_problem(question: str, answer: str) -> str | None:
+    """Why what the reference program printed is not an answer of the form its question asks, or None: a
+    "how many" answered with anything but one number, or a sentence where a value belongs (a model's program
+    that prints prose teaches the agent to answer in prose, and no judge can compare it)."""
+    text = answer.strip()
+    if _HOW_MANY.match(final_ask(question)) and answer_kind(text) != "number":
+        return f"the question asks how many, and the program printed {text[:120]!r}, not one number"
+    if len(text.split()) >= 5 and _SENTENCE.match(text):
+        return f"the program printed a sentence ({text[:120]!r}): print only the value(s) the question asks for"
+    return None
+
+
 def _repair_message(error: str) -> str:
     return (
         "Running your <code> on the real file failed:\n"
         f"{error}\n"
         "Fix the program (the question may stay the same) and reply again in the same format."
+    )
+
+
+def _form_message(problem: str) -> str:
+    return (
+        f"Your <code> ran, but {problem}.\n"
+        "Fix the program so that it prints only the answer, in the form the question asks for, and reply again "
+        "in the same format."
     )
 
 
@@ -124,7 +171,7 @@ async def _ask(
     lang = runner[0].lang_for(runner[1]) if runner is not None else None
     shape = grammar("synth_query", type_name=categories.get(category_id).name, lang=lang)
     tokens = [0, 0, 0, 0]  # prompt, completion, and the cached part of each
-    error = ""
+    error, failure = "", "reference_failed"
     for _ in range(repairs + 1):
         try:
             res = await client.chat_parsed(
@@ -173,19 +220,29 @@ async def _ask(
         try:
             answer = await asyncio.to_thread(reference.run, lang, res.value["code"], source)
         except ExecutionError as exc:
-            error = str(exc)
+            error, failure = str(exc), "reference_failed"
             messages = [
                 *messages,
                 {"role": "assistant", "content": res.text},
                 {"role": "user", "content": _repair_message(error)},
             ]
             continue
+        form = answer_form_problem(res.value["question"], answer)
+        if form is not None:  # it ran, but printed what no agent should learn to answer: asked to fix like a crash
+            error, failure = form, "answer_form_mismatch"
+            messages = [
+                *messages,
+                {"role": "assistant", "content": res.text},
+                {"role": "user", "content": _form_message(form)},
+            ]
+            continue
         return Answered(res.value, res, answer, *tokens)
+    why = "did not run" if failure == "reference_failed" else "printed no answer of the question's form"
     out.rejections.append(
         R.rejection_row(
             key=key,
-            reason_code="reference_failed",
-            reason=f"the question's program did not run after {repairs + 1} attempt(s): {error}"[:2000],
+            reason_code=failure,
+            reason=f"the question's program {why} after {repairs + 1} attempt(s): {error}"[:2000],
             file_id=table["file_id"],
             raw=res.text,
             run_id=run_id,
