@@ -45,9 +45,10 @@ DEFAULT_CONTEXT = 8192
 # would evaluate its whole conversation again. A RAM store of evaluated states (longest prefix wins) lets every
 # conversation go on from its own last turn. A state holds its KV bytes (12 KB a token for Qwen2.5-Coder-0.5B,
 # 28 KB for 1.5B) and a copy of the logits buffer (311 MB with Qwen's vocabulary, 100 MB with SmolLM2's), all of
-# it counted (llama_server.py): 2 GiB keeps the last 5-6 conversations of a Qwen model
+# it counted (llama_server.py): 4 GiB keeps about ten conversations of a Qwen model, the 8 trajectories a sampling
+# shard has in flight by default (at 2 GiB they evicted each other: 7 of 46 requests resumed a state)
 # (DATAMIND_SERVE_PROMPT_CACHE_MB; 0 turns it off).
-DEFAULT_PROMPT_CACHE_MB = 2048
+DEFAULT_PROMPT_CACHE_MB = 4096
 _LLAMA_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_server.py")
 
 log = logging.getLogger(__name__)
