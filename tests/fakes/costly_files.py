@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -61,3 +63,14 @@ def parser_child_cap_mb(headroom_mb: int = 64) -> int:
     """A parse memory cap just above what the parser child needs to start (its loaders and workbook reader):
     the small files of a test fit in ``headroom_mb``, a costly one does not."""
     return int(vm_mb("from datamind.ingest.loaders import load_tables\nimport python_calamine")) + headroom_mb
+
+
+def run_under_parser_cap(argv: list[str], timeout: int) -> tuple[int, dict, float]:
+    """Run a stage script whose last stdout line is JSON with its VmHWM ``before_kb`` and ``after_kb``, with the
+    parser child capped at its own size plus headroom: (the cap in MB, that JSON, how many MB the peak grew)."""
+    cap_mb = parser_child_cap_mb()
+    env = {**os.environ, "DATAMIND_PARSE_MEMORY_MB": str(cap_mb)}
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-2000:]
+    measured = json.loads(run.stdout.strip().splitlines()[-1])
+    return cap_mb, measured, (measured["after_kb"] - measured["before_kb"]) / 1024

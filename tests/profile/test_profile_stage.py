@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fakes.costly_files import parser_child_cap_mb, shared_strings_workbook
+from fakes.costly_files import run_under_parser_cap, shared_strings_workbook
 
 from datamind.assets import DIRS
 from datamind.ingest.bird import discover_bird
@@ -166,8 +166,6 @@ def test_a_staged_workbook_past_the_parser_caps_costs_only_itself_at_profiling(t
     """Ingestion accepted a workbook whose shared-strings table costs ~110 MB to read; profiling reads it again
     under the parser's caps (here set just above what the parser child needs to start), so it is recorded
     with the reason and the profiling process never holds it; the good files beside it are profiled."""
-    import os
-    import subprocess
     import sys
 
     root = DataRoot(str(tmp_path / "root"))
@@ -180,13 +178,7 @@ def test_a_staged_workbook_past_the_parser_caps_costs_only_itself_at_profiling(t
     for spec in plan_ingest(root, list_source_files(str(src), limits), "s", 10):
         ingest_shard(root, spec, limits, "r1")
     # the child's own start (the loaders, the workbook reader) plus 64 MB: what the small files need
-    cap_mb = parser_child_cap_mb()
-    env = {**os.environ, "DATAMIND_PARSE_MEMORY_MB": str(cap_mb)}
-    run = subprocess.run([sys.executable, "-c", _PROFILE_AND_MEASURE, root.path("")], env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-2000:]
-    measured = json.loads(run.stdout.strip().splitlines()[-1])
-    grown_mb = (measured["after_kb"] - measured["before_kb"]) / 1024
+    cap_mb, measured, grown_mb = run_under_parser_cap([sys.executable, "-c", _PROFILE_AND_MEASURE, root.path("")], 300)
     print(f"\nprofiling under a {cap_mb} MB parser cap: peak RSS {measured['before_kb'] / 1024:.0f} -> "
           f"{measured['after_kb'] / 1024:.0f} MB")  # fmt: skip
     assert grown_mb < 60, grown_mb  # read in this process (before the fix): +110 MB

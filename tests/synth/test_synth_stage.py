@@ -207,10 +207,9 @@ def test_a_staged_workbook_past_the_parser_caps_costs_only_its_table_at_synthesi
     reads it again under the parser's caps (here set just above what the parser child needs to start), so the
     table is rejected with the reason, the synthesizing process never holds it, and the shard's other tables
     (a CSV, a small workbook) are synthesized."""
-    import subprocess
     import sys
 
-    from fakes.costly_files import parser_child_cap_mb, shared_strings_workbook
+    from fakes.costly_files import run_under_parser_cap, shared_strings_workbook
 
     regions = ["north", "south", "east", "west"]
     rows = (f"{regions[i % 4]},{5 * (i + 1)},{1.5 * (i % 7 + 1)},2024-{i % 12 + 1:02d}-1{i % 9}" for i in range(40))
@@ -222,13 +221,8 @@ def test_a_staged_workbook_past_the_parser_caps_costs_only_its_table_at_synthesi
     warm = _staged_root(tmp_path / "warm", small)
     costly = {**small, "strings.xlsx": lambda p: shared_strings_workbook(p, 2_000_000)}
     root = _staged_root(tmp_path / "measured", costly)
-    cap_mb = parser_child_cap_mb()
-    env = {**os.environ, "DATAMIND_PARSE_MEMORY_MB": str(cap_mb)}
     script = [sys.executable, "-c", _SYNTHESIZE_AND_MEASURE, warm.path(""), root.path(""), json.dumps(PARAMS)]
-    run = subprocess.run(script, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    measured = json.loads(run.stdout.strip().splitlines()[-1])
-    grown_mb = (measured["after_kb"] - measured["before_kb"]) / 1024
+    cap_mb, measured, grown_mb = run_under_parser_cap(script, 600)
     print(f"\nsynthesis under a {cap_mb} MB parser cap: peak RSS {measured['before_kb'] / 1024:.0f} -> "
           f"{measured['after_kb'] / 1024:.0f} MB")  # fmt: skip
     assert grown_mb < 40, grown_mb  # read in this process (before the fix): +110 MB
