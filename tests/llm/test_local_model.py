@@ -229,10 +229,40 @@ def test_the_models_gguf_comes_from_the_installed_wheel(tmp_path, monkeypatch):
     assert models.verify(models.get(local.DEFAULT_LOCAL_MODEL)) == models.get(local.DEFAULT_LOCAL_MODEL).sha256
 
 
-def test_interleaved_conversations_each_go_on_from_their_own_last_turn(tmp_path):
-    """A shard's trajectories take turns on llama.cpp's one sequence: with the server's prompt cache each
-    request evaluates only what its own conversation added since its last turn, not its whole history again."""
-    from datamind.llm.serving import llama_cpp_python, serve
+def _converse(gguf) -> tuple[list[str], list[int], list[int]]:
+    """Three conversations taking turns on one llama.cpp server, three rounds, greedy: (every reply, prompt
+    tokens sent per request, prompt tokens the server evaluated per request, read from its log)."""
+    import urllib.request
+
+    from datamind.llm.serving import serve
+
+    system = "You answer in one word. " + " ".join(f"Note {i}: keep answers short." for i in range(40))
+    turn_text = "\n".join(f"row {i}: store {i % 7} sold {i * 13 % 97}" for i in range(30))  # ~300 tokens a turn
+    replies, sent = [], []
+    with serve(ServeSpec(str(gguf), "m", "llama.cpp", threads=1, ready_timeout_s=120)) as server:
+        convs = [[{"role": "system", "content": system}, {"role": "user", "content": f"Say {w}."}]
+                 for w in ("red", "green", "blue")]  # fmt: skip
+        for turn in range(3):
+            for conv in convs:
+                body = json.dumps({"model": "m", "messages": conv, "max_tokens": 4, "temperature": 0}).encode()
+                req = urllib.request.Request(f"{server.base_url}/chat/completions", body,
+                                             {"Content-Type": "application/json"})  # fmt: skip
+                with urllib.request.urlopen(req, timeout=300) as resp:
+                    reply = json.load(resp)
+                sent.append(reply["usage"]["prompt_tokens"])
+                replies.append(reply["choices"][0]["message"]["content"])
+                conv += [{"role": "assistant", "content": replies[-1]},
+                         {"role": "user", "content": f"{turn_text}\n(turn {turn})"}]  # fmt: skip
+        with open(server.log_path, encoding="utf-8", errors="replace") as fh:
+            evaluated = [int(m) for m in re.findall(r"prompt eval time = .*?/\s*(\d+) tokens", fh.read())]
+    return replies, sent, evaluated
+
+
+def test_interleaved_conversations_each_go_on_from_their_own_last_turn(monkeypatch):
+    """A shard's trajectories take turns on llama.cpp's one sequence: with the server's prompt store each request
+    evaluates only what its own conversation added since its last turn, not its whole history again, and the
+    replies are the ones a server without the store gives (restored states keep no logits: llama_server.py)."""
+    from datamind.llm.serving import llama_cpp_python
 
     if llama_cpp_python() is None:
         pytest.skip("llama.cpp's server is not built here (make serve-env)")
@@ -242,29 +272,15 @@ def test_interleaved_conversations_each_go_on_from_their_own_last_turn(tmp_path)
             pytest.skip(f"{gguf} is not prepared (python -m datamind.llm.local prepare)")
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    import urllib.request
-
-    system = "You answer in one word. " + " ".join(f"Note {i}: keep answers short." for i in range(40))
-    turn_text = "\n".join(f"row {i}: store {i % 7} sold {i * 13 % 97}" for i in range(30))  # ~300 tokens a turn
-    with serve(ServeSpec(str(gguf), "m", "llama.cpp", threads=1, ready_timeout_s=120)) as server:
-        convs = [[{"role": "system", "content": system}, {"role": "user", "content": f"Say {w}."}]
-                 for w in ("red", "green", "blue")]  # fmt: skip
-        sent = []
-        for turn in range(3):
-            for conv in convs:
-                body = json.dumps({"model": "m", "messages": conv, "max_tokens": 4, "temperature": 0}).encode()
-                req = urllib.request.Request(f"{server.base_url}/chat/completions", body,
-                                             {"Content-Type": "application/json"})  # fmt: skip
-                with urllib.request.urlopen(req, timeout=300) as resp:
-                    reply = json.load(resp)
-                sent.append(reply["usage"]["prompt_tokens"])
-                conv += [{"role": "assistant", "content": reply["choices"][0]["message"]["content"]},
-                         {"role": "user", "content": f"{turn_text}\n(turn {turn})"}]  # fmt: skip
-        with open(server.log_path, encoding="utf-8", errors="replace") as fh:
-            evaluated = [int(m) for m in re.findall(r"prompt eval time = .*?/\s*(\d+) tokens", fh.read())]
+    monkeypatch.setenv("DATAMIND_SERVE_PROMPT_CACHE_MB", "0")
+    plain_replies, plain_sent, plain_evaluated = _converse(gguf)
+    monkeypatch.delenv("DATAMIND_SERVE_PROMPT_CACHE_MB")
+    replies, sent, evaluated = _converse(gguf)
+    assert replies == plain_replies and sent == plain_sent
     assert len(evaluated) == len(sent) == 9
     # the last round: each conversation's history is two turns it already had evaluated (~600 tokens and the
-    # system prompt); only its newest turn (~300 tokens) is new. Without the cache every one of them is
-    # evaluated from where the previous conversation's prompt differs: its whole history after the system prompt.
+    # system prompt); only its newest turn (~300 tokens) is new. Without the store each is evaluated from where
+    # the previous conversation's prompt differs: its whole history after the system prompt.
     for got, total in zip(evaluated[-3:], sent[-3:], strict=True):
         assert got < total - 550, (evaluated, sent)
+    assert all(got > total - 550 for got, total in zip(plain_evaluated[-3:], plain_sent[-3:], strict=True))
