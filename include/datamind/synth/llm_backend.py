@@ -220,23 +220,14 @@ async def _ask(
         try:
             answer = await asyncio.to_thread(reference.run, lang, res.value["code"], source)
         except ExecutionError as exc:
-            error, failure = str(exc), "reference_failed"
-            messages = [
-                *messages,
-                {"role": "assistant", "content": res.text},
-                {"role": "user", "content": _repair_message(error)},
-            ]
-            continue
-        form = answer_form_problem(res.value["question"], answer)
-        if form is not None:  # it ran, but printed what no agent should learn to answer: asked to fix like a crash
-            error, failure = form, "answer_form_mismatch"
-            messages = [
-                *messages,
-                {"role": "assistant", "content": res.text},
-                {"role": "user", "content": _form_message(form)},
-            ]
-            continue
-        return Answered(res.value, res, answer, *tokens)
+            error, failure, feedback = str(exc), "reference_failed", _repair_message(str(exc))
+        else:
+            form = answer_form_problem(res.value["question"], answer)
+            if form is None:
+                return Answered(res.value, res, answer, *tokens)
+            # it ran, but printed what no agent should learn to answer: asked to fix like a crash
+            error, failure, feedback = form, "answer_form_mismatch", _form_message(form)
+        messages = [*messages, {"role": "assistant", "content": res.text}, {"role": "user", "content": feedback}]
     why = "did not run" if failure == "reference_failed" else "printed no answer of the question's form"
     out.rejections.append(
         R.rejection_row(
