@@ -35,7 +35,7 @@ from airflow.sdk import dag, get_current_context
 
 from datamind.evaluate.params import OFFLINE_AGENT, EvalParams, deployment_suites
 from datamind.llm.config import CONNECTION_KEYS, RequestForm
-from datamind_airflow import DAG_DEFAULTS, runtime, wakes_on
+from datamind_airflow import DAG_DEFAULTS, deployment, runtime, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.lineage import task
 
@@ -45,12 +45,15 @@ log = logging.getLogger(__name__)
 @dag(
     schedule=wakes_on("evaluate_agent"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    doc_md=__doc__,
+    doc_md=deployment.doc("evaluate_agent", __doc__),
     tags=["datamind", "evaluation"],
-    params={
-        **form_params(EvalParams, defaults=EvalParams(suites=deployment_suites())),
-        **form_params(RequestForm),
-    },
+    params=deployment.stage_form(
+        "evaluate_agent",
+        {
+            **form_params(EvalParams, defaults=EvalParams(suites=deployment_suites())),
+            **form_params(RequestForm),
+        },
+    ),
     **DAG_DEFAULTS,
 )
 def evaluate_agent():
@@ -61,7 +64,7 @@ def evaluate_agent():
         from datamind_airflow.llm import agent_client_for, judge_client_for
 
         context = get_current_context()
-        raw = dict(context["params"])
+        raw = deployment.run_params()
         for event in (context.get("triggering_asset_events") or {}).get(wakes_on("evaluate_agent")[0], []):
             uri = (event.extra or {}).get("checkpoint_uri")
             log.info("Triggered by checkpoint %s", uri)

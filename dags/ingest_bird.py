@@ -14,38 +14,26 @@ synthesis prompts read them. New catalog rows trigger **profile_files** via the 
 
 from __future__ import annotations
 
-import pendulum
-from airflow.sdk import dag, get_current_context
+from airflow.sdk import dag
 
 from datamind.ingest.params import BirdSource
-from datamind_airflow import DAG_DEFAULTS, drop_folder, runtime
-from datamind_airflow.ingest_tasks import ingest_form, ingest_shard, plan_source_files, publish_catalog
-from datamind_airflow.lineage import task
+from datamind_airflow import drop_folder, runtime
+from datamind_airflow.ingest_tasks import INGEST_DAG, ingest_form, ingest_source
 
 SCHEDULE, SOURCE = drop_folder("bird", BirdSource())
 
 
-@dag(
-    schedule=SCHEDULE,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    doc_md=__doc__,
-    tags=["datamind", "ingest"],
-    params=ingest_form(SOURCE),
-    **DAG_DEFAULTS,
-)
+def discover(params: dict) -> list:
+    """Discover and sample the databases, hash them and shard the new ones."""
+    from datamind.ingest.bird import discover_bird
+
+    with runtime.fail_fast_on_permanent_errors(f"cannot read BIRD source {params['source_uri']!r}"):
+        return discover_bird(params["source_uri"], sample_size=params.get("sample_size"), seed=params["seed"])
+
+
+@dag(schedule=SCHEDULE, doc_md=__doc__, params=ingest_form(SOURCE), **INGEST_DAG)
 def ingest_bird():
-    @task
-    def plan() -> list[dict]:
-        """Discover and sample the databases, hash them and shard the new ones."""
-        from datamind.ingest.bird import discover_bird
-
-        params = get_current_context()["params"]
-        with runtime.fail_fast_on_permanent_errors(f"cannot read BIRD source {params['source_uri']!r}"):
-            files = discover_bird(params["source_uri"], sample_size=params.get("sample_size"), seed=params["seed"])
-        return plan_source_files(files, params["source_name"], params)
-
-    summaries = ingest_shard.expand(spec=plan())
-    publish_catalog(summaries, source_name="{{ params.source_name }}")
+    ingest_source(discover)
 
 
 ingest_bird()

@@ -30,7 +30,7 @@ from airflow.sdk import dag
 from datamind.judge.params import JudgeParams
 from datamind.llm.config import ConnectionForm, RequestForm
 from datamind.rollout.params import RolloutParams
-from datamind_airflow import DAG_DEFAULTS, wakes_on
+from datamind_airflow import DAG_DEFAULTS, deployment, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
@@ -51,15 +51,18 @@ def process(root, spec, params, run_id, llm_client):
 @dag(
     schedule=wakes_on("judge_trajectories"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    doc_md=__doc__,
+    doc_md=deployment.doc("judge_trajectories", __doc__),
     tags=["datamind", "trajectories"],
-    params={
-        # the rollout backend: it judges (unless Judge says otherwise) and samples the reflection rounds
-        "backend": form_params(RolloutParams)["backend"],
-        **form_params(JudgeParams),
-        **form_params(ConnectionForm),
-        **form_params(RequestForm),
-    },
+    params=deployment.stage_form(
+        "judge_trajectories",
+        {
+            # the rollout backend: it judges (unless Judge says otherwise) and samples the reflection rounds
+            "backend": form_params(RolloutParams)["backend"],
+            **form_params(JudgeParams),
+            **form_params(ConnectionForm),
+            **form_params(RequestForm),
+        },
+    ),
     **DAG_DEFAULTS,
 )
 def judge_trajectories():

@@ -17,7 +17,7 @@ from airflow.sdk import dag
 
 from datamind.profile.params import ProfileParams
 from datamind.stage_params import from_params
-from datamind_airflow import DAG_DEFAULTS, wakes_on
+from datamind_airflow import DAG_DEFAULTS, deployment, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
@@ -38,9 +38,9 @@ def process(root, spec, params, run_id, llm_client):
 @dag(
     schedule=wakes_on("profile_files"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    doc_md=__doc__,
+    doc_md=deployment.doc("profile_files", __doc__),
     tags=["datamind", "profile"],
-    params=form_params(ProfileParams),
+    params=deployment.stage_form("profile_files", form_params(ProfileParams)),
     **DAG_DEFAULTS,
 )
 def profile_files():

@@ -34,19 +34,20 @@ from airflow.sdk import dag, get_current_context, task
 
 from datamind.publish.params import PublishParams, ReviewForm
 from datamind.settings import release_approvers
-from datamind_airflow import DAG_DEFAULTS, announces, lineage, runtime, wakes_on
+from datamind_airflow import DAG_DEFAULTS, announces, deployment, lineage, runtime, wakes_on
 from datamind_airflow.forms import form_params
 
 DATASET = announces("publish_dataset")
 APPROVE, REJECT = "Approve", "Reject"
+AUDIT_PASSED, REVIEW = "audit_passed", "review"  # the gate's branches (datamind.publish.release)
 
 
 @dag(
     schedule=wakes_on("publish_dataset"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    doc_md=__doc__,
+    doc_md=deployment.doc("publish_dataset", __doc__),
     tags=["datamind", "dataset"],
-    params=form_params(PublishParams),
+    params=deployment.stage_form("publish_dataset", form_params(PublishParams)),
     **DAG_DEFAULTS,
 )
 def publish_dataset():
@@ -55,51 +56,24 @@ def publish_dataset():
         """Filter, write the new version atomically, validate it; its promotion is decided next."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from datamind import tables
-        from datamind.assets import DIRS
         from datamind.pipeline import finalize_stage
-        from datamind.publish import promotion
+        from datamind.publish import release
         from datamind.publish.stage import NothingToPublish
-        from datamind.publish.stage import publish_dataset as publish_version
-        from datamind_airflow.urls import VIEWER, task_report_url
+        from datamind_airflow.urls import framed_release_url, framed_report_url
 
-        context = get_current_context()
-        params = context["params"]
-        root, run_id = runtime.data_root(), runtime.run_id()
+        root, run_id, ti = runtime.data_root(), runtime.run_id(), get_current_context()["ti"]
+
+        def validate(rel_dir: str, summary: dict) -> dict:
+            return finalize_stage(root, "dataset", "publish_dataset", [], run_id, rel_dir=rel_dir,
+                                  origin=runtime.origin(), release=summary)  # fmt: skip
+
         try:
-            manifest = publish_version(root, run_id, {**params, "judged_partition": params["judged_partition"] or None})
+            return release.publish(
+                root, run_id, deployment.run_params(), validate=validate,
+                report_url=framed_report_url(ti.dag_id, ti.run_id, ti.task_id), viewer_url=framed_release_url,
+            )  # fmt: skip
         except NothingToPublish as exc:  # a retry would find the same inputs: fail now, saying which stage
             raise AirflowFailException(str(exc)) from exc
-        runtime.log_summary("Published dataset", {k: v for k, v in manifest.items() if not isinstance(v, (list, dict))})
-        audit = manifest.get("audit") or {}
-        runtime.log_summary(
-            "Dataset audit (python -m datamind.publish.audit)",
-            {k: v for k, v in audit.items() if not isinstance(v, dict)},
-        )
-        if manifest.get("unchanged"):  # the same release again: nothing to promote, train_agent is not woken
-            return {**manifest, "gate": None}
-        release = promotion.release_summary(manifest)
-        version_dir = f"{DIRS['dataset']}/v{manifest['version']}"
-        quality = finalize_stage(
-            root,
-            "dataset",
-            "publish_dataset",
-            [],
-            run_id,
-            rel_dir=version_dir,
-            origin=runtime.origin(),
-            release=release,
-        )
-        runtime.log_summary("Dataset quality", quality)
-        ti = context["ti"]
-        report_url = task_report_url(ti.dag_id, context["run_id"], ti.task_id)
-        viewer_url = f"{VIEWER}/releases/{release['version_id']}/"
-        return {
-            **manifest,
-            "quality": quality,
-            "gate": "audit_passed" if tables.trainable(manifest) else "review",
-            "review_body": promotion.review_body(manifest, report_url, viewer_url),
-        }
 
     @task.branch
     def gate(published: dict) -> str | None:
@@ -107,7 +81,7 @@ def publish_dataset():
         return published["gate"]
 
     review = HITLOperator(
-        task_id="review",
+        task_id=REVIEW,
         subject="Promote dataset {{ ti.xcom_pull(task_ids='publish')['version_id'] }} for training?",
         body="{{ ti.xcom_pull(task_ids='publish')['review_body'] }}",
         options=[APPROVE, REJECT],
@@ -121,48 +95,24 @@ def publish_dataset():
         """Record the decision in the release and announce it: only a promoted release wakes train_agent."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from datamind import tables
-        from datamind.publish import promotion
+        from datamind.publish import release
 
-        if published.get("gate") is None:
-            raise AirflowSkipException("the same release again: nothing to promote")
         context = get_current_context()
-        manifest = published
-        decision = context["ti"].xcom_pull(task_ids="review")
-        if decision:
-            user = decision.get("responded_by_user") or {}
-            manifest = promotion.decide(
-                runtime.data_root(),
-                published["version"],
-                approved=decision["chosen_options"] == [APPROVE],
-                user=user.get("name") or user.get("id") or "unknown",
-                comment=(decision.get("params_input") or {}).get("comment") or "",
+        answer = context["ti"].xcom_pull(task_ids=REVIEW)
+        promoted = release.promote(runtime.data_root(), published, release.Decision.of_answer(answer, APPROVE))
+        if promoted is None:
+            raise AirflowSkipException("the same release again: nothing to promote")
+        if not promoted.trainable:
+            raise AirflowSkipException(
+                f"{promoted.release['version_id']} was rejected: kept readable, never trained on"
             )
-            runtime.log_summary("Promotion decided", manifest["promotion"])
-        release = promotion.release_summary(manifest)
-        if not tables.trainable(manifest):
-            raise AirflowSkipException(f"{release['version_id']} was rejected: kept readable, never trained on")
-        # The release's one name travels with the Asset event, so train_agent and a person see the same id.
-        version = release["version_id"]
-        context["outlet_events"][DATASET].extra = {
-            "version": version,
-            "content_hash": manifest.get("content_hash"),
-            "audit_verdict": release["audit_verdict"],
-            "failing_figures": release["failing_figures"],
-            "promoted_by": manifest["promotion"].get("decided_by") or manifest["promotion"].get("by"),
-        }
-        quality = published.get("quality") or {}
-        rows_in = manifest.get("n_judged", manifest.get("n_samples", 0) + manifest.get("n_filtered", 0))
-        rejected = manifest.get("filtered_by_reason") or {}
-        runtime.announce(
-            DATASET,
-            {**quality, "rows_in": rows_in, "new_rows": manifest.get("n_samples"), "rejected": rejected},
-            version,
-        )
-        return release
+        context["outlet_events"][DATASET].extra = promoted.event
+        # the event links the release's report, which the publish task wrote
+        runtime.announce(DATASET, promoted.counts, promoted.release["version_id"], report_task="publish")
+        return promoted.release
 
     published = publish()
-    audit_passed = EmptyOperator(task_id="audit_passed")
+    audit_passed = EmptyOperator(task_id=AUDIT_PASSED)
     gate(published) >> [audit_passed, review]
     [audit_passed, review] >> promote(published)
 

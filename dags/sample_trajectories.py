@@ -20,7 +20,7 @@ from airflow.sdk import dag
 
 from datamind.llm.config import ConnectionForm
 from datamind.rollout.params import RolloutParams
-from datamind_airflow import DAG_DEFAULTS, wakes_on
+from datamind_airflow import DAG_DEFAULTS, deployment, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
@@ -41,9 +41,9 @@ def process(root, spec, params, run_id, llm_client):
 @dag(
     schedule=wakes_on("sample_trajectories"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    doc_md=__doc__,
+    doc_md=deployment.doc("sample_trajectories", __doc__),
     tags=["datamind", "trajectories"],
-    params={**form_params(RolloutParams), **form_params(ConnectionForm)},
+    params=deployment.stage_form("sample_trajectories", {**form_params(RolloutParams), **form_params(ConnectionForm)}),
     **DAG_DEFAULTS,
 )
 def sample_trajectories():

@@ -22,7 +22,7 @@ from airflow.sdk import dag
 
 from datamind.llm.config import ConnectionForm, RequestForm
 from datamind.synth.params import SynthParams
-from datamind_airflow import DAG_DEFAULTS, wakes_on
+from datamind_airflow import DAG_DEFAULTS, deployment, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
@@ -43,9 +43,11 @@ def process(root, spec, params, run_id, llm_client):
 @dag(
     schedule=wakes_on("synthesize_queries"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    doc_md=__doc__,
+    doc_md=deployment.doc("synthesize_queries", __doc__),
     tags=["datamind", "synthesis"],
-    params={**form_params(SynthParams), **form_params(ConnectionForm), **form_params(RequestForm)},
+    params=deployment.stage_form(
+        "synthesize_queries", {**form_params(SynthParams), **form_params(ConnectionForm), **form_params(RequestForm)}
+    ),
     **DAG_DEFAULTS,
 )
 def synthesize_queries():

@@ -35,7 +35,7 @@ from airflow.sdk import dag, get_current_context
 
 from datamind.stage_params import from_params
 from datamind.train.config import LaunchParams
-from datamind_airflow import DAG_DEFAULTS, announces, runtime, wakes_on
+from datamind_airflow import DAG_DEFAULTS, announces, deployment, runtime, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.lineage import task
 
@@ -47,9 +47,9 @@ CHECKPOINTS = announces("train_agent")
 @dag(
     schedule=wakes_on("train_agent"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    doc_md=__doc__,
+    doc_md=deployment.doc("train_agent", __doc__),
     tags=["datamind", "training"],
-    params=form_params(LaunchParams, defaults=LaunchParams.from_env()),
+    params=deployment.stage_form("train_agent", form_params(LaunchParams, defaults=LaunchParams.from_env())),
     **DAG_DEFAULTS,
 )
 def train_agent():
@@ -70,8 +70,7 @@ def train_agent():
         from datamind.train.launchers import make_launcher, run, settings_from_connection
 
         context = get_current_context()
-        params = context["params"]
-        launch = from_params(LaunchParams, dict(params))
+        launch = from_params(LaunchParams, deployment.run_params())
         cfg = launch.train_config(exported["export_dir"], runtime.settings().data_root)
         kind, conn_id = launch.launcher, launch.launcher_conn_id
         conn = runtime.connection_dict(conn_id) if conn_id else None

@@ -6,7 +6,15 @@ from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
 
 from datamind_airflow.reports_app import create_app
-from datamind_airflow.urls import PREFIX, VIEWER, task_report_url, viewer_run_url
+from datamind_airflow.urls import (
+    PREFIX,
+    REPORTS_ROUTE,
+    VIEWER,
+    VIEWER_ROUTE,
+    framed_report_url,
+    in_frame,
+    viewer_run_url,
+)
 
 # Tasks that validate a stage's output and write a report (stages.sharded_stage, ingest, publish_dataset).
 REPORTING_TASKS = frozenset({"publish", "publish_catalog"})
@@ -16,24 +24,25 @@ SAMPLING_DAGS = {"sample_trajectories": "trajectories", "judge_trajectories": "r
 
 
 class QualityReportLink(BaseOperatorLink):
-    """ "Quality report" on every task that writes one: opens that task's report of that run."""
+    """ "Quality report" on every task that writes one: opens that task's report of that run, inside the UI."""
 
     name = "Quality report"
 
     def get_link(self, operator, *, ti_key) -> str:
         if operator.task_id not in REPORTING_TASKS:
             return ""
-        return task_report_url(ti_key.dag_id, ti_key.run_id, ti_key.task_id)
+        return framed_report_url(ti_key.dag_id, ti_key.run_id, ti_key.task_id)
 
 
 class SampleViewerLink(BaseOperatorLink):
-    """ "Samples" on the tasks of the stages that sample, judge and publish: that run in the sample viewer."""
+    """ "Samples" on the tasks of the stages that sample, judge and publish: that run in the sample viewer, inside
+    the UI. The judge's link opens its rejections; the trajectories it did not select are a list of their own."""
 
     name = "Samples"
 
     def get_link(self, operator, *, ti_key) -> str:
         kind = SAMPLING_DAGS.get(ti_key.dag_id)
-        return viewer_run_url(ti_key.run_id, kind) if kind else ""
+        return in_frame(viewer_run_url(ti_key.run_id, kind), VIEWER_ROUTE) if kind else ""
 
 
 class DatamindReportsPlugin(AirflowPlugin):
@@ -45,12 +54,12 @@ class DatamindReportsPlugin(AirflowPlugin):
             "name": "Quality reports",
             "href": f"{PREFIX}/reports/",
             "destination": "nav",
-            "url_route": "datamind-quality-reports",
+            "url_route": REPORTS_ROUTE,
         },
         {
             "name": "Sample viewer",
             "href": f"{VIEWER}/",
             "destination": "nav",
-            "url_route": "datamind-sample-viewer",
+            "url_route": VIEWER_ROUTE,
         },
     ]

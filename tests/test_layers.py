@@ -17,6 +17,7 @@ LAYERS = [
         "categories",
         "roles",
         "grounding",
+        "references",  # whether a reference program computes its answer, and answers known before any analysis
         "settings",
         "storage",
         "schemas",
@@ -39,7 +40,7 @@ LAYERS = [
     {"publish"},
     {"train"},
     {"evaluate"},
-    {"pipeline", "report_cli", "review"},
+    {"pipeline", "report_cli", "review", "stage_settings"},
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

@@ -64,3 +64,40 @@ def test_rows_of_a_run_killed_before_its_quality_check_are_validated_by_the_next
     write_shard(root, REJECTIONS, "rejections", rows("run-d", 1), "part-d.parquet")
     fourth = finalize_stage(root, "rejections", "demo", [], "run-d")
     assert fourth["new_rows"] == 1 and "unreported_runs_covered" not in fourth
+
+
+def test_an_ingest_report_covers_its_own_source_never_another_sources_earlier_runs(tmp_path):
+    """Issue 47: the report of a new source's ingest listed the demo's earlier rejections (other sources' files)
+    as "runs that never reported". The catalog is shared; a run's report covers its own source's rows."""
+    from datamind.pipeline import finalize_ingest
+    from datamind.schemas import CATALOG_FILES
+
+    root = DataRoot(str(tmp_path))
+    now = datetime.now(UTC)
+
+    def rows(source: str, run: str, names: list[str], status: str = "accepted") -> list[dict]:
+        return [
+            {"file_id": f"{source}-{n}", "source": source, "source_uri": f"/in/{n}", "rel_path": n, "format": "csv",
+             "status": status, "reason_code": None if status == "accepted" else "too_few_rows",
+             "reason": None if status == "accepted" else "2 rows", "content_sha256": "0" * 64, "size_bytes": 10,
+             "n_tables": 1, "n_rows": 50, "n_cols": 3, "ingested_at": now, "run_id": run}
+            for n in names
+        ]  # fmt: skip
+
+    # the demo's source: one run that reported, one killed before its report (its rejections never validated)
+    write_shard(root, CATALOG_FILES, "catalog/files", rows("samples", "demo-1", ["sales.csv"]), "part-a.parquet")
+    finalize_ingest(root, [], "samples", "demo-1")
+    killed = rows("samples", "demo-2", ["sensor_dump.csv", "survey_pilot.csv"], status="rejected")
+    write_shard(root, CATALOG_FILES, "catalog/files", killed, "part-b.parquet")
+    # a new source is backfilled: its report is about its three files only
+    new = rows("backfill", "backfill-1", ["auto-mpg.csv", "iris.csv", "wine.csv"])
+    write_shard(root, CATALOG_FILES, "catalog/files", new, "part-c.parquet")
+    result = finalize_ingest(root, [], "backfill", "backfill-1")
+    assert result["new_rows"] == 3 and "unreported_runs_covered" not in result and result["rejected"] == {}
+    summary = json.loads((tmp_path / "reports" / "ingest_backfill" / "backfill-1" / "summary.json").read_text())
+    assert summary["covers_runs"] == [] and summary["summary"]["n_rows"] == 3
+    # the demo source's next run still picks up its own killed run's rows
+    write_shard(root, CATALOG_FILES, "catalog/files", rows("samples", "demo-3", ["more.csv"]), "part-d.parquet")
+    again = finalize_ingest(root, [], "samples", "demo-3")
+    assert again["new_rows"] == 3 and again["unreported_runs_covered"] == ["demo-2"]
+    assert again["rejected"] == {"too_few_rows": 2}

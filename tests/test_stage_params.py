@@ -64,3 +64,30 @@ def test_valid_values_pass_and_unknown_keys_are_refused():
 def test_a_mutable_default_is_refused_at_declaration():
     with pytest.raises(TypeError, match="tuple"):
         param([1, 2], "List")
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str = param("demo", "Source name", description="Recorded as the files' source.",
+                      pattern="^[a-z0-9][a-z0-9_.-]*$")  # fmt: skip
+    more: tuple[str, ...] = param((), "More URIs", min_length=1)
+    needed: tuple[str, ...] = param(("a",), "Needed", min_items=1)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
+def test_an_empty_optional_list_is_not_marked_required_and_null_reads_back_as_empty():
+    """Issue 47: "More source URIs" is optional but the form marked it required (its type admitted no null)."""
+    schema = form_schema(Source)
+    assert schema["more"]["type"] == ["null", "array"] and schema["more"]["default"] == []
+    assert schema["needed"]["type"] == "array"  # a list that needs an item stays required
+    assert from_params(Source, {"more": None}).more == ()
+
+
+def test_a_patterned_field_says_its_allowed_characters_in_words_before_anyone_submits():
+    description = form_schema(Source)["name"]["description"]
+    assert description == (
+        "Recorded as the files' source. Allowed characters: lowercase letters, digits, _ . - (no spaces, no "
+        "capitals); it must start with one of: lowercase letters, digits."
+    )

@@ -52,14 +52,23 @@ def rows_of_run(root: DataRoot, table: str, run_id: str, rel_dir: str | None = N
 
 
 def rows_to_validate(
-    root: DataRoot, table: str, run_id: str, rel_dir: str | None, reported: set[str] | None
+    root: DataRoot,
+    table: str,
+    run_id: str,
+    rel_dir: str | None,
+    reported: set[str] | None,
+    scope: tuple[str, str] | None = None,
 ) -> tuple[Any, list[str]]:
     """(rows of ``run_id`` plus rows of runs that no report has validated, those other run ids).
 
     A run killed before its quality check never reports; its rows are checked by the next run of the stage
-    instead of never. ``reported=None`` selects this run's rows only."""
+    instead of never. ``reported=None`` selects this run's rows only. ``scope`` (column, value) limits both to
+    the rows the stage owns in a shared table: an ingest run reports on its own source's rows, never on another
+    source's."""
     schema = schemas.ALL[table]
     data = read_table(root, schema, rel_dir or assets.DIRS[table])
+    if scope is not None and scope[0] in data.column_names and data.num_rows:
+        data = data.filter(pc.fill_null(pc.equal(data.column(scope[0]), scope[1]), False))
     if "run_id" not in data.column_names or not data.num_rows:
         return data, []
     runs = data.column("run_id")
@@ -83,12 +92,14 @@ def finalize_stage(
     raise_on_failure: bool = False,
     origin: dict[str, str] | None = None,
     release: dict[str, Any] | None = None,
+    scope: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Validate and report (see the module docstring); ``origin`` names the DAG and task for the report,
-    ``release`` is a dataset release's audit and promotion, shown first in its report."""
+    ``release`` is a dataset release's audit and promotion, shown first in its report; ``scope`` (column,
+    value): the stage's own rows of a table other stages write too (see ``rows_to_validate``)."""
     from datamind.quality.validate import reported_runs, validate_table
 
-    data, orphans = rows_to_validate(root, table, run_id, rel_dir, reported_runs(root, stage))
+    data, orphans = rows_to_validate(root, table, run_id, rel_dir, reported_runs(root, stage), scope)
     result: dict[str, Any] = {"stage": stage, "table": table, "new_rows": data.num_rows}
     if orphans:
         result["unreported_runs_covered"] = orphans
@@ -121,7 +132,11 @@ def finalize_stage(
 def finalize_ingest(
     root: DataRoot, summaries: list[dict[str, Any]], source_name: str, run_id: str, origin: dict | None = None
 ) -> dict[str, Any]:
-    return finalize_stage(root, "catalog_files", f"ingest_{source_name}", summaries, run_id, origin=origin)
+    """Validate this ingest run's catalog rows. The catalog is shared by every source: the report covers this
+    run's rows, and rows of this source's earlier runs that never reported, never another source's."""
+    return finalize_stage(
+        root, "catalog_files", f"ingest_{source_name}", summaries, run_id, origin=origin, scope=("source", source_name)
+    )
 
 
 # The count a stage's shards report for the items they took in, per output table.

@@ -13,7 +13,8 @@ identifier             names a row or points at one (keys, codes, running number
 additive_measure       amounts, counts, quantities: summed, averaged, compared
 nonadditive_measure    rates, shares, temperatures, scores, prices per unit, averages: averaged and
                        compared, never summed or "totalled"
-category               a handful of labels (booleans included): grouped by, counted
+category               a handful of labels (booleans included): grouped by, counted (a measure is
+                       never a group label, unless a 0/1 indicator or named as a class: ``labels_groups``)
 date                   timestamps and calendar years: a time axis
 text                   free text: looked at, never aggregated
 =====================  ===========================================================================
@@ -105,6 +106,33 @@ def column_role(profile: Mapping, keys: Iterable[str] = ()) -> str:
     if names_an_identifier(name):
         return IDENTIFIER
     return TEXT
+
+
+# Words naming a numeric column as a code of a few classes ("Pclass", "room_type", "tier", a star rating): a
+# label to group by even when its role is a measure. A count or a level with few values (votes 0-3, a dB level)
+# is a quantity, never a label.
+_CODE_WORDS = {
+    "class", "klasse", "type", "typ", "category", "kategorie", "group", "gruppe", "tier", "status", "flag",
+    "segment", "cluster", "kind", "art", "code", "grade", "quarter", "quartal", "rating", "stars",
+}  # fmt: skip
+
+
+def names_a_code(name: str) -> bool:
+    """A name whose word is, or ends in, a class word ("Pclass", "room_type", "tier")."""
+    return any(w == c or (len(c) >= 4 and w.endswith(c)) for w in words(name) for c in _CODE_WORDS)
+
+
+def labels_groups(name: str, role: str | None, indicator: bool = False) -> bool:
+    """Whether a column of this role may label groups: any non-measure, and a measure only when it is a 0/1
+    ``indicator`` or its name calls it a class or code. Grouping by a measure ("records with Libertarische
+    Partij (LP) 1 have a higher average ...", a dB level as a label) treats a quantity as a category."""
+    return role not in MEASURES or indicator or names_a_code(name)
+
+
+def profile_labels_groups(profile: Mapping, role: str | None) -> bool:
+    """``labels_groups`` from a column's profile (a 0/1 indicator: two values at most, from 0 to 1)."""
+    indicator = (profile.get("n_unique") or 0) <= 2 and _num(profile.get("min")) == 0 and _num(profile.get("max")) == 1
+    return labels_groups(str(profile.get("name")), role, indicator)
 
 
 def with_roles(profiles: list[dict], keys: Iterable[str] = ()) -> list[dict]:

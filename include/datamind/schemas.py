@@ -270,8 +270,8 @@ TRAJECTORIES = TableSchema(
 DATASET = TableSchema(
     "dataset",
     # 1.1: answer_check (the selected answer against the executed reference); split (held out by source file);
-    # data_uri relative to the version folder, which carries the data files
-    "1.1",
+    # data_uri relative to the version folder, which carries the data files. 1.2: question_model
+    "1.2",
     pa.schema(
         [
             _f("sample_id", _STR, False),
@@ -293,10 +293,14 @@ DATASET = TableSchema(
             _f("judge_reasoning", _STR),
             _f("selection_strategy", _STR),
             _f("reflection_round", pa.int16()),
+            # who wrote the trajectory (its turns): the served model's name, or the offline engine's
+            # ("offline-expert"); the trajectory's own ``model``
             _f("model", _STR),
             _f("template_versions", _STR),  # JSON {stage: version}
             _f("split", _STR),  # train | test (held out by source file); set when a version is published
             _f("created_at", TS, False),
+            # 1.2: who wrote the question: the synthesizer's served model, or "offline" (the offline engine)
+            _f("question_model", _STR),
         ]
     ),
     "The product: judged, filtered, multi-turn trajectories ready for SFT/RL.",

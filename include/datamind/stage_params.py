@@ -81,21 +81,58 @@ def _specs(cls: type) -> tuple[tuple[dataclasses.Field, dict, Any, bool], ...]:
     )
 
 
+_CLASS_WORDS = {"a-z": "lowercase letters", "A-Z": "capital letters", "0-9": "digits"}
+_SIMPLE_PATTERN = re.compile(r"^\^\[([^\]]+)\]\[([^\]]+)\]\*\$$")
+
+
+def _characters(cls: str) -> str:
+    """A regex character class's content in words: ``a-z0-9_.-`` -> "lowercase letters, digits, _ . -"."""
+    words, rest = [], cls
+    for span, word in _CLASS_WORDS.items():
+        if span in rest:
+            words.append(word)
+            rest = rest.replace(span, "")
+    rest = rest.replace("\\", "")
+    return ", ".join(words + ([" ".join(rest)] if rest else []))
+
+
+def describe_pattern(pattern: str) -> str:
+    """What a text field's pattern allows, in words a person reads before submitting (the form otherwise shows
+    the regex only after a refusal)."""
+    m = _SIMPLE_PATTERN.match(pattern)
+    if m is None:
+        return f"Must match the pattern {pattern}."
+    first, rest = _characters(m.group(1)), _characters(m.group(2))
+    left_out = [w for w, absent in (("spaces", " " not in m.group(2)), ("capitals", "A-Z" not in m.group(2))) if absent]
+    return (
+        f"Allowed characters: {rest}"
+        + (f" (no {', no '.join(left_out)})" if left_out else "")
+        + (f"; it must start with one of: {first}.")
+    )
+
+
 def form_schema(cls: type, exclude: tuple[str, ...] = (), defaults: Any = None) -> dict[str, dict[str, Any]]:
     """Field name -> {"default", "type", "title", ...}: what an Airflow ``Param`` takes, in declaration order.
-    ``defaults``, an instance of ``cls``, shows its values instead (settings a deployment configured)."""
+    ``defaults``, an instance of ``cls``, shows its values instead (settings a deployment configured).
+
+    A list whose default is empty and that needs no item is optional: its type admits null, which is what the
+    form reads to mark a field required or not (``from_params`` reads a null back as the empty default). A text
+    field with a pattern says in its description, in words, which characters it allows."""
     out: dict[str, dict[str, Any]] = {}
     for f, spec, kind, seq in _specs(cls):
         if not spec["in_form"] or f.name in exclude:
             continue
         schema = {k: v for k, v in spec.items() if k != "in_form"}
+        if "pattern" in schema:
+            words = describe_pattern(schema["pattern"])
+            schema["description"] = f"{schema['description']} {words}" if schema.get("description") else words
+        declared = f.default_factory() if f.default is dataclasses.MISSING else f.default
         if seq:
             item_keys = [k for k in ("enum", "pattern", "minLength") if k in schema]
             schema["items"] = {"type": "string", **{k: schema.pop(k) for k in item_keys}}
-        if defaults is not None:
-            default = getattr(defaults, f.name)
-        else:
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            if not declared and not spec.get("minItems") and not isinstance(kind, list):
+                kind = ["null", kind]
+        default = getattr(defaults, f.name) if defaults is not None else declared
         if isinstance(default, (tuple, dict)):
             default = list(default) if isinstance(default, tuple) else dict(default)
         out[f.name] = {"default": default, "type": kind, **schema}
@@ -139,4 +176,7 @@ def from_params(cls: type, raw: dict[str, Any] | None, ignore: frozenset[str] | 
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ValueError(f"unknown {cls.__name__} parameter(s) {unknown}; known: {sorted(known)}")
+    for f, _, kind, seq in _specs(cls):  # an optional list the form left empty arrives as null
+        if seq and raw.get(f.name, ()) is None and not isinstance(kind, list) and f.default == ():
+            raw[f.name] = ()
     return cls(**raw)

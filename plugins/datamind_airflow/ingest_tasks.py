@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import pendulum
 from airflow.sdk import Param
 
 from datamind.settings import Limits
-from datamind_airflow import CATALOG_FILES, runtime
+from datamind_airflow import CATALOG_FILES, DAG_DEFAULTS, runtime
 from datamind_airflow.forms import form_params
 from datamind_airflow.lineage import task
+
+# What every ingest DAG's ``@dag`` has besides its schedule, docs and form.
+INGEST_DAG = {"start_date": pendulum.datetime(2026, 1, 1, tz="UTC"), "tags": ["datamind", "ingest"], **DAG_DEFAULTS}
 
 
 def ingest_form(*sources: object) -> dict[str, Param]:
@@ -66,3 +71,18 @@ def publish_catalog(summaries: list[dict], source_name: str) -> dict:
     runtime.log_summary(f"Ingest of {source_name}", result)
     runtime.announce(CATALOG_FILES, result)
     return result
+
+
+def ingest_source(discover: Callable[[dict[str, Any]], list]) -> None:
+    """The tasks of an ingest DAG over a source form, inside its ``@dag`` function: ``plan`` (``discover(params)``
+    lists the source's files, failing at once on a source that is not there; the new ones are hashed and
+    sharded) -> ``ingest_shard`` per shard -> ``publish_catalog``."""
+
+    @task(task_id="plan", doc_md=discover.__doc__)
+    def plan() -> list[dict]:
+        from airflow.sdk import get_current_context
+
+        params = get_current_context()["params"]
+        return plan_source_files(discover(params), params["source_name"], params)
+
+    publish_catalog(ingest_shard.expand(spec=plan()), source_name="{{ params.source_name }}")

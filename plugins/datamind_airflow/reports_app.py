@@ -7,7 +7,9 @@
     /datamind/viewer/                           the sample viewer: every release, its audit and promotion
     /datamind/viewer/releases/<v>/              a release's samples, filtered and paged (?category=&hop=&q=&page=)
     /datamind/viewer/releases/<v>/samples/<id>  one sample as a conversation (a stable link)
-    /datamind/viewer/runs/<run>/<kind>/[<id>]   one run's trajectories or rejections, and one of them
+    /datamind/viewer/releases/<v>/rejections/   what the runs that fed a release rejected
+    /datamind/viewer/runs/<run>/<kind>/[<id>]   one run's trajectories, rejections or trajectories the judge did
+                                                not select (not_selected), and one of them
 
 Files are read from the data root (a local folder or object storage), so any api-server shows what any worker
 wrote. Every route needs a logged-in Airflow user, as the rest of the UI does; there are no API docs routes.
@@ -112,6 +114,16 @@ def _root():
     return runtime.data_root()
 
 
+def _manifest(root, version_id: str) -> dict:
+    """The release's manifest, or a 404 naming the release."""
+    from datamind.review import query
+
+    manifest = query.manifest(root, version_id)
+    if manifest is None:
+        raise HTTPException(404, f"no such release: {version_id}")
+    return manifest
+
+
 def _safe(path: str) -> str:
     """A relative path under reports/ with no way out of it."""
     parts = [p for p in path.split("/") if p]
@@ -127,6 +139,7 @@ def _index_html(root) -> str:
 
 
 def _report_html(root, rel_dir: str) -> str:
+    from datamind.quality.report_index import current_release
     from datamind.quality.report_page import render_report
 
     summary = posixpath.join(rel_dir, "summary.json")
@@ -134,7 +147,8 @@ def _report_html(root, rel_dir: str) -> str:
         raise HTTPException(404, "no such report")
     validation_rel = posixpath.join(rel_dir, "validation.json")
     validation = json.loads(root.read_text(validation_rel)) if root.exists(validation_rel) else {}
-    return render_report(json.loads(root.read_text(summary)), validation)
+    # a release's report shows the decision its manifest records now, not the state it was published in
+    return render_report(current_release(root, json.loads(root.read_text(summary))), validation)
 
 
 def find_task_report(root, dag_id: str, run_id: str, task_id: str) -> str | None:
@@ -270,12 +284,30 @@ def _viewer_routes(app: FastAPI) -> None:
     @app.get("/viewer/releases/{version_id}/", response_class=HTMLResponse)
     def viewer_release(version_id: str, request: Request) -> str:
         root = _root()
-        manifest = query.manifest(root, version_id)
-        if manifest is None:
-            raise HTTPException(404, f"no such release: {version_id}")
+        manifest = _manifest(root, version_id)
+        from datamind.publish.changes import changes_of
+        from datamind.quality.report_index import release_report
+
         source = query.release_source(version_id)
         page, chosen, text = _list_page(root, source, request)
-        return pages.release_page(links, version_id, manifest, page, source, chosen, text)
+        return pages.release_page(
+            links, version_id, manifest, page, source, chosen, text,
+            changes=changes_of(root, manifest), report=release_report(root, version_id, manifest.get("run_id")),
+        )  # fmt: skip
+
+    @app.get("/viewer/releases/{version_id}/rejections/", response_class=HTMLResponse)
+    def viewer_release_rejections(version_id: str, request: Request) -> str:
+        from datamind.publish.changes import previous_version
+
+        root = _root()
+        manifest = _manifest(root, version_id)
+        number = previous_version(root, int(manifest["version"]))
+        previous = query.manifest(root, f"v{number}") if number is not None else None
+        source = query.release_rejections_source((previous or {}).get("created_at"), manifest.get("created_at"))
+        page, chosen, text = _list_page(root, source, request)
+        return pages.release_rejections_page(
+            links, version_id, manifest, previous and previous.get("version_id"), page, source, chosen, text
+        )
 
     @app.get("/viewer/releases/{version_id}/samples/{sample_id}", response_class=HTMLResponse)
     def viewer_sample(version_id: str, sample_id: str) -> str:
@@ -310,4 +342,4 @@ def _viewer_routes(app: FastAPI) -> None:
             return pages.trajectory_page(links, run_id, row)
         judged = query.judged_sample(root, key) if row.get("stage") == query.PUBLISH_REJECTIONS else None
         shown = [] if judged is not None or not row.get("query_id") else query.trajectories_of(root, row["query_id"])
-        return pages.rejection_page(links, run_id, row, judged, shown)
+        return pages.rejection_page(links, run_id, row, judged, shown, kind)

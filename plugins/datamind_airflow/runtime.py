@@ -112,8 +112,9 @@ def origin() -> dict[str, str]:
     return {"dag_id": ti.dag_id, "task_id": ti.task_id}
 
 
-def announce(asset, result: dict[str, Any], version: str | None = None) -> None:
-    """Put the run's numbers and its report's URL on the Asset event this task emits.
+def announce(asset, result: dict[str, Any], version: str | None = None, report_task: str | None = None) -> None:
+    """Put the run's numbers and its report's URL on the Asset event this task emits: the report of
+    ``report_task`` of this run when another task wrote it (default: this task's own).
 
     A run that wrote nothing new emits no event (the task ends as skipped): a rerun or a backfill over
     work already done stops here instead of waking every downstream DAG to find nothing to do."""
@@ -124,11 +125,11 @@ def announce(asset, result: dict[str, Any], version: str | None = None) -> None:
         raise AirflowSkipException(f"nothing new for {asset.name}: downstream DAGs are not triggered")
 
     from datamind.pipeline import asset_event_extra
-    from datamind_airflow.urls import task_report_url
+    from datamind_airflow.urls import framed_report_url
 
     context = get_current_context()
     ti = context["ti"]
-    url = task_report_url(ti.dag_id, context["run_id"], ti.task_id)
+    url = framed_report_url(ti.dag_id, context["run_id"], report_task or ti.task_id)
     extra = asset_event_extra(result, version=version or context["run_id"], report_url=url)
     context["outlet_events"][asset].extra = {**context["outlet_events"][asset].extra, **extra}
 

@@ -7,10 +7,14 @@ A DAG file supplies two plain functions with lazy imports (so parsing stays chea
 
 and this module wires them into tasks, hands each shard an LLM client when the run's backend is
 ``llm``, and publishes the output table's Asset after Great Expectations has checked what the run wrote.
+The plan task resolves the run's parameters once (the stage's settings under the run's conf,
+``datamind_airflow.deployment``) and says, before any shard runs, what the run would redo that runs under other
+settings covered; every shard and the publish task take the parameters the plan resolved.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,16 +23,26 @@ from airflow.sdk import get_current_context
 from datamind.assets import DIRS
 from datamind.llm.config import CONNECTION_KEYS
 from datamind.stages import STAGES, contract
-from datamind_airflow import announces, runtime
+from datamind_airflow import announces, deployment, runtime
 from datamind_airflow.batch import run_or_defer
 from datamind_airflow.lineage import task
+
+log = logging.getLogger(__name__)
+SETTINGS_KEY = "settings"  # the plan task's XCom: the run's resolved parameters and what it redoes
 
 PlanFn = Callable[[Any, dict[str, Any], int], list[dict[str, Any]]]
 ProcessFn = Callable[[Any, dict[str, Any], dict[str, Any], str, Any], dict[str, Any]]
 
 
-def stage_params() -> dict[str, Any]:
-    return {k: v for k, v in get_current_context()["params"].items() if k not in CONNECTION_KEYS}
+def _stage_only(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in CONNECTION_KEYS}
+
+
+def run_params() -> dict[str, Any]:
+    """The parameters the plan task resolved for this run (a shard or the publish task of the same run)."""
+    ti = get_current_context()["ti"]
+    settings = ti.xcom_pull(task_ids="plan", key=SETTINGS_KEY)
+    return settings["params"] if settings else deployment.run_params()
 
 
 def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shards: int = 2):
@@ -39,21 +53,30 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
 
     @task(task_id="plan")
     def plan_task() -> list[dict]:
-        specs = plan(runtime.data_root(), stage_params(), runtime.max_shards())
-        runtime.log_summary(f"{stage}: plan", {"shards": len(specs)})
+        from datamind import stage_settings
+
+        params, root = deployment.run_params(), runtime.data_root()
+        redo = stage_settings.redo(stage, root, _stage_only(params))
+        if redo is not None:  # said before any shard spends anything
+            log.warning("%s", redo.message())
+        get_current_context()["ti"].xcom_push(
+            key=SETTINGS_KEY, value={"params": params, "redo": redo.to_dict() if redo else None}
+        )
+        specs = plan(root, _stage_only(params), runtime.max_shards())
+        runtime.log_summary(f"{stage}: plan", {"shards": len(specs), **({"redo": redo.to_dict()} if redo else {})})
         return specs
 
     @task(task_id="process_shard", max_active_tis_per_dagrun=parallel_shards)
     def process_task(spec: dict) -> dict:
         from datamind_airflow.llm import client_for
 
-        params = dict(get_current_context()["params"])
+        params = run_params()
         root, run_id = runtime.data_root(), runtime.run_id()
         with client_for(params) as client:
             if client is None or params.get("request_mode", "online") == "online":
-                summary = process(root, spec, stage_params(), run_id, client)
+                summary = process(root, spec, _stage_only(params), run_id, client)
             else:
-                shard = lambda r, c: process(r, spec, stage_params(), run_id, c)  # noqa: E731
+                shard = lambda r, c: process(r, spec, _stage_only(params), run_id, c)  # noqa: E731
                 summary = run_or_defer(f"{stage}:{spec.get('shard_id')}", shard, client, params)
         runtime.log_summary(f"{stage}: shard {spec.get('shard_id')}", summary)
         return summary
@@ -72,6 +95,9 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
             rel_dir=rel_dir,
             origin=runtime.origin(),
         )
+        settings = get_current_context()["ti"].xcom_pull(task_ids="plan", key=SETTINGS_KEY) or {}
+        if settings.get("redo"):  # the run's summary repeats what its plan warned about
+            result["redo"] = settings["redo"]
         runtime.log_summary(stage, result)
         runtime.announce(outlet, result)
         return result

@@ -14,6 +14,7 @@ from datamind.judge.stage import judge_shard, plan_judging
 from datamind.profile.stage import plan_profile, profile_shard
 from datamind.publish.audit import audit_version, sample_figures
 from datamind.publish.stage import publish_dataset
+from datamind.rollout.policies.measures import copies_question, sample_measures, summarize
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET
 from datamind.shards import read_rows
@@ -91,8 +92,12 @@ def test_error_recovery_turns_come_from_real_failed_cells(release):
         error = re.search(r"(\w+(?:Error|Exception)): (.*)", msgs[i]["content"])
         diagnosis = msgs[i + 1]["content"]
         assert error.group(1) in diagnosis  # the next think quotes the error it saw
-        wrong = re.search(r"['\"]([^'\"]+)['\"]", error.group(2)).group(1)
-        assert wrong in diagnosis and msgs[i + 2]["role"] == "tool" and "Error" not in msgs[i + 2]["content"]
+        named = re.search(r"['\"]([^'\"]+)['\"]", error.group(2))
+        assert named is None or named.group(1) in diagnosis
+        assert msgs[i + 2]["role"] == "tool" and "Error" not in msgs[i + 2]["content"]
+    # what failed was the data or the engine (a file that is not UTF-8, SQLite without MEDIAN), never a name
+    # mistyped on purpose and corrected in the next cell
+    assert all(not sample_measures(r).planted_typo for r in rows)
 
 
 def test_no_project_code_and_no_category_hints_in_samples(release):
@@ -152,50 +157,66 @@ def test_steps_work_on_the_frame_and_helper_the_session_already_holds(release):
     for r in rows:
         codes = [m["content"] for m in r["messages"] if m["role"] == "assistant"]
         assert not any(re.search(r"^\s*summary = execute_sql", c, re.MULTILINE) for c in codes), r["sample_id"]
-        assert sum(c.count("def run_sql(") for c in codes) <= 1, r["sample_id"]
+        assert not any("def run_sql(" in c for c in codes), r["sample_id"]  # no helper written into every sample
     multi = [r for r in rows if r["hop"] > 1 and r["data_format"] in ("csv", "xlsx")]
     assert multi and all(
         sum("read_" in c["content"] for c in r["messages"][2:] if c["role"] == "assistant") <= 2 for r in multi
     )
 
 
-def test_thoughts_quote_whole_words_and_each_step_its_own_question(release):
-    """A quote cut short ends on a word the question really has ("how many", never "how man..."), and a
-    step before the last never names the final question (it has not got there yet)."""
-    from datamind.synth.offline.phrasing import final_ask, without_format
-
+def test_thoughts_read_the_data_not_the_question(release):
+    """A thought reacts to what the last output showed and never restates the question: no thought holds six
+    consecutive words of it; a quote cut short ends on a word the outputs really have; every thought after a
+    step's output names the value it printed or the variable holding it."""
     _, _, rows = release
-    cut_quotes = 0
+    cut_quotes = copied = total = 0
     for r in rows:
         seen = [m["content"] for m in r["messages"] if m["role"] in ("user", "tool")]  # what a quote can come from
         words = set(re.findall(r"\w+", " ".join(seen)))
         thinks = _thinks(r)
+        copied += sum(copies_question(t, r["question"]) for t in thinks)  # (a long column name can make six words)
+        total += len(thinks)
         for think in thinks:
             for m in re.finditer(r"(\w+)\.\.\.", think):
                 cut_quotes += 1
                 assert m.group(1) in words, (r["sample_id"], think)
-        if r["hop"] > 1:
-            last = final_ask(without_format(r["question"]))
-            hops = [t for t in thinks if re.search(r"\bstep \d+ of \d+|\bsteps\b", t, re.IGNORECASE)]
-            assert hops and all(last not in t for t in hops[:-1]), (r["sample_id"], hops)
-    assert cut_quotes  # the long questions of the samples do get shortened
+    assert cut_quotes  # long names and errors do get shortened
+    assert copied / total < 0.02, copied / total
 
 
-def test_a_step_names_the_previous_result_and_its_inputs_once(release):
-    """A step's thought that already opens with the previous value ("Step 3 of 4 builds on 15: ...") anchors
-    its plan on the data it reads, not on "the result of step 2 (15)" a second time; and the plan says once
-    what it works over ("pandas operations on `df` over `units`" says it twice)."""
+def test_the_release_reads_as_analyst_sessions(release):
+    """The figures of issue 46 on the bundled samples: thoughts that copy the question are rare, their openings
+    and closings vary with the data, no later step pastes a printed value back as a literal, no sample writes a
+    query helper or plants a typo, and few database samples fetch a whole table."""
     _, _, rows = release
-    steps = 0
+    figures = summarize(rows)
+    assert figures["question_copy_share"] < 0.10, figures
+    assert figures["first_frames_95"] >= 15 and figures["last_frames_95"] >= 15, figures
+    assert figures["pasted_literal_share"] <= 0.02 and figures["multi_step_samples"] >= 20, figures
+    assert figures["sql_helper_defs"] == 0 and figures["planted_typo_share"] == 0, figures
+    assert figures["select_star_share"] <= 0.15, figures
+
+
+def test_a_later_step_reacts_to_the_previous_value_and_uses_its_variable(release):
+    """After a step printed its result, the next thought names that value (or the variable holding it), and
+    where the next cell needs the value it takes the variable."""
+    from datamind.rollout import protocol
+
+    _, _, rows = release
+    via_variable = 0
     for r in rows:
-        for think in _thinks(r):
-            assert not re.search(r" (?:on|over) (?:`df`|the frame|the DataFrame) over ", think), think
-            assert not re.search(r"` and `[^.:]*` is what matters", think), think  # two columns are
-            if re.search(r"\bstep \d+ of \d+", think, re.IGNORECASE):
-                steps += 1
-                for m in re.finditer(r"the result of step \d+ \((.+?)\)", think):
-                    assert think.count(m.group(1)) == 1, (r["sample_id"], think)
-    assert steps
+        turns = [protocol.strict_turn(m["content"]) for m in r["messages"] if m["role"] == "assistant"]
+        outputs = [protocol.interpreter_body(m["content"]) or "" for m in r["messages"] if m["role"] == "tool"]
+        for i in range(2, len(turns)):
+            printed = outputs[i - 1].strip()
+            if not printed or "Error" in printed or "shape:" in printed or "\n" in printed or len(printed) > 60:
+                continue
+            var = re.search(r"^print\((\w+)\)\s*$", (turns[i - 1].code or "").strip().splitlines()[-1], re.M)
+            names = {printed, printed.rstrip("0").rstrip(".")} | ({f"`{var.group(1)}`"} if var else set())
+            assert any(n and n in turns[i].think for n in names), (r["sample_id"], printed, turns[i].think)
+            if var and turns[i].code and re.search(rf"\b{var.group(1)}\b", turns[i].code):
+                via_variable += 1
+    assert via_variable >= 20
 
 
 def test_a_yes_no_check_of_the_last_number_is_answered_in_words(release):

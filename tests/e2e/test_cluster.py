@@ -66,9 +66,9 @@ def _keys(c) -> list[str]:
 
 
 def _runs(s, c, dag_id) -> list[dict]:
-    return s.get(f"{c.base_url}/api/v2/dags/{dag_id}/dagRuns", params={"order_by": "run_after"}, timeout=60).json()[
-        "dag_runs"
-    ]
+    r = s.get(f"{c.base_url}/api/v2/dags/{dag_id}/dagRuns", params={"order_by": "run_after"}, timeout=60)
+    assert r.status_code == 200, (dag_id, r.status_code, r.text[:2000])
+    return r.json()["dag_runs"]
 
 
 def _settled(s, c) -> bool:
@@ -131,9 +131,19 @@ def _check_lineage(c, ours: list[dict]) -> None:
     )
 
 
+def _parsed(s, c) -> bool:
+    """Every DAG of the chain is registered (the dag-processor reads each stage's settings Variable through the
+    api-server while parsing, so the files land a while after the api-server answers)."""
+    r = s.get(f"{c.base_url}/api/v2/dags", params={"limit": 100}, timeout=60)
+    return r.status_code == 200 and set(CHAIN) <= {d["dag_id"] for d in r.json()["dags"]}
+
+
 def test_the_chain_runs_across_two_workers_on_a_shared_bucket_and_a_rerun_pays_nothing(cluster):
     mod, c = cluster
     s = _session(c)
+    _wait(lambda: _parsed(s, c), 180, "every DAG of the chain to be parsed")
+    errors = s.get(f"{c.base_url}/api/v2/importErrors", timeout=60).json()
+    assert errors["total_entries"] == 0, errors
     _s3(c).upload_file(str(REPO / "samples" / "files" / "sales_orders.csv"), "datamind", "drop/sales_orders.csv")
     conf = {"source_uri": "s3://datamind/drop/", "source_name": "drop"}
     t0 = time.monotonic()

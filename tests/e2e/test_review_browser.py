@@ -132,10 +132,26 @@ def test_a_missed_threshold_waits_for_a_person_who_reviews_and_approves_it(stand
     report = page.inner_text("body")
     assert "Release v2 audit: misses 1: repeated_word_question_share" in report
     assert "awaiting_approval" in report
+    # what changed since v1, read off the screen: 120 new samples, the mojibake one filtered, all on v1's files
+    headline = (
+        "Since v1: 119 samples added, 0 dropped (60 -> 179). Of the added: 0 on 0 file(s) new to this release, "
+        "119 on files v1 already covered."
+    )
+    assert "What changed since v1" in report and headline in report, report
+    assert "Audit figures that moved" in report and "now misses" in report
     page.screenshot(path=str(shots / "10-release-report-audit.png"), full_page=True)
     page.get_by_role("link", name="browse its samples").click()
     page.wait_for_url("**/datamind/viewer/releases/v2/**", timeout=30_000)
+    release_page = page.inner_text("body")
+    assert headline in release_page and "Quality report of this release" in release_page
     page.screenshot(path=str(shots / "11-viewer-release.png"), full_page=True)
+    # the task's link opens the same report inside the Airflow UI, as the navigation entry does
+    page.goto(f"{base}/plugin/datamind-quality-reports/datamind/task/publish_dataset/{quote(second, safe='')}/publish")
+    framed = page.frame_locator("iframe").locator("body")
+    framed.get_by_text("What changed since v1").wait_for(timeout=30_000)
+    assert headline in framed.inner_text()
+    page.screenshot(path=str(shots / "11b-report-in-the-airflow-frame.png"), full_page=True)
+    page.goto(f"{base}/datamind/viewer/releases/v2/")
 
     # 4. Filter to one category and hop, open a sample, read it as a conversation.
     page.select_option("select[name=category]", "aggregation")
@@ -170,6 +186,9 @@ def test_a_missed_threshold_waits_for_a_person_who_reviews_and_approves_it(stand
     # 6. Approve in the UI (the review task's required action); train_agent starts on v2.
     page.goto(f"{base}/dags/publish_dataset/runs/{second}/tasks/review/required_actions")
     page.get_by_role("button", name="Approve").wait_for(timeout=60_000)
+    gate = page.inner_text("body")
+    assert "What changed." in gate and "119 on files v1 already covered" in gate, gate
+    assert "not trained on until someone approves it" not in gate
     comment = page.locator("#element_comment")
     if comment.count():
         comment.fill("doubled words in 3 questions: acceptable for this run")
@@ -188,6 +207,22 @@ def test_a_missed_threshold_waits_for_a_person_who_reviews_and_approves_it(stand
     decided = json.loads(root.read_text("dataset/v2/manifest.json"))["promotion"]
     assert decided["status"] == "promoted" and decided["decided_by"]
     assert "decided by" in root.read_text("dataset/v2/README.md")
+    # the decision, shown the same in the report, the report index, the viewer and on disk
+    said = f"promoted: approved by {decided['decided_by']} at {decided['decided_at']}"
+    for name, url in (
+        ("report", f"{base}/datamind/task/publish_dataset/{quote(second, safe='')}/publish"),
+        ("index", f"{base}/datamind/reports/"),
+        ("viewer release", f"{base}/datamind/viewer/releases/v2/"),
+        ("viewer home", f"{base}/datamind/viewer/"),
+    ):
+        page.goto(url)
+        shown = page.inner_text("body")
+        assert said in shown and "awaiting_approval" not in shown, (name, shown)
+        page.screenshot(path=str(shots / f"17-decision-{name.replace(' ', '-')}.png"), full_page=True)
+    assert "awaiting_approval" not in root.read_text("reports/index.html")
+    page.goto(f"{base}/dags/publish_dataset/runs/{second}/tasks/review/required_actions")
+    page.get_by_text(decided["decided_by"]).first.wait_for(timeout=30_000)  # Airflow: "response received ... from"
+    page.screenshot(path=str(shots / "18-approval-after-the-decision.png"), full_page=True)
     event = session.get(f"{base}/api/v2/assets/events", params={"source_dag_id": "publish_dataset"}, timeout=60)
     extras = [e["extra"] for e in event.json()["asset_events"]]
     assert {e.get("version") for e in extras} == {"v1", "v2"}

@@ -118,7 +118,8 @@ def test_trigger_every_form_run_ingest_and_open_its_report(standalone, browser):
     links = session.get(
         f"{base}/api/v2/dags/ingest_files/dagRuns/{run_id}/taskInstances/publish_catalog/links", timeout=60
     ).json()["extra_links"]
-    assert links["Quality report"].startswith("/datamind/task/ingest_files/")
+    # inside the Airflow UI's frame, as the navigation entry opens it
+    assert links["Quality report"].startswith("/plugin/datamind-quality-reports/datamind/task/ingest_files/")
     plan_links = session.get(
         f"{base}/api/v2/dags/ingest_files/dagRuns/{run_id}/taskInstances/plan/links", timeout=60
     ).json()["extra_links"]
@@ -131,14 +132,14 @@ def test_trigger_every_form_run_ingest_and_open_its_report(standalone, browser):
     page.screenshot(path=str(shots / "03-task-with-report-link.png"))
     with page.context.expect_page(timeout=5_000) if link.get_attribute("target") == "_blank" else _same_tab() as opened:
         link.click()
-    report = opened.value if opened is not None else page
-    report.wait_for_url("**/datamind/reports/**", timeout=30_000)
-    report.wait_for_load_state()
-    text = report.inner_text("body")
-    assert "ingest_ui: PASS" in text
+    opened_page = opened.value if opened is not None else page
+    opened_page.wait_for_url("**/plugin/datamind-quality-reports/**", timeout=30_000)
+    report = opened_page.frame_locator("iframe")  # the report, inside the UI's frame
+    report.get_by_text("ingest_ui: PASS").first.wait_for(timeout=30_000)
+    text = report.locator("body").inner_text()
     assert "too_few_rows" in text and "tiny.csv" in text
     assert report.locator("svg").count() >= 2
-    report.screenshot(path=str(shots / "04-quality-report.png"), full_page=True)
+    opened_page.screenshot(path=str(shots / "04-quality-report.png"), full_page=True)
 
     # The nav entry lists it too.
     page.goto(f"{base}/datamind/reports/")

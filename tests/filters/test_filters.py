@@ -201,3 +201,31 @@ def test_a_thought_claiming_a_fix_its_output_does_not_show_is_dropped():
     assert rules.check_coherence(trajectory("shape: (3, 5)\nX  float64")) is None
     kept, dropped = rules.apply_filters([trajectory(before)])
     assert kept == [] and dropped[0][1].rule == "coherence"
+
+
+def test_a_cell_that_writes_the_final_answer_instead_of_computing_it_is_dropped():
+    """24 of 31 "most missing values" samples printed 'none' from the code itself (issue 46): the model would learn
+    to write answers. A cell that decides between literals, or filters by one, computes."""
+
+    def trajectory(code: str, answer: str) -> dict:
+        return row(
+            convo(
+                ("assistant", p.format_code_turn("Load the table.", "import pandas as pd\ndf = pd.read_csv('a.csv')")),
+                ("tool", p.format_interpreter("shape: (30, 4)")),
+                ("assistant", p.format_code_turn("Now the shape and the column with the most blanks.", code)),
+                ("tool", p.format_interpreter(answer)),
+                ("assistant", p.format_answer_turn("That is the answer.", answer)),
+            )
+        )
+
+    planted = trajectory("print(f'{df.shape[0]} rows, {df.shape[1]} columns, none')", "30 rows, 4 columns, none")
+    finding = rules.check_literal_answer(planted)
+    assert (finding.rule, finding.code) == ("literal", "literal_answer") and "' columns, none'" in finding.reason
+    computed = trajectory(
+        "missing = df.isna().sum()\nmost = missing.idxmax() if missing.max() > 0 else 'none'\n"
+        "print(f'{df.shape[0]} rows, {df.shape[1]} columns, {most}')",
+        "30 rows, 4 columns, none",
+    )
+    assert rules.check_literal_answer(computed) is None
+    kept, dropped = rules.apply_filters([planted, computed])
+    assert kept == [computed] and dropped[0][1].code == "literal_answer"

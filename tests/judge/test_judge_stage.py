@@ -85,6 +85,8 @@ def test_con_select_with_reflection_rescues_the_inconsistent_query(sampled, sand
         assert judged[q]["reference_answer"] == exp[q]
     q3 = judged["q3"]
     assert q3["reflection_round"] == 1 and q3["final_answer"] == exp["q3"]
+    # every sample says who wrote it: the offline expert its trajectory, the offline engine its question
+    assert {(r["model"], r["question_model"]) for r in judged.values()} == {("offline-expert", "offline")}
     # Reflected trajectories are stored with their round; the buggy sample revised its answer after a cross-check.
     refl = sorted(
         (r for r in read_rows(sampled, TRAJECTORIES, DIRS["trajectories"]) if r["reflection_round"] == 1),
@@ -144,6 +146,18 @@ def test_random_select_keeps_one_per_consistent_query(sampled, sandbox):
     _judge(sampled, sandbox, strategy="random_select", reflection_rounds=0)
     rows = read_rows(sampled, DATASET, DIRS["judged"])
     assert sorted(r["query_id"] for r in rows) == ["q1", "q2", "q4", "q6"]
+
+
+def test_a_sample_names_its_writers_even_where_a_row_recorded_no_model():
+    from datamind.judge.stage import question_writer, trajectory_writer
+
+    assert trajectory_writer({"model": "qwen2.5-coder-0.5b-instruct", "policy": "llm:expert:t=0.7"}) == (
+        "qwen2.5-coder-0.5b-instruct"
+    )
+    assert trajectory_writer({"model": None, "policy": "reference"}) == "offline-expert"
+    assert trajectory_writer({"model": None, "policy": "llm:expert:t=0.7:sample=0"}) == "llm"  # never null
+    assert question_writer({"backend": "offline", "model": None}) == "offline"
+    assert question_writer({"backend": "llm", "model": "qwen2.5-coder-1.5b-instruct"}) == "qwen2.5-coder-1.5b-instruct"
 
 
 def test_judge_params_from_flat_dag_params():

@@ -229,16 +229,17 @@ def test_the_models_gguf_comes_from_the_installed_wheel(tmp_path, monkeypatch):
     assert models.verify(models.get(local.DEFAULT_LOCAL_MODEL)) == models.get(local.DEFAULT_LOCAL_MODEL).sha256
 
 
-def _converse(gguf) -> tuple[list[str], list[int], list[int]]:
+def _converse(gguf) -> tuple[list[str], list[int], list[int], list[int]]:
     """Three conversations taking turns on one llama.cpp server, three rounds, greedy: (every reply, prompt
-    tokens sent per request, prompt tokens the server evaluated per request, read from its log)."""
+    tokens sent per request, prompt tokens the server evaluated per request, read from its log, and the
+    reused prompt tokens each response reported)."""
     import urllib.request
 
     from datamind.llm.serving import serve
 
     system = "You answer in one word. " + " ".join(f"Note {i}: keep answers short." for i in range(40))
     turn_text = "\n".join(f"row {i}: store {i % 7} sold {i * 13 % 97}" for i in range(30))  # ~300 tokens a turn
-    replies, sent = [], []
+    replies, sent, reused = [], [], []
     with serve(ServeSpec(str(gguf), "m", "llama.cpp", threads=1, ready_timeout_s=120)) as server:
         convs = [[{"role": "system", "content": system}, {"role": "user", "content": f"Say {w}."}]
                  for w in ("red", "green", "blue")]  # fmt: skip
@@ -250,12 +251,13 @@ def _converse(gguf) -> tuple[list[str], list[int], list[int]]:
                 with urllib.request.urlopen(req, timeout=300) as resp:
                     reply = json.load(resp)
                 sent.append(reply["usage"]["prompt_tokens"])
+                reused.append(reply["usage"].get("prompt_tokens_details", {}).get("cached_tokens"))
                 replies.append(reply["choices"][0]["message"]["content"])
                 conv += [{"role": "assistant", "content": replies[-1]},
                          {"role": "user", "content": f"{turn_text}\n(turn {turn})"}]  # fmt: skip
         with open(server.log_path, encoding="utf-8", errors="replace") as fh:
             evaluated = [int(m) for m in re.findall(r"prompt eval time = .*?/\s*(\d+) tokens", fh.read())]
-    return replies, sent, evaluated
+    return replies, sent, evaluated, reused
 
 
 def test_interleaved_conversations_each_go_on_from_their_own_last_turn(monkeypatch):
@@ -273,11 +275,14 @@ def test_interleaved_conversations_each_go_on_from_their_own_last_turn(monkeypat
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     monkeypatch.setenv("DATAMIND_SERVE_PROMPT_CACHE_MB", "0")
-    plain_replies, plain_sent, plain_evaluated = _converse(gguf)
+    plain_replies, plain_sent, plain_evaluated, plain_reused = _converse(gguf)
     monkeypatch.delenv("DATAMIND_SERVE_PROMPT_CACHE_MB")
-    replies, sent, evaluated = _converse(gguf)
+    replies, sent, evaluated, reused = _converse(gguf)
     assert replies == plain_replies and sent == plain_sent
     assert len(evaluated) == len(sent) == 9
+    # each response says what the server's own log says it evaluated (OpenAI's cached_tokens field)
+    for log_count, total, cached in ((plain_evaluated, plain_sent, plain_reused), (evaluated, sent, reused)):
+        assert [t - c for t, c in zip(total, cached, strict=True)] == log_count
     # the last round: each conversation's history is two turns it already had evaluated (~600 tokens and the
     # system prompt); only its newest turn (~300 tokens) is new. Without the store each is evaluated from where
     # the previous conversation's prompt differs: its whole history after the system prompt.

@@ -86,5 +86,24 @@ def test_the_link_shows_only_on_tasks_that_write_a_report():
 
     key = SimpleNamespace(dag_id="profile_files", run_id=RUN, task_id="publish")
     link = QualityReportLink()
-    assert link.get_link(SimpleNamespace(task_id="publish"), ti_key=key).startswith("/datamind/task/profile_files/")
+    assert link.get_link(SimpleNamespace(task_id="publish"), ti_key=key).startswith(
+        "/plugin/datamind-quality-reports/datamind/task/profile_files/"
+    )
     assert link.get_link(SimpleNamespace(task_id="plan"), ti_key=key) == ""
+
+
+def test_a_tasks_links_open_the_report_and_the_viewer_inside_the_airflow_ui_as_the_navigation_does():
+    """Issue 47: the report left the Airflow frame while the viewer stayed in it. Both links go to the UI page
+    that frames them (/plugin/<the navigation entry's route>/<our path>), the route of the entry of the same page."""
+    from types import SimpleNamespace
+
+    from datamind_reports_plugin import DatamindReportsPlugin, QualityReportLink, SampleViewerLink
+
+    routes = {v["href"]: v["url_route"] for v in DatamindReportsPlugin.external_views}
+    key = SimpleNamespace(dag_id="judge_trajectories", run_id=RUN, task_id="publish")
+    report = QualityReportLink().get_link(SimpleNamespace(task_id="publish"), ti_key=key)
+    samples = SampleViewerLink().get_link(SimpleNamespace(task_id="publish"), ti_key=key)
+    assert report == f"/plugin/{routes['/datamind/reports/']}" + urls.task_report_url(
+        "judge_trajectories", RUN, "publish"
+    )
+    assert samples == f"/plugin/{routes['/datamind/viewer/']}" + urls.viewer_run_url(RUN, "rejections")

@@ -33,6 +33,18 @@ REPORT_DIR = "synth/hostile"  # under reports/
 HOSTILE_VERSION = 3
 
 
+def _hostile_changes(x: str) -> dict:
+    """What changed since a previous release, every name in it markup (file names and sources come from data)."""
+    counts = {"before": 1, "after": 2, "added": 1, "dropped": 0}
+    return {
+        "previous": x, "previous_promotion": x, "headline": x, "more_files": 1,
+        "by_source": [{"source": x, **counts}],
+        "by_file": [{"file_id": x, "name": x, "source": x, "new_file": True, "gone_file": False, **counts}],
+        "by_category_hop": [{"category": x, "hop": x, **counts}],
+        "audit": [{"name": x, "before": x, "after": x, "op": x, "bound": x, "ok_before": True, "ok_after": False}],
+    }  # fmt: skip
+
+
 def _hostile_summary() -> dict:
     """A summary.json in which every string a page shows is markup (a worker, a model or a file wrote it)."""
     x = PAYLOADS[0]
@@ -41,6 +53,7 @@ def _hostile_summary() -> dict:
         "audit": [{"name": x, "value": x, "op": x, "bound": x, "ok": False, "meaning": x, "examples": [x]}],
         "promotion": {"status": x, "decided_by": x, "decided_at": x, "comment": x, "reason": x},
         "failing_figures": [x],
+        "changes": _hostile_changes(x),
         "cost": {
             "total": {"prompt_tokens": 1, "completion_tokens": 1, "paid_tokens_per_sample": x,
                       "cached_tokens_per_sample": x, "usd_per_sample": 0.1, "saved_usd": 0.2},
@@ -100,6 +113,8 @@ def root(tmp_path_factory) -> DataRoot:
     root.write_bytes(f"dataset/v{HOSTILE_VERSION}/part-00000.parquet", table_to_parquet_bytes(DATASET.to_table(rows)))
     manifest.update(content_hash=PAYLOADS[0], run_id=PAYLOADS[1], created_at=PAYLOADS[0])
     manifest["promotion"].update(decided_by=PAYLOADS[0], comment=PAYLOADS[1])
+    manifest["changes"] = _hostile_changes(PAYLOADS[1])
+    manifest["files"] = {p: {"path": f"files/x/{p}"} for p in PAYLOADS}  # the file filter shows these names
     root.write_text(f"dataset/v{HOSTILE_VERSION}/manifest.json", json.dumps(manifest))
     # a report written by a worker: its JSON full of markup, a stored page and Data Docs with script in them
     root.write_text(f"reports/{REPORT_DIR}/summary.json", json.dumps(_hostile_summary()))

@@ -62,3 +62,19 @@ def test_distinct_sentences_cost_bytes_not_objects():
     tracemalloc.stop()
     assert (text, n) == (texts[0], 1)
     assert peak < 25_000_000, peak
+
+
+def test_small_releases_report_sample_size_figures_without_failing_on_them():
+    """A one-file release of 43 samples shares its first look at the file (11.6% of samples had the same
+    sentence) and, from a clean file, recovers from no error: reported, not judged; 100 samples are judged."""
+    from datamind.publish.audit import misses, verdicts
+
+    figures = {"n_samples": 43, "top_sentence_share": 0.1163, "error_recovery_share": 0.0, "warning_share": 0.5}
+    rows = {v["name"]: v for v in verdicts(figures)}
+    assert rows["top_sentence_share"]["ok"] is None and rows["error_recovery_share"]["ok"] is None
+    assert "judged on 100+ samples only; this release has 43" in rows["error_recovery_share"]["why_not_judged"]
+    assert [m.split(" = ")[0] for m in misses(figures)] == ["warning_share"]  # every other figure still judged
+    figures["n_samples"] = 100
+    assert sorted(m.split(" = ")[0] for m in misses(figures)) == [
+        "error_recovery_share", "top_sentence_share", "warning_share"
+    ]  # fmt: skip

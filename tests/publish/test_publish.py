@@ -199,6 +199,67 @@ def test_the_card_is_parsed_as_hubs_read_it_and_counts_each_row_once(root):
     assert m["by_split"] == {split: 6} and "| `f1` | x.csv |" in text and f"| {split} | 6 |" in text
 
 
+TEACHER = "qwen2.5-coder-0.5b-instruct"
+
+
+def test_a_release_of_two_writers_counts_its_samples_per_writer_in_the_manifest_card_and_report(root):
+    import html
+    import re
+
+    import duckdb
+    import pandas as pd
+
+    from datamind.publish.promotion import release_summary
+    from datamind.quality.report_page import render_report
+    from datamind.quality.summaries import summarize
+
+    # the teacher wrote 3 samples whole and the trajectory of 1 offline question; the offline engine wrote 3;
+    # the last row was judged before samples named their question's writer (dataset 1.1): "(none)"
+    writers = [(TEACHER, TEACHER)] * 3 + [(TEACHER, "offline")] + [("offline-expert", "offline")] * 3
+    rows = [judged_row(i) for i in range(8)]
+    for r, (model, question_model) in zip(rows[:7], writers, strict=True):  # the 8th: model "m", no question_model
+        r["model"], r["question_model"] = model, question_model
+    write_judged(root, rows)
+    m = publish_dataset(root, "run-writers", shard_rows=4)
+    assert m["n_samples"] == 8 and m["schema_version"] == DATASET.version == "1.2"
+    assert m["audit"]["samples_per_model"] == {TEACHER: 4, "offline-expert": 3, "m": 1}
+    assert m["audit"]["samples_per_writers"] == {
+        TEACHER: {TEACHER: 3, "offline": 1},
+        "offline-expert": {"offline": 3},
+        "m": {"(none)": 1},
+    }
+    # each published sample names both writers
+    got = duckdb.sql(
+        f"SELECT model, question_model, count(*) FROM '{dataset_glob(root, m['version'])}' GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    assert got == [("m", None, 1), ("offline-expert", "offline", 3), (TEACHER, "offline", 1), (TEACHER, TEACHER, 3)]
+    card = Path(root.path("dataset", m["version_id"], "README.md")).read_text()
+    table = card[card.index("| written by (`model`) | question by (`question_model`) | samples |") :].split("\n\n")[0]
+    assert table.splitlines()[2:] == [
+        f"| {TEACHER} | {TEACHER} | 3 |",
+        f"| {TEACHER} | offline | 1 |",
+        "| offline-expert | offline | 3 |",
+        "| m | (none) | 1 |",
+    ]
+    # the release's report: the writers' table in its audit section, and the trajectories' writers as a chart
+    summary = summarize("dataset", pd.DataFrame(read_rows(root, DATASET, f"dataset/{m['version_id']}")))
+    assert summary["by_model"] == {TEACHER: 4, "offline-expert": 3, "m": 1}
+    page = render_report(
+        {"stage": "publish_dataset", "run_id": "run-writers", "table": "dataset", "summary": summary,
+         "release": release_summary(m)},
+        None,
+    )  # fmt: skip
+    writers = page[page.index("<h3>Samples by writer</h3>") :].split("</table>")[0]
+    cells = re.findall(r"<td(?: class='num')?>(?:<a href='([^']*)'>)?([^<]*)", writers)
+    assert [c[1] for c in cells] == [
+        TEACHER, TEACHER, "3", TEACHER, "offline", "1", "offline-expert", "offline", "3", "m", "(none)", "1"
+    ]  # fmt: skip
+    assert html.unescape(cells[5][0]) == (
+        f"../../../viewer/releases/{m['version_id']}/?model={TEACHER}&question_model=offline#samples"
+    )
+    assert "<figcaption>model</figcaption>" in page and "<figcaption>question model</figcaption>" in page
+
+
 def test_held_out_files_are_stable_as_the_corpus_grows_and_a_small_corpus_still_holds_out_several():
     from datamind.publish.card import held_out_files
 

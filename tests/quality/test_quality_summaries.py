@@ -130,7 +130,12 @@ def test_dataset_summary_with_trajectories_gives_consistency_and_log_lines():
     )
     ds = frame(
         "dataset",
-        [sample_row(1, query_id="q1"), sample_row(2, query_id="q2", reflection_round=1, category="counting", hop=1)],
+        [
+            sample_row(1, query_id="q1", model="offline-expert", question_model="offline"),
+            sample_row(
+                2, query_id="q2", reflection_round=1, category="counting", hop=1, model="qwen", question_model="qwen"
+            ),
+        ],
     )
     rej = frame("rejections", [rejection_row(1, "judge", "inconsistent")])
     s = summarize("dataset", ds, {"trajectories": traj, "rejections": rej})
@@ -146,6 +151,9 @@ def test_dataset_summary_with_trajectories_gives_consistency_and_log_lines():
     assert "drop reasons: judge/inconsistent=1" in text
     assert "hop: 1=1, 2=1; no rows for 3: 3, 4, 5" in text
     assert "category: ranking=1, counting=1; no rows for 16: aggregation, comparison, " in text
+    # who wrote the samples: the trajectories' and the questions' writers
+    assert s["by_model"] == {"offline-expert": 1, "qwen": 1} and s["by_question_model"] == {"offline": 1, "qwen": 1}
+    assert "written by: offline-expert=1, qwen=1" in text and "question by: offline=1, qwen=1" in text
 
 
 def test_trajectory_summary_void_turn_rate():

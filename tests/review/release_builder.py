@@ -18,6 +18,17 @@ from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
+TEACHER, OFFLINE_EXPERT = "qwen2.5-coder-0.5b-instruct", "offline-expert"
+
+
+def writers(i: int) -> tuple[str, str]:
+    """Who wrote sample ``i`` (trajectory, question): every 4th the teacher alone, every 8th (from 1) the teacher's
+    trajectory on an offline question, the others the offline engine."""
+    if i % 4 == 3:
+        return TEACHER, TEACHER
+    return (TEACHER, "offline") if i % 8 == 1 else (OFFLINE_EXPERT, "offline")
+
+
 SYSTEM = "You are a senior data analyst. Think in <think>, run code in <code>, answer in <answer>."
 
 
@@ -70,7 +81,8 @@ def sample_row(i: int, rng: random.Random, flawed: bool = False) -> dict:
         "judge_reasoning": "3 of 3 trajectories agree",
         "selection_strategy": "majority",
         "reflection_round": 0,
-        "model": "offline",
+        "model": writers(i)[0],
+        "question_model": writers(i)[1],
         "template_versions": "{}",
         "split": "test" if i % 10 == 0 else "train",
         "created_at": NOW,
@@ -85,10 +97,12 @@ def write_release(
     rng = random.Random(seed)
     tally = AuditTally()
     vdir = f"dataset/v{version}"
+    files = {}
     for start in range(0, n, shard_rows):
         rows = [sample_row(i, rng, flawed) for i in range(start, min(n, start + shard_rows))]
         for r in rows:
             tally.add(r)
+            files[r["file_id"]] = {"path": r["data_uri"], "sha256": "0" * 64, "bytes": 10}
         data = table_to_parquet_bytes(DATASET.to_table(rows))
         root.write_bytes(f"{vdir}/part-{start // shard_rows:05d}.parquet", data)
     audit = tally.figures()
@@ -99,6 +113,7 @@ def write_release(
         "n_samples": n,
         "created_at": NOW.isoformat(),
         "run_id": f"manual__publish_v{version}",
+        "files": dict(sorted(files.items())),  # as publishing records the data files it carries
         "audit": audit,
         "promotion": promotion.initial(audit, approve_every=False),
     }
@@ -139,8 +154,15 @@ def write_run(root: DataRoot, run_id: str) -> dict:
                   created_at=NOW),
         rejection("judge", "q0000009", "no_consensus", "the three answers disagree", query_id="q0000009",
                   run_id=run_id, created_at=NOW),
+        # the judge's record of a fine trajectory it did not keep: not a rejection
+        rejection("judge", "traj-not-kept", "not_selected", "con_select kept another trajectory of this query",
+                  query_id="q0000005", run_id=run_id, created_at=NOW),
     ]  # fmt: skip
     root.write_bytes(
         f"rejections/{PUBLISH_REJECTIONS}/part-run.parquet", table_to_parquet_bytes(REJECTIONS.to_table(rows))
     )
-    return {"trajectories": ["traj-ok", "traj-broken"], "rejections": ["judged-dropped", "q0000009"]}
+    return {
+        "trajectories": ["traj-ok", "traj-broken"],
+        "rejections": ["judged-dropped", "q0000009"],
+        "not_selected": ["traj-not-kept"],
+    }

@@ -82,6 +82,8 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
     by_tid = {t["trajectory_id"]: t for t in read_rows(root, TRAJECTORIES, DIRS["trajectories"])}
     assert by_tid[judged["q1"]["trajectory_id"]]["sample_index"] == 1  # the judge's <number>2</number>
     assert judged["q3"]["reflection_round"] == 1 and EXP["q3"] in judged["q3"]["final_answer"]
+    # the served model wrote the trajectories (a reflected one too), the offline engine the questions: both said
+    assert {(r["model"], r["question_model"]) for r in judged.values()} == {("expert-model", "offline")}
     versions = json.loads(judged["q3"]["template_versions"])
     assert versions["judge"].startswith("consistency@") and versions["reflect"].startswith("reflect@")
     # The critique reached the expert during reflection, but the stored conversation is the plain task.
@@ -105,6 +107,8 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
     m = publish_dataset(root, "run-llm", shard_rows=10)
     assert m["n_filtered"] == 0, m["filtered_by_reason"]
     assert m["n_samples"] == 2 and m["by_category"] == {"aggregation": 1, "comparison": 1}
+    assert m["audit"]["samples_per_model"] == {"expert-model": 2}
+    assert m["audit"]["samples_per_writers"] == {"expert-model": {"offline": 2}}
     # What each sample cost: every expert call made for its question (its three trajectories, and q3's
     # reflection), as the server billed them (words in, words out); judge calls are in no row yet.
     billed = {"q1": [0, 0], "q3": [0, 0]}

@@ -41,7 +41,7 @@ def test_database_sessions_only_get_programs_that_use_the_sql_tools():
     }
     assert variant_programs(row) == ["SELECT 1", "summary = execute_sql('SELECT 1', 'o.csv')"]
     first = as_python("SELECT COUNT(*) FROM t", "sql", 1)
-    later = as_python("SELECT MAX(x) FROM t", "sql", 2, helper_defined=True)
+    later = as_python("SELECT MAX(x) FROM t", "sql", 2, import_pandas=False)
     assert describe_program(first) == describe_program(later) == "sql-tool"
     assert as_python("print(3)", "python", 1) == "print(3)"
     assert as_python("print(3)", "sql", 1) == "print(3)"  # Python written for a SQL session stays as it is
@@ -52,35 +52,65 @@ def test_a_step_that_reads_no_data_is_not_described_as_reading_it():
     works on `df` or queries a table."""
     check = "answer = 'Yes' if 27.78 > 50.0 else 'No'\nprint(answer)\n"
     assert describe_program(check) == "arithmetic"
-    sql = as_python("SELECT CASE WHEN 25.0 > 50.0 THEN 'Yes' ELSE 'No' END", "sql", 5, helper_defined=True)
+    sql = as_python("SELECT CASE WHEN 25.0 > 50.0 THEN 'Yes' ELSE 'No' END", "sql", 5, import_pandas=False)
     assert describe_program(sql) == "sql-constant"
-    assert describe_program(as_python("SELECT COUNT(*) FROM orders", "sql", 2, helper_defined=True)) == "sql-tool"
+    assert describe_program(as_python("SELECT COUNT(*) FROM orders", "sql", 2, import_pandas=False)) == "sql-tool"
     assert describe_program("answer = round(26 / len(df) * 100, 2)\nprint(answer)") == "pandas"
     assert describe_program("from math import sqrt\nprint(sqrt(2.0) > 1)") != "arithmetic"  # conservative
 
 
-def test_sql_steps_define_their_query_helper_once_per_session(sandbox, tmp_path):
-    """The first bare SQL step defines the helper that runs a query and prints its rows; later steps only
-    call it, in the same real session, and nothing assigns a value it never uses."""
+def _shop_db(tmp_path):
     db = tmp_path / "shop.sqlite"
     con = sqlite3.connect(db)
     con.executescript(
-        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);"
-        "INSERT INTO customers VALUES (1, 'Ada', 'London'), (2, 'Lin', 'Paris'), (3, 'Bo', 'London');"
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT, spend REAL);"
+        "INSERT INTO customers VALUES (1, 'Ada', 'London', 10.5), (2, 'Lin', 'Paris', 7.25), (3, 'Bo', 'London', 3.0),"
+        " (4, 'Cy', 'Rome', 12.0), (5, 'Di', 'London', 8.0);"
     )
     con.commit()
     con.close()
-    cells = [
-        as_python("SELECT city FROM customers GROUP BY city ORDER BY COUNT(*) DESC LIMIT 1", "sql", 1),
-        as_python("SELECT COUNT(*) FROM customers WHERE city = 'London'", "sql", 2, helper_defined=True),
-        as_python("SELECT name, city FROM customers ORDER BY name", "sql", 3, helper_defined=True),
+    return db
+
+
+def _run_policy(sandbox, path, policy, language="python"):
+    with sandbox.session([str(path)], language=language) as session:
+        return asyncio.run(run_agent(policy, session.run, system="You analyse data.", user="the question"))
+
+
+def _cells(result) -> tuple[list[str], list[str], list[str]]:
+    turns = [protocol.strict_turn(m["content"]) for m in result.messages if m["role"] == "assistant"]
+    outputs = [protocol.interpreter_body(m["content"]) for m in result.messages if m["role"] == "tool"]
+    return [t.think for t in turns], [t.code for t in turns if t.code], outputs
+
+
+def test_sql_steps_keep_their_result_in_a_variable_that_the_next_step_uses(sandbox, tmp_path):
+    """A database step computes in SQL and reads its one-line result file into a named variable; no step
+    defines a helper function, and the next step's query takes that variable (an f-string), never the
+    printed value pasted back in as a literal. Each output is the real one of the session."""
+    db = _shop_db(tmp_path)
+    top = "SELECT city FROM customers GROUP BY city ORDER BY COUNT(*) DESC LIMIT 1"
+    mean = "SELECT ROUND(AVG(spend), 4) FROM customers WHERE city = 'London'"
+    above = "SELECT COUNT(*) FROM customers WHERE spend > 7.1667"
+    hops = [
+        HopProgram("Which city has the most customers?", as_python(top, "sql", 1), 1, "Mode of city.", "London", top),
+        HopProgram(
+            "Average spend there?", as_python(mean, "sql", 2), 2, "Average spend inside the group.", "7.1667", mean
+        ),
+        HopProgram(
+            "How many spend more?", as_python(above, "sql", 3), 3, "Use the previous result as a threshold.", "4", above
+        ),
     ]
-    assert cells[0].count("def run_sql(") == 1 and all("def " not in c and "execute_sql" not in c for c in cells[1:])
-    assert not any(re.search(r"^\w+ = execute_sql", c, re.MULTILINE) for c in cells)
-    with sandbox.session([str(db)], language="sql") as session:
-        outputs = [session.run(c) for c in cells]
-    assert [o.ok for o in outputs] == [True] * 3, [o.output for o in outputs]
-    assert [o.output.strip() for o in outputs] == ["London", "2", "Ada, London; Bo, London; Lin, Paris"]
+    policy = OfflineExpertPolicy(
+        hops=hops, inspect="print(get_db_info())", data_format="sqlite", file_name="shop.sqlite", variant_label="t",
+        question="Which city has the most customers? What is their average spend? How many customers spend more?",
+    )  # fmt: skip
+    thinks, codes, outputs = _cells(_run_policy(sandbox, db, policy, "sql"))
+    assert [o.strip() for o in outputs[1:]] == ["London", "7.1667", "4"]
+    assert not any("def " in c for c in codes)
+    assert "top_city = pd.read_csv('top_city.csv').iat[0, 0]" in codes[1]
+    assert "'{top_city}'" in codes[2] and "'London'" not in codes[2]
+    assert re.search(r"> \{avg_\w+\}", codes[3]) and "7.1667" not in codes[3]
+    assert "London" in thinks[2] and "7.1667" in thinks[3]  # each step's thought reads what the last one printed
 
 
 def test_a_step_after_a_clean_default_read_uses_the_frame_already_loaded():
@@ -157,7 +187,6 @@ def _two_step_trajectory(sandbox, tmp_path, share_print: str):
         data_format="csv",
         file_name="sales.csv",
         variant_label="test",
-        blunder_rate=0.0,
         question="First, find the percentage of sales above 10. Is that percentage above 50 percent?",
         settle_threshold=50.0,
     )
@@ -204,7 +233,6 @@ def test_a_trailing_delimiter_is_dropped_from_the_frame_not_read_again(sandbox, 
         variant_label="test",
         fixed_read=fixed,
         reuse_first_read=default_read_suffices(fixed, "csv", options, "d.csv"),
-        blunder_rate=0.0,
     )
     with sandbox.session([str(tmp_path / "d.csv")]) as session:
         result = asyncio.run(run_agent(policy, session.run, system="You analyse data.", user="the question"))
@@ -214,3 +242,141 @@ def test_a_trailing_delimiter_is_dropped_from_the_frame_not_read_again(sandbox, 
     assert "read_csv" not in turns[1] and "read_csv" not in turns[2]  # no second read of the same file
     thinks = [t.split("</think>")[0] for t in turns]
     assert not unchanged_fix(thinks, outputs) and "870" in outputs[2]
+
+
+def _sales_chain(tmp_path):
+    """A real three-step chain on a small CSV with gaps in `amount`: the top region by mean amount, the median
+    amount of that region, then how many records exceed that median (each later program embeds the value the
+    previous one printed, as the synthesizer writes them)."""
+    rows = [("North", 10.0), ("South", 4.0), ("North", 14.0), ("East", 6.5), ("South", None), ("North", 12.5)] * 5
+    rows += [("East", None), ("North", 40.0)]
+    (tmp_path / "sales.csv").write_text("region,amount\n" + "".join(f"{r},{'' if a is None else a}\n" for r, a in rows))
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    read = Source("csv", "sales.csv", "", options, reader="plain").python_preamble()
+    bodies = [
+        (
+            "answer = df.groupby('region')['amount'].mean().idxmax()\nprint(answer)\n",
+            "Group by region, rank by mean amount.",
+        ),
+        (
+            "answer = round(float(df.loc[df['region'] == 'North', 'amount'].median()), 4)\nprint(answer)\n",
+            "Median amount inside the region group found by the previous step.",
+        ),
+        (
+            "answer = int((df['amount'] > 12.5).sum())\nprint(answer)\n",
+            "Use the previous result as a threshold on amount.",
+        ),
+    ]
+    hops = [HopProgram(f"q{i}", read + "\n" + body, i, desc) for i, (body, desc) in enumerate(bodies, start=1)]
+    fixed = reading_block(hops[0].program, "csv", options, "sales.csv")
+    question = (
+        "First, find the region with the highest average amount. Next, take the median amount of the records of "
+        "that region. How many records have an amount above that median?"
+    )
+    return hops, fixed, default_read_suffices(fixed, "csv", options, "sales.csv"), question
+
+
+def test_thoughts_react_to_what_the_last_output_showed_and_never_restate_the_question(sandbox, tmp_path):
+    """The first look's shape, types and gaps, then each printed value, are what the next thought reads
+    (with what it means: a count against the rows it came from); no thought holds six consecutive words of
+    the question; each later cell uses the variable holding the previous result, never its printed text."""
+    from datamind.rollout.policies.measures import copies_question
+
+    hops, fixed, reuse, question = _sales_chain(tmp_path)
+    policy = OfflineExpertPolicy(
+        hops=hops, inspect=inspect_code("csv", "sales.csv", None), data_format="csv", file_name="sales.csv",
+        variant_label="t", fixed_read=fixed, reuse_first_read=reuse, question=question,
+    )  # fmt: skip
+    result = _run_policy(sandbox, tmp_path / "sales.csv", policy)
+    thinks, codes, outputs = _cells(result)
+    assert [o.strip() for o in outputs[1:]] == ["North", "12.5", "6"] and result.final_answer == "6"
+    assert "missing values: {'amount': 6}" in outputs[0]
+    assert not any(copies_question(t, question) for t in thinks), thinks
+    assert "32 rows" in thinks[1] and "`amount` has 6 missing" in thinks[1]  # what the first look printed
+    assert "North" in thinks[2] and "12.5" in thinks[3] and "6" in thinks[4] and "32 r" in thinks[4]
+    assert "== top_region" in codes[2] and "'North'" not in codes[2]
+    assert re.search(r"> median_amount\b", codes[3]) and "12.5" not in codes[3]
+    assert all("read_csv" not in c for c in codes[1:])  # the session's frame, not a second read
+
+
+def test_no_step_is_run_with_a_planted_misspelling(sandbox, tmp_path):
+    """Whatever the trajectory's seed, every cell but a first read that really fails runs cleanly: errors in a
+    trajectory come from the data or the engine, never from a column name mistyped on purpose."""
+    hops, fixed, reuse, question = _sales_chain(tmp_path)
+    with sandbox.session([str(tmp_path / "sales.csv")]) as session:
+        for seed in range(16):
+            policy = OfflineExpertPolicy(
+                hops=hops[:1], inspect=inspect_code("csv", "sales.csv", None), data_format="csv",
+                file_name="sales.csv", variant_label=f"v{seed}", fixed_read=fixed, reuse_first_read=reuse,
+                question=question,
+            )  # fmt: skip
+            result = asyncio.run(run_agent(policy, session.run, system="s", user="u"))
+            outputs = [m["content"] for m in result.messages if m["role"] == "tool"]
+            assert not any(protocol.observation_failed(o) for o in outputs), (seed, outputs)
+
+
+def test_a_median_asked_of_sqlite_fails_there_and_is_taken_in_pandas(sandbox, tmp_path):
+    """SQLite has no MEDIAN: a database step that needs one first asks the database (a real SQL error, quoted
+    in the next thought), then fetches only the column it needs into pandas."""
+    db = _shop_db(tmp_path)
+    program = Source("sqlite", "shop.sqlite", "customers", {}).python_preamble() + (
+        "\nanswer = round(float(df['spend'].median()), 4)\nprint(answer)\n"
+    )
+    assert "SELECT * FROM" in program
+    policy = OfflineExpertPolicy(
+        hops=[HopProgram("What is the median spend?", program, 1, "Median of spend.", "8.0")],
+        inspect="print(get_db_info())", data_format="sqlite", file_name="shop.sqlite", variant_label="t",
+        question="What is the median spend?", probe_rate=1.0,
+    )  # fmt: skip
+    result = _run_policy(sandbox, db, policy, "sql")
+    thinks, codes, outputs = _cells(result)
+    assert 'MEDIAN("spend")' in codes[1] and "no such function: MEDIAN" in outputs[1]
+    assert "SqlToolError" in thinks[2] and "`spend`" in thinks[2]
+    assert 'SELECT "spend" FROM "customers"' in codes[2] and "SELECT *" not in codes[2]
+    assert outputs[2].strip() == "8.0" and result.final_answer == "8.0"
+
+
+def test_a_reaction_reads_a_value_against_what_it_was_computed_from():
+    r = narration.Result
+    outliers = narration.react(r("7", "n_outliers_x", "tukey fences on x; count the outliers", 180, "x"), "s", "a")
+    assert "7" in outliers and "180" in outliers and ("tail" in outliers or "extreme" in outliers)
+    many = narration.react(r("40", "n_outliers_x", "tukey fences on x; count the outliers", 180, "x"), "s", "a")
+    assert "skewed" in many
+    none = narration.react(r("0", "n_outliers_x", "tukey fences on x; count the outliers", 180, "x"), "s", "a")
+    assert "no" in none.lower()
+    assert "strong positive" in narration.react(r("0.82", "r_x", "linear correlation of x and y", 50, "x"), "s", "b")
+    small = narration.react(r("3", "n_rows", "count the rows of the group", 200, "g"), "s", "c")
+    assert "3 of 200" in small or "3, " in small
+    assert "small group" in small
+    assert "negative" in narration.react(r("-2.5", "gap_x", "difference in mean x", 40, "x"), "s", "d")
+
+
+def test_aggregate_rows_are_named_when_left_out_and_left_out_once(sandbox, tmp_path):
+    """A table whose rows include totals of the others: the step that leaves them out says so (which rows, by
+    which column) in its thought, and a later step works on the session's frame without filtering again."""
+    (tmp_path / "pop.csv").write_text(
+        "area,pop\nTotal,100\n" + "".join(f"A{i},{v}\n" for i, v in enumerate([10, 20, 30, 40]))
+    )
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    read = Source("csv", "pop.csv", "", options, reader="plain").python_preamble()
+    leave_out = (
+        "# leave out the aggregate rows (totals of other rows)\n"
+        "df = df[~df['area'].isin(['Total'])].reset_index(drop=True)\n"
+    )
+    hops = [
+        HopProgram("q1", read + leave_out + "answer = round(float(df['pop'].mean()), 4)\nprint(answer)\n", 1,
+                   "Mean of pop.", "25.0"),
+        HopProgram("q2", read + leave_out + "answer = int((df['pop'] > 25.0).sum())\nprint(answer)\n", 2,
+                   "Use the previous result as a threshold on pop.", "2"),
+    ]  # fmt: skip
+    fixed = reading_block(hops[0].program, "csv", options, "pop.csv")
+    policy = OfflineExpertPolicy(
+        hops=hops, inspect=inspect_code("csv", "pop.csv", None), data_format="csv", file_name="pop.csv",
+        variant_label="t", fixed_read=fixed, reuse_first_read=default_read_suffices(fixed, "csv", options, "pop.csv"),
+        question="What is the mean pop of the areas? How many areas are above it?",
+    )  # fmt: skip
+    thinks, codes, outputs = _cells(_run_policy(sandbox, tmp_path / "pop.csv", policy))
+    assert [o.strip() for o in outputs[1:]] == ["25.0", "2"]
+    assert "isin(['Total'])" in codes[1] and "isin(" not in codes[2]
+    assert "totals of other rows" in thinks[1] and "'Total'" in thinks[1] and "`area`" in thinks[1]
+    assert "> avg_pop" in codes[2]

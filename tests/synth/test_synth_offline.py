@@ -78,8 +78,10 @@ def test_categories_a_table_cannot_support_are_skipped_with_a_reason(root, tmp_p
         assert skipped[category].reason_code == "unsupported_table"
         assert skipped[category].reason.startswith("needs ")
         assert result.candidates[category] == []
-    # what the table does support still gets questions: the preprocessing question counts rows
-    assert result.candidates["comprehensive_data_preprocessing"][0].answer == "30"
+    # cleaning that removes nothing (no duplicates, no blanks) would answer with the row count the first look at
+    # the data prints: not asked (issue 46)
+    assert result.candidates["comprehensive_data_preprocessing"] == []
+    assert skipped["comprehensive_data_preprocessing"].reason_code == "unsupported_table"
 
 
 def test_sqlite_questions_use_sql_joined_along_the_foreign_key(root, small_sqlite):

@@ -1,21 +1,24 @@
-"""The rule filters and the function that applies them in order (format -> length -> linguistic -> coherence):
-the paper's three, then a thought that claims a fix its cell did not make (``filters.coherence``)."""
+"""The rule filters and the function that applies them in order (format -> length -> linguistic -> coherence ->
+literal): the paper's three, then a thought that claims a fix its cell did not make (``filters.coherence``), then
+a code cell that writes the final answer as a literal instead of computing it (``datamind.references``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from datamind import references
 from datamind.filters import coherence, linguistic
 from datamind.filters import format as format_rule
 from datamind.filters.tokenizer import count_tokens, count_tokens_batch
+from datamind.rollout.protocol import strict_turn
 
 MAX_ANSWER_TOKENS = 1024  # paper: drop trajectories whose final answer exceeds 1,024 tokens
 
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str  # format | length | linguistic | coherence
+    rule: str  # format | length | linguistic | coherence | literal
     code: str  # stable reason code stored in rejections
     reason: str
 
@@ -57,6 +60,21 @@ def check_coherence(row: dict, config: FilterConfig = FilterConfig()) -> Finding
     return None
 
 
+def check_literal_answer(row: dict, config: FilterConfig = FilterConfig()) -> Finding | None:
+    answer = row.get("final_answer") or ""
+    codes = [
+        strict_turn(m.get("content") or "").code or "" for m in row.get("messages") or [] if m["role"] == "assistant"
+    ]
+    literal = references.planted_in_cells(codes, answer)
+    if literal is not None:
+        return Finding(
+            "literal",
+            references.LITERAL_ANSWER,
+            f"a code cell writes the final answer as the literal {literal} instead of computing it",
+        )
+    return None
+
+
 def _think(turn: str) -> str:
     start, end = turn.find("<think>"), turn.find("</think>")
     return turn[start + 7 : end] if 0 <= start < end else ""
@@ -67,6 +85,7 @@ RULES: tuple[Callable[[dict, FilterConfig], Finding | None], ...] = (
     check_length,
     check_linguistic,
     check_coherence,
+    check_literal_answer,
 )
 
 
@@ -92,6 +111,7 @@ def apply_filters(
             or check_length(row, config, n)
             or check_linguistic(row, config)
             or check_coherence(row, config)
+            or check_literal_answer(row, config)
         )
         if finding is None:
             kept.append(row)

@@ -42,6 +42,7 @@ from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.errors import BatchPending, EndpointUnavailable, LLMError, ParseFailure
 from datamind.progress import counted, progress_log
 from datamind.rollout.params import RolloutParams
+from datamind.rollout.policies.offline_expert import OFFLINE_MODEL
 from datamind.rollout.protocol import attempt_digest
 from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
 from datamind.rollout.tasks import QueryTask, TaskSources, load_tasks
@@ -160,6 +161,22 @@ def _judge_version(judge: Any, p: JudgeParams) -> str:
     return getattr(judge, "template_version", None) or f"offline-judge@rel_tol={p.rel_tol}"
 
 
+OFFLINE_QUESTIONS = "offline"  # the question writer of a query the offline engine synthesized (its ``backend``)
+
+
+def trajectory_writer(traj: dict) -> str:
+    """Who wrote a trajectory's turns: the model it recorded (the served model's name for an LLM, the offline
+    expert's ``offline-expert``); a row without one says which engine from its policy, never nothing."""
+    if traj.get("model"):
+        return str(traj["model"])
+    return "llm" if str(traj.get("policy") or "").startswith("llm:") else OFFLINE_MODEL
+
+
+def question_writer(query: dict) -> str:
+    """Who wrote a query's question: the synthesizer's model, else its backend (``offline``: the offline engine)."""
+    return str(query.get("model") or query.get("backend") or OFFLINE_QUESTIONS)
+
+
 def dataset_row(
     traj: dict,
     task: QueryTask,
@@ -195,7 +212,8 @@ def dataset_row(
         "judge_reasoning": verdict.reasoning,
         "selection_strategy": p.strategy,
         "reflection_round": traj["reflection_round"],
-        "model": traj.get("model"),
+        "model": trajectory_writer(traj),
+        "question_model": question_writer(task.query),
         "template_versions": json.dumps(versions, sort_keys=True),
         "created_at": now,
     }

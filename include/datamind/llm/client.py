@@ -54,6 +54,9 @@ class ChatResult:
     finish_reason: str | None = None
     cost_usd: float | None = None  # of the original call; None when no price is configured
     cache_key: str = ""
+    # prompt tokens the endpoint did not evaluate again (its own prefix cache), where it says so
+    # (``usage.prompt_tokens_details.cached_tokens``: OpenAI, vLLM, and the local llama.cpp launcher)
+    endpoint_cached_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -306,7 +309,15 @@ class LLMClient:
         res = await self._request_with_retries(model, msgs, params, key)
         log.debug("LLM call %s model=%s prompt_tokens=%d completion_tokens=%d latency=%.3fs",
                   key[:12], model, res.prompt_tokens, res.completion_tokens, res.latency_s)  # fmt: skip
-        self.usage.record_call(model, res.prompt_tokens, res.completion_tokens, cached=False, cost_usd=res.cost_usd)
+        self.usage.record_call(
+            model,
+            res.prompt_tokens,
+            res.completion_tokens,
+            cached=False,
+            cost_usd=res.cost_usd,
+            endpoint_cached=res.endpoint_cached_tokens,
+            latency_s=res.latency_s,
+        )
         # A reply cut at max_tokens is not a result: never cached, so a rerun (maybe with a larger budget,
         # or a model that finishes this time) asks again instead of replaying the cut text forever.
         if store and self.cache is not None and res.finish_reason != "length":
@@ -409,6 +420,7 @@ class LLMClient:
             finish_reason=finish_reason,
             cost_usd=self._cost(model, pt, ct),
             cache_key=key,
+            endpoint_cached_tokens=min(pt, endpoint_cached_tokens(usage)),
         )
 
     def _throttle_delay(self, exc: openai.RateLimitError, n: int) -> float:
@@ -465,6 +477,7 @@ def completion_result(payload: Any, model: str, key: str, latency_s: float = 0.0
         latency_s=latency_s,
         finish_reason=finish_reason,
         cache_key=key,
+        endpoint_cached_tokens=endpoint_cached_tokens(usage),
     )
 
 
@@ -507,6 +520,12 @@ def _read_completion(payload: Any) -> tuple[str, str | None, Mapping[str, Any] |
         raise _BadResponse(f"message content is a {type(content).__name__}, not text")
     usage = payload.get("usage")
     return content or "", choice.get("finish_reason"), usage if isinstance(usage, dict) else None
+
+
+def endpoint_cached_tokens(usage: Mapping[str, Any]) -> int:
+    """Prompt tokens the endpoint answered from its own prefix cache, 0 where it does not say."""
+    details = usage.get("prompt_tokens_details")
+    return _as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0
 
 
 def _as_int(value: Any) -> int:

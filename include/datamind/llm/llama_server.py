@@ -11,9 +11,12 @@ The logits a state carries are never read back: after ``load_state`` the library
 prompt token again before it samples (a restored state's logits are stale by its own rule). So a state keeps
 one row of them, which ``load_state``'s assignment broadcasts, instead of the whole buffer: a Qwen state goes
 from 311 MB plus its KV bytes to its KV bytes (28 KB a token for the 1.5B model).
-"""
 
-from __future__ import annotations
+The library's responses count every prompt token, evaluated or reused. Each completion here also says how many
+it reused, in OpenAI's field (``usage.prompt_tokens_details.cached_tokens``), so a client measures what the
+prefix cache saved the same way on this server as on a hosted endpoint: tokens decoded before the first sample
+are the ones the prompt really cost.
+"""
 
 import runpy
 import sys
@@ -34,11 +37,52 @@ def _lean_save(save_state):
     return save
 
 
+def _count_prompt_evaluation(cls) -> None:
+    evaluate, sample, complete = cls.eval, cls.sample, cls.create_completion
+
+    def eval(self, tokens):
+        if getattr(self, "_prompt_phase", False):
+            self._prompt_evaluated += len(tokens)
+        return evaluate(self, tokens)
+
+    def first_sample_ends_the_prompt(self, *args, **kwargs):
+        self._prompt_phase = False
+        return sample(self, *args, **kwargs)
+
+    def create_completion(self, *args, **kwargs):
+        self._prompt_phase, self._prompt_evaluated = True, 0
+        out = complete(self, *args, **kwargs)
+        usage = out.get("usage") if isinstance(out, dict) else None  # a stream has no usage to amend
+        if isinstance(usage, dict):
+            reused = max(0, int(usage.get("prompt_tokens") or 0) - self._prompt_evaluated)
+            usage["prompt_tokens_details"] = {"cached_tokens": reused}
+        return out
+
+    cls.eval, cls.sample, cls.create_completion = eval, first_sample_ends_the_prompt, create_completion
+
+    # The server's response models are TypedDicts that drop keys they do not declare: declare the field. (No
+    # ``from __future__ import annotations`` in this module: pydantic could not resolve a local class's names.)
+    from typing import NotRequired
+
+    from llama_cpp import llama_types
+    from typing_extensions import TypedDict  # pydantic takes only this one before Python 3.12
+
+    class PromptTokensDetails(TypedDict):
+        cached_tokens: int
+
+    class Usage(llama_types.CompletionUsage):
+        prompt_tokens_details: NotRequired[PromptTokensDetails]
+
+    for response in (llama_types.CreateCompletionResponse, llama_types.CreateChatCompletionResponse):
+        response.__annotations__["usage"] = NotRequired[Usage] if "usage" in response.__optional_keys__ else Usage
+
+
 def main() -> None:
     from llama_cpp import llama, llama_cache
 
     llama_cache.LlamaRAMCache.cache_size = property(_true_size)
     llama.Llama.save_state = _lean_save(llama.Llama.save_state)
+    _count_prompt_evaluation(llama.Llama)
     sys.argv = ["llama_cpp.server", *sys.argv[1:]]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 

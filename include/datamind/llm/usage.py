@@ -17,6 +17,10 @@ class ModelUsage:
     completion_tokens: int = 0  # paid
     cached_prompt_tokens: int = 0  # would have been paid without the cache
     cached_completion_tokens: int = 0
+    # of the paid prompt tokens, those the endpoint's prefix cache held (not evaluated again; billed at the
+    # cached rate where the provider discounts them); the rest is what the server really had to read
+    endpoint_cached_prompt_tokens: int = 0
+    request_s: float = 0.0  # summed latency of the paid calls
     cost_usd: float | None = None  # None while no price is configured for the model
     saved_usd: float | None = None
 
@@ -35,7 +39,15 @@ class UsageMeter:
     events: Counter = field(default_factory=Counter)  # retries by cause, throttles, failures, parse retries
 
     def record_call(
-        self, model: str, prompt_tokens: int, completion_tokens: int, *, cached: bool, cost_usd: float | None
+        self,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        *,
+        cached: bool,
+        cost_usd: float | None,
+        endpoint_cached: int = 0,
+        latency_s: float = 0.0,
     ) -> None:
         u = self.by_model.setdefault(model, ModelUsage())
         if cached:
@@ -48,6 +60,8 @@ class UsageMeter:
             u.calls += 1
             u.prompt_tokens += prompt_tokens
             u.completion_tokens += completion_tokens
+            u.endpoint_cached_prompt_tokens += endpoint_cached
+            u.request_s += latency_s
             if cost_usd is not None:
                 u.cost_usd = (u.cost_usd or 0.0) + cost_usd
 
@@ -72,6 +86,10 @@ class UsageMeter:
         return sum(u.completion_tokens for u in self.by_model.values())
 
     @property
+    def endpoint_cached_prompt_tokens(self) -> int:
+        return sum(u.endpoint_cached_prompt_tokens for u in self.by_model.values())
+
+    @property
     def cost_usd(self) -> float | None:
         costs = [u.cost_usd for u in self.by_model.values() if u.cost_usd is not None]
         return sum(costs) if costs else None
@@ -83,6 +101,7 @@ class UsageMeter:
             "cached_calls": self.cached_calls,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "endpoint_cached_prompt_tokens": self.endpoint_cached_prompt_tokens,
             "cost_usd": self.cost_usd,
             "events": dict(self.events),
             "by_model": {m: asdict(u) for m, u in sorted(self.by_model.items())},
@@ -92,7 +111,8 @@ class UsageMeter:
         cost = "n/a (no price configured)" if self.cost_usd is None else f"${self.cost_usd:.4f}"
         parts = [
             f"{label}: {self.calls} calls, {self.cached_calls} cache hits",
-            f"tokens prompt={self.prompt_tokens} completion={self.completion_tokens}",
+            f"tokens prompt={self.prompt_tokens} (endpoint-cached {self.endpoint_cached_prompt_tokens}) "
+            f"completion={self.completion_tokens}",
             f"cost {cost}",
         ]
         if self.events:

@@ -9,7 +9,10 @@
 * ``range``: {column: [min, max]} for numeric, integer and datetime columns;
 * ``unique``: {column: most frequent values} for categorical and boolean columns and any column with at
   most ``unique_threshold`` distinct values, capped at ``unique_cap`` values;
-* ``row_count``, ``column_count``.
+* ``row_count``, ``column_count``;
+* where found (``profile.semantics``): ``aggregate_rows`` (rows that total other rows: their positions, the
+  column and labels that name them, the evidence) and ``disguised_missing`` ({column: {text standing for a
+  missing value, as written: count}}).
 
 Kinds: ``integer``, ``numeric`` (floats), ``boolean``, ``datetime`` (native, or text that parses as
 dates in >= 90% of cells), ``id`` (all distinct: integer keys named like ids or counting 1..n, short text
@@ -39,6 +42,7 @@ import pyarrow.compute as pc
 from pandas.tseries.api import guess_datetime_format
 
 from datamind.ingest.loaders.common import TableColumns, arrow_kernel, frame_columns
+from datamind.profile import semantics
 
 _DATEISH = re.compile(
     r"^\s*(\d{4}[-/.]\d{1,2}([-/.]\d{1,2})?|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}|"
@@ -773,16 +777,25 @@ def _table_profile(
     """One table's profile, its number columns already profiled (``None`` where the Arrow route must)."""
     n_cols = len(columns)
     heads = []
+    strings: dict[int, pa.Array] = {}  # the text columns and the number columns, for what rows and cells mean
+    numbers: dict[int, np.ndarray] = {}
     for j in range(n_cols):
         values = columns[j]
         if profiles[j] is not None:
             heads.append(_number_cells(values[:head_rows].tolist()))  # NaN shows empty, like Arrow's null
+            numbers[j] = values
             continue
         arr = _arrow(values)
         if arr is None:
             arr = _text_array(values)
         profiles[j] = profile_column(arr, names[j], dtypes[j], unique_cap, descriptions[j])
         heads.append(_cells(arr.slice(0, head_rows).to_pylist(), cell_chars))
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            strings[j] = arr
+        elif pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type):
+            numbers[j] = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
     head = _head_table(names, heads, min(head_rows, n_rows), cell_chars)
     desc = describe(table.name, n_rows, profiles, table.description)
     meta = {
@@ -804,6 +817,13 @@ def _table_profile(
         "row_count": int(n_rows),
         "column_count": int(n_cols),
     }
+    # what rows and cells mean (``semantics``): present only where found
+    aggregates = semantics.aggregate_rows(names, profiles, strings, numbers, int(n_rows))
+    if aggregates:
+        meta["aggregate_rows"] = aggregates
+    missing = {names[j]: found for j, arr in strings.items() if (found := semantics.disguised_missing(arr))}
+    if missing:
+        meta["disguised_missing"] = missing
     return {
         "n_rows": int(n_rows),
         "n_cols": int(n_cols),

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datamind import grounding
+from datamind import grounding, references
 from datamind.categories import CATEGORY_IDS
 from datamind.filters.coherence import unchanged_fix
+from datamind.publish import meaning as semantic
 from datamind.rollout.policies.narration import placeholder_headers, read_view
 from datamind.rollout.protocol import strict_turn
 from datamind.synth.offline.steps import LITERAL_CHECK
@@ -57,6 +58,11 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
     "unresolved_table_share": ("<=", 0.02, "database questions that do not say which table they are about"),
     "identifier_measure_share": ("<=", 0.0, "questions computing a statistic of a key or code"),
     "nonadditive_sum_share": ("<=", 0.0, "questions adding up a rate, level or price"),
+    # what columns and rows mean (publish.meaning, issue 46)
+    "aggregate_row_question_share": ("<=", 0.0, "questions over a table with total rows that do not leave them out"),
+    "measure_category_share": ("<=", 0.0, "questions grouping by a measure (a count or level used as a label)"),
+    "literal_answer_share": ("<=", 0.0, "samples whose code writes the final answer as a literal"),
+    "fixed_answer_share": ("<=", 0.0, "answers known before any analysis (in the question, fixed by construction)"),
     "yield": (">=", 0.85, "queries with a published sample / queries synthesised"),
 }
 
@@ -82,6 +88,10 @@ class SampleFigures:
     unresolved_table: bool | None  # None: not a database question
     identifier_measure: bool
     nonadditive_sum: bool
+    aggregate_row_question: bool  # the table has total rows and the question does not leave them out
+    measure_category: bool  # the question groups by a measure
+    literal_answer: bool  # a code cell writes the final answer as a literal
+    fixed_answer: bool  # the answer is known before any analysis
     first_think: str
     sentences: frozenset[str]
     repeated_word: bool
@@ -94,7 +104,7 @@ def mask(sentence: str) -> str:
     return _NUMBER.sub("<N>", sentence.strip())
 
 
-def sample_figures(row: dict) -> SampleFigures:
+def sample_figures(row: dict, context: semantic.AuditContext | None = None) -> SampleFigures:
     messages = row.get("messages") or []
     assistant = [m["content"] for m in messages if m["role"] == "assistant"]
     tools = [m["content"] for m in messages if m["role"] == "tool"]
@@ -115,7 +125,13 @@ def sample_figures(row: dict) -> SampleFigures:
     question = row.get("question") or ""
     schema = seen_schema(row, tools)
     sqlite = row.get("data_format") == "sqlite"
+    facts = context.tables_of(row.get("file_id"), question) if context is not None else []
+    answer = row.get("final_answer") or ""
     return SampleFigures(
+        aggregate_row_question=semantic.aggregate_row_question(question, facts),
+        measure_category=bool(semantic.measure_as_category(question, facts)),
+        literal_answer=references.planted_in_cells(codes, answer) is not None,
+        fixed_answer=semantic.fixed_answer(question, answer, tools),
         unchanged_fix=unchanged_fix([t.think or "" for t in turns], tools),
         unknown_name=bool(schema and grounding.unknown_names(question, schema)),
         unresolved_table=(bool(schema and grounding.table_unresolved(question, schema)) if sqlite else None),
@@ -161,6 +177,18 @@ def _repeats_a_read(codes: list[str]) -> bool:
     return False
 
 
+NO_WRITER = "(none)"  # a sample written before releases recorded its writer (what the viewer's filters show)
+
+
+def writer_label(model: str | None) -> str:
+    """A sample's writer as the audit counts it and the viewer filters it: the model, or ``(none)``."""
+    return str(model) if model else NO_WRITER
+
+
+def _by_count(counts: Counter[str]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def _quantiles(values: list[int]) -> dict[str, float]:
     if not values:
         return {}
@@ -168,9 +196,12 @@ def _quantiles(values: list[int]) -> dict[str, float]:
     return {"min": min(values), "p10": qs[0], "median": statistics.median(values), "p90": qs[-1], "max": max(values)}
 
 
-def audit_rows(rows: list[dict], queries_by_category: dict[str, int] | None = None) -> dict:
-    """The audit's figures for published dataset rows (``queries_by_category``: synthesised queries, for yield)."""
-    tally = AuditTally()
+def audit_rows(
+    rows: list[dict], queries_by_category: dict[str, int] | None = None, context: semantic.AuditContext | None = None
+) -> dict:
+    """The audit's figures for published dataset rows (``queries_by_category``: synthesised queries, for yield;
+    ``context``: the catalog's facts of their tables)."""
+    tally = AuditTally(context)
     for row in rows:
         tally.add(row)
     return tally.figures(queries_by_category)
@@ -260,9 +291,16 @@ class AuditTally:
         "unknown_name",
         "identifier_measure",
         "nonadditive_sum",
+        "aggregate_row_question",
+        "measure_category",
+        "literal_answer",
+        "fixed_answer",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, context: semantic.AuditContext | None = None) -> None:
+        """``context``: what profiling learned of the release's tables (``semantic.load_context``); without it the
+        figures that need it (aggregate rows, measures as categories) count nothing."""
+        self.context = context
         self.n = 0
         self.flags: Counter[str] = Counter()
         self.verified = 0
@@ -271,6 +309,9 @@ class AuditTally:
         self.first_thinks = array("q")
         self.sentences = _SentenceCounts()
         self.per_category: Counter[str] = Counter()
+        # who wrote each sample: its trajectory's model, and that model -> its question's model -> samples
+        self.per_model: Counter[str] = Counter()
+        self.per_writers: dict[str, Counter[str]] = {}
         self.answer_words = array("q")
         self.turns_per_hop: dict[int, array] = {}
         # figure -> the first samples that count against it, so a reviewer can open them
@@ -282,7 +323,7 @@ class AuditTally:
             found.append(sample_id)
 
     def add(self, row: dict) -> None:
-        f = sample_figures(row)
+        f = sample_figures(row, self.context)
         sid = row.get("sample_id")
         self.n += 1
         for name in self._FLAGS:
@@ -299,6 +340,9 @@ class AuditTally:
         for sentence in sorted(f.sentences):  # sorted: ties for the top sentence go to the same one every run
             self.sentences.add(hash(sentence), sentence, sid)
         self.per_category[row.get("category")] += 1
+        model, question_model = writer_label(row.get("model")), writer_label(row.get("question_model"))
+        self.per_model[model] += 1
+        self.per_writers.setdefault(model, Counter())[question_model] += 1
         self.answer_words.append(f.answer_words)
         if row.get("hop") is not None:
             self.turns_per_hop.setdefault(row["hop"], array("q")).append(f.turns)
@@ -326,8 +370,16 @@ class AuditTally:
             "unresolved_table_share": round(self.unresolved / self.database, 4) if self.database else 0.0,
             "identifier_measure_share": share["identifier_measure"],
             "nonadditive_sum_share": share["nonadditive_sum"],
+            "aggregate_row_question_share": share["aggregate_row_question"],
+            "measure_category_share": share["measure_category"],
+            "literal_answer_share": share["literal_answer"],
+            "fixed_answer_share": share["fixed_answer"],
             "verified_share": round(self.verified / n, 4) if n else 0.0,
             "samples_per_category": {c: self.per_category.get(c, 0) for c in CATEGORY_IDS},
+            # who wrote the samples (the viewer's "written by" filter): trajectory model -> samples, and
+            # trajectory model -> question model -> samples, most samples first
+            "samples_per_model": _by_count(self.per_model),
+            "samples_per_writers": {m: _by_count(self.per_writers[m]) for m in _by_count(self.per_model)},
             "answer_words": _quantiles(self.answer_words.tolist()),
             "turns_per_hop": {str(h): _quantiles(self.turns_per_hop[h].tolist()) for h in sorted(self.turns_per_hop)},
         }
@@ -345,24 +397,42 @@ class AuditTally:
         return out
 
 
+# Figures that say little about a small release, judged from this many samples on (reported below it): a few
+# repeated openings swing the first-think ratio; one or two files' samples share their first look at the data
+# (the same rows, columns and types); and a clean file has no real error to recover from, while recoveries are
+# never planted.
+MIN_SAMPLES = {
+    "distinct_first_think_ratio": (500, "a few repeated openings swing the ratio"),
+    "top_sentence_share": (100, "samples of one file share their first look at its rows, columns and types"),
+    "error_recovery_share": (100, "recoveries come only from real errors, which a few clean files need not have"),
+}
+MIN_THINK_SAMPLES = MIN_SAMPLES["distinct_first_think_ratio"][0]
+
+
 def verdicts(figures: dict) -> list[dict]:
-    """Every threshold with its figure: name, value, comparison, bound, meaning, ``ok`` (None: not judged,
-    like the first-think ratio below 500 samples) and the example samples that count against it."""
+    """Every threshold with its figure: name, value, comparison, bound, meaning, ``ok`` (None: not judged, for a
+    figure of ``MIN_SAMPLES`` on a release smaller than its minimum, with ``why_not_judged``) and the example
+    samples that count against it."""
     rows = []
     examples = figures.get("examples") or {}
     for name, (op, bound, meaning) in THRESHOLDS.items():
         if name not in figures:
             continue
         value = figures[name]
-        judged = not (name == "distinct_first_think_ratio" and figures["n_samples"] < 500)
+        least, why = MIN_SAMPLES.get(name, (0, ""))
+        judged = figures["n_samples"] >= least
         ok = (value <= bound if op == "<=" else value >= bound) if judged else None
         row = {"name": name, "value": value, "op": op, "bound": bound, "meaning": meaning, "ok": ok}
+        if not judged:
+            row["why_not_judged"] = (
+                f"judged on {least}+ samples only; this release has {figures['n_samples']}: on fewer, {why}"
+            )
         rows.append({**row, "examples": list(examples.get(name, []))})
     return rows
 
 
 def misses(figures: dict) -> list[str]:
-    """Thresholds the figures miss, in words (the first-think ratio is judged on 500+ samples only)."""
+    """Thresholds the figures miss, in words (figures of ``MIN_SAMPLES`` only on releases large enough)."""
     return [
         f"{v['name']} = {v['value']} (want {v['op']} {v['bound']}: {v['meaning']})"
         for v in verdicts(figures)
@@ -389,7 +459,7 @@ def audit_version(root, version: int | None = None) -> dict:
         raise SystemExit(f"no complete dataset version under {root.url}")
     rows = read_rows(root, DATASET, f"{DIRS['dataset']}/v{manifest['version']}")
     queries = read_rows(root, QUERIES, DIRS["queries"], columns=["query_id", "category"])
-    figures = audit_rows(rows, dict(Counter(q["category"] for q in queries)))
+    figures = audit_rows(rows, dict(Counter(q["category"] for q in queries)), semantic.load_context(root))
     figures["version"] = manifest["version"]
     return figures
 

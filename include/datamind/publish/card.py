@@ -134,6 +134,7 @@ def render_card(manifest: dict, rows: pa.Table, sources: list[dict]) -> str:
         "|---:|---:|",
         *[f"| {h} | {n} |" for h, n in sorted(hops.items())],
         "",
+        *writer_lines((manifest.get("audit") or {}).get("samples_per_writers") or {}),
         promotion.card_section(manifest.get("promotion")),
         "",
         *cost_lines(manifest.get("cost") or {}),
@@ -187,6 +188,26 @@ def render_card(manifest: dict, rows: pa.Table, sources: list[dict]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def writer_lines(writers: dict) -> list[str]:
+    """Who wrote the samples (``model`` and ``question_model`` columns): trajectory model -> question model ->
+    samples, as the audit counts them."""
+    if not writers:
+        return []
+    return [
+        "Who wrote the samples: `model` wrote the trajectory, `question_model` the question (`offline`: the "
+        "offline engine).",
+        "",
+        "| written by (`model`) | question by (`question_model`) | samples |",
+        "|---|---|---:|",
+        *[f"| {_cell(m)} | {_cell(q)} | {n} |" for m, questions in writers.items() for q, n in questions.items()],
+        "",
+    ]
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def cost_lines(cost: dict) -> list[str]:

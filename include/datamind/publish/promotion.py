@@ -12,6 +12,7 @@ Airflow refuses anyone else's answer.
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 from datetime import UTC, datetime
 
@@ -19,6 +20,8 @@ from datamind.publish.audit import missed_figures, verdicts
 from datamind.settings import approve_every_release
 from datamind.storage import DataRoot
 from datamind.tables import AWAITING, PROMOTED, REJECTED
+
+log = logging.getLogger(__name__)
 
 CARD_START, CARD_END = "<!-- promotion -->", "<!-- /promotion -->"
 
@@ -77,7 +80,19 @@ def decide(
     if root.exists(card_rel):
         root.write_text(card_rel, replace_card_section(root.read_text(card_rel), manifest["promotion"]))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
+    _refresh_reports(root, manifest.get("version_id") or f"v{version}")
     return manifest
+
+
+def _refresh_reports(root: DataRoot, version_id: str) -> None:
+    """The release's report files and the report index say the decision too (the UI reads it from the manifest
+    anyway): a report that cannot be rewritten is logged, never a reason to fail the decision."""
+    from datamind.quality.report_index import refresh_release_reports
+
+    try:
+        refresh_release_reports(root, version_id)
+    except (OSError, ValueError) as exc:
+        log.warning("release %s: its reports still show the state it was published in: %s", version_id, exc)
 
 
 def replace_card_section(card: str, promotion: dict) -> str:
@@ -100,21 +115,31 @@ def release_summary(manifest: dict) -> dict:
         "audit": verdicts(audit) if audit else [],
         "promotion": manifest.get("promotion") or {},
         "cost": manifest.get("cost") or {},
+        "changes": manifest.get("changes"),
+        # who wrote its samples: trajectory model -> question model -> samples (empty for older releases)
+        "writers": audit.get("samples_per_writers") or {},
     }
 
 
 def review_body(manifest: dict, report_url: str, viewer_url: str) -> str:
     """The approval task's text (Markdown): why a person is asked, what the audit missed, where to look."""
+    from datamind.publish.changes import as_markdown
+
     p = manifest.get("promotion") or {}
     lines = [
-        f"Release **{manifest.get('version_id')}** ({manifest.get('n_samples')} samples) is published for "
-        f"inspection and is not trained on until someone approves it: {p.get('reason', '')}.",
+        f"Release **{manifest.get('version_id')}** ({manifest.get('n_samples')} samples) was published for "
+        f"inspection and asks for a decision here: {p.get('reason', '')}.",
         "",
     ]
     audit = manifest.get("audit") or {}
     for v in verdicts(audit) if audit else []:
         if v["ok"] is False:
             lines.append(f"- **{v['name']}** = {v['value']} (want {v['op']} {v['bound']}): {v['meaning']}")
+    lines += ["", *as_markdown(manifest.get("changes"))]
     lines += ["", f"- [Quality report of this release]({report_url})", f"- [Its samples in the viewer]({viewer_url})"]
-    lines += ["", "Approve to promote it (train_agent starts on it); reject to keep it readable but never trained on."]
+    lines += [
+        "",
+        "Approve to promote it (train_agent starts on it); reject to keep it readable but never trained on. The "
+        "decision, who made it and when are then shown on the release's report and its page in the viewer.",
+    ]
     return "\n".join(lines)

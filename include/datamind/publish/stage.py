@@ -40,7 +40,7 @@ from datamind.assets import DIRS
 from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.llm.config import prices_from_env
-from datamind.publish import card, promotion
+from datamind.publish import card, changes, meaning, promotion
 from datamind.publish.audit import AuditTally
 from datamind.publish.cost import release_cost
 from datamind.publish.params import PublishParams
@@ -133,7 +133,7 @@ class _Screener:
         self.root, self.config, self.spill, self.run_id, self.now = root, config, spill, run_id, now
         self.readable: dict[str, str | None] = {}  # data uri -> why it cannot be read (None: readable)
         self.light: list[pa.Table] = []
-        self.audit = AuditTally()
+        self.audit = AuditTally(meaning.load_context(root))  # what profiling learned of the tables
         self.rejections: list[pa.Table] = []  # a batch's at a time: a drop record carries the row's answer
         self.spilled: list[str] = []
 
@@ -370,6 +370,7 @@ def _publish_screened(
     manifest["decontamination"] = decontamination_counts(root)
     manifest["audit"] = screened.audit.figures(_queries_by_category(root))
     manifest["promotion"] = promotion.initial(manifest["audit"])
+    manifest["changes"] = changes.since_previous(root, manifest, kept)  # shown at the gate, in the report and viewer
     manifest["cost"] = release_cost(root, kept, prices_from_env())
     root.write_text(posixpath.join(vdir, CARD), card.render_card(manifest, kept, sources))
     root.write_text(posixpath.join(vdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from datetime import UTC, datetime
 from urllib.parse import quote
 
@@ -21,19 +22,98 @@ REPORTS = DIRS["reports"]
 INDEX = posixpath.join(REPORTS, "index.html")
 
 
+def path_segment(value: str, what: str) -> str:
+    """A value made safe as one path segment (Airflow run ids carry ':' and '+')."""
+    seg = re.sub(r"[^A-Za-z0-9._-]+", "_", str(value)).strip("._")
+    if not seg:
+        raise ValueError(f"{what} {value!r} gives an empty path segment")
+    return seg
+
+
+def release_report(root: DataRoot, version_id: str, run_id: str | None) -> str | None:
+    """The report folder (relative to reports/) of release ``version_id``, published by run ``run_id``; None
+    when that run wrote no report naming it (a rerun that found the same release writes none)."""
+    if not run_id:
+        return None
+    try:
+        run_dir = path_segment(run_id, "run_id")
+    except ValueError:
+        return None
+    for path in root.glob(REPORTS, "*", run_dir, "summary.json"):
+        try:
+            doc = json.loads(root.read_text(root.rel(path)))
+        except (OSError, ValueError):
+            continue
+        if (doc.get("release") or {}).get("version_id") == version_id:
+            return posixpath.relpath(posixpath.dirname(root.rel(path)), REPORTS)
+    return None
+
+
 def load_summaries(root: DataRoot) -> list[dict]:
-    """Every report's summary.json, newest first; an unreadable one is listed as broken, never skipped."""
+    """Every report's summary.json, newest first; an unreadable one is listed as broken, never skipped. A
+    release's report shows its promotion as the release's manifest records it now (``current_release``)."""
     out = []
+    manifests: dict[int, dict | None] = {}
     for path in root.glob(REPORTS, "*", "*", "summary.json"):
         rel_dir = posixpath.dirname(root.rel(path))
         try:
-            doc = json.loads(root.read_text(root.rel(path)))
+            doc = current_release(root, json.loads(root.read_text(root.rel(path))), manifests)
         except (OSError, ValueError) as exc:
             doc = {"broken": f"{type(exc).__name__}: {exc}"}
         doc["_dir"] = posixpath.relpath(rel_dir, REPORTS)
         out.append(doc)
     out.sort(key=lambda d: (d.get("created_at") or "", d["_dir"]), reverse=True)
     return out
+
+
+_VERSION_ID = re.compile(r"^v(\d+)$")
+
+
+def current_release(root: DataRoot, doc: dict, manifests: dict[int, dict | None] | None = None) -> dict:
+    """``doc`` (a report's summary.json) with its release's promotion as the release's manifest records it now.
+
+    A release's report is written when it is published, ``awaiting_approval`` when it waits for a person; the
+    decision lands in the manifest later. Every page that shows the report reads the decision from there, so
+    none of them still says ``awaiting_approval`` after someone approved. ``manifests`` caches what was read."""
+    release = doc.get("release")
+    m = _VERSION_ID.match(str((release or {}).get("version_id") or ""))
+    if not m:
+        return doc
+    from datamind.tables import read_manifest
+
+    number = int(m.group(1))
+    cache = {} if manifests is None else manifests
+    if number not in cache:
+        try:
+            cache[number] = read_manifest(root, number)
+        except (OSError, ValueError):
+            cache[number] = None
+    manifest = cache[number]
+    if manifest is None or manifest.get("promotion") is None:
+        return doc
+    return {**doc, "release": {**release, "promotion": manifest["promotion"]}}
+
+
+def refresh_release_reports(root: DataRoot, version_id: str) -> list[str]:
+    """Rewrite the reports of release ``version_id`` (summary.json and report.html) with the promotion its
+    manifest records now, then the index: the files on disk say what the UI says. Returns the report folders."""
+    from datamind.quality.report_page import render_report
+
+    done = []
+    for doc in load_summaries(root):
+        if "broken" in doc or (doc.get("release") or {}).get("version_id") != version_id:
+            continue
+        rel_dir = posixpath.join(REPORTS, doc.pop("_dir"))
+        root.write_text(
+            posixpath.join(rel_dir, "summary.json"), json.dumps(doc, indent=1, default=str, ensure_ascii=False)
+        )
+        validation_rel = posixpath.join(rel_dir, "validation.json")
+        validation = json.loads(root.read_text(validation_rel)) if root.exists(validation_rel) else {}
+        root.write_text(posixpath.join(rel_dir, "report.html"), render_report(doc, validation))
+        done.append(rel_dir)
+    if done:
+        rebuild_index(root)
+    return done
 
 
 def _report(doc: dict) -> dict:
@@ -56,6 +136,7 @@ def _report(doc: dict) -> dict:
             "audit_pass": release.get("audit_verdict") == "pass",
             "version_id": release.get("version_id") or "",
             "state": (release.get("promotion") or {}).get("status") or "promoted",
+            "promotion": release.get("promotion") or {},
         }
         if release
         else None,

@@ -222,6 +222,8 @@ def summarize(table_name: str, df: pd.DataFrame, related: Mapping[str, pd.DataFr
         s["by_hop"] = hop_distribution(df)
         s["category_by_hop"] = category_by_hop(df)
         s["by_data_format"] = distribution(df.get("data_format", []))
+        s["by_model"] = distribution(df.get("model", []))  # who wrote the trajectories
+        s["by_question_model"] = distribution(df.get("question_model", []))  # who wrote the questions
         if "trajectories" in related:
             judged = related["trajectories"]["query_id"].tolist()
             s["consistency"] = consistency_stats(judged, df).as_dict()
@@ -273,6 +275,8 @@ def format_summary(summary: Mapping) -> list[str]:
         ("by_format", "format"),
         ("by_backend", "backend"),
         ("by_data_format", "data format"),
+        ("by_model", "written by"),
+        ("by_question_model", "question by"),
         ("by_stage", "stage"),
         ("by_reflection_round", "reflection round"),
         ("by_category", "category"),

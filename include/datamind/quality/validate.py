@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import posixpath
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -33,7 +32,7 @@ import pyarrow as pa
 
 from datamind import schemas
 from datamind.quality import gx_runner
-from datamind.quality.report_index import REPORTS, rebuild_index
+from datamind.quality.report_index import REPORTS, path_segment, rebuild_index
 from datamind.quality.report_page import render_report
 from datamind.quality.suites import Suite, suite_for
 from datamind.quality.summaries import format_summary, summarize
@@ -86,14 +85,6 @@ class QualityReport:
 
 
 # -- paths ------------------------------------------------------------------------------------------------------
-def path_segment(value: str, what: str) -> str:
-    """A value made safe as one path segment (Airflow run ids carry ':' and '+')."""
-    seg = re.sub(r"[^A-Za-z0-9._-]+", "_", str(value)).strip("._")
-    if not seg:
-        raise ValueError(f"{what} {value!r} gives an empty path segment")
-    return seg
-
-
 def report_dir(stage: str, run_id: str) -> str:
     return posixpath.join(REPORTS, path_segment(stage, "stage"), path_segment(run_id, "run_id"))
 

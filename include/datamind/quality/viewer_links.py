@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -31,6 +32,14 @@ class Links:
 
     def run_item(self, run_id: str, kind: str, key: str) -> str:
         return f"{self.base}/runs/{quote(run_id, safe='')}/{kind}/{quote(key, safe='')}"
+
+    def release_rejections(self, version_id: str, **query: Any) -> str:
+        """What the runs that fed a release rejected (recorded since the release before it)."""
+        return f"{self.base}/releases/{quote(version_id)}/rejections/" + _query(query)
+
+    def report(self, rel_dir: str) -> str:
+        """A quality report (``rel_dir``: its folder under reports/, ``<stage>/<run>``), served beside the viewer."""
+        return f"{posixpath.dirname(self.base)}/reports/{quote(rel_dir)}/"
 
 
 def _query(query: Mapping[str, Any]) -> str:

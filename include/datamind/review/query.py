@@ -11,6 +11,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
@@ -38,37 +39,83 @@ class Source:
     filters: tuple[str, ...]
     search: tuple[str, ...]  # columns the free-text search looks in
     run_id: str | None = None
+    # rows of the table this source shows: a fixed SQL condition (never user text) and its arguments
+    scope: str = ""
+    scope_args: tuple = ()
 
 
 RELEASE_COLUMNS = ("sample_id", "category", "hop", "data_format", "split", "answer_check", "judge_verdict",
-                   "file_id", "question", "final_answer")  # fmt: skip
-RELEASE_FILTERS = ("category", "hop", "data_format", "split", "answer_check", "judge_verdict", "file_id")
+                   "file_id", "model", "question", "final_answer")  # fmt: skip
+# model: who wrote the trajectory ("written by"); question_model: who wrote the question (dataset 1.2)
+RELEASE_FILTERS = ("category", "hop", "data_format", "split", "answer_check", "judge_verdict", "file_id", "model",
+                   "question_model")  # fmt: skip
 
 
 def release_source(version_id: str) -> Source:
+    """A release's samples; the search looks in the question and the data file's name (``data_uri`` is
+    ``files/<file_id>/<name>``), so a file is found by its name."""
     if not _VERSION.match(version_id):
         raise LookupError(f"no such release: {version_id!r}")
     rel = posixpath.join(DIRS["dataset"], version_id)
-    return Source("release", rel, "part-*.parquet", "sample_id", RELEASE_COLUMNS, RELEASE_FILTERS, ("question",))
+    return Source(
+        "release", rel, "part-*.parquet", "sample_id", RELEASE_COLUMNS, RELEASE_FILTERS, ("question", "data_uri")
+    )
+
+
+# The judge's record of a trajectory that was fine but not the one kept for its query: not a rejection.
+NOT_SELECTED = "not_selected"
+RUN_KINDS = ("trajectories", "rejections", NOT_SELECTED)
+_REJECTION_COLUMNS = ("item_id", "stage", "reason_code", "reason", "file_id", "query_id")
 
 
 def run_source(kind: str, run_id: str | None) -> Source:
-    """One run's rows of ``kind``; ``run_id`` as Airflow shows it or as the tables record it."""
+    """One run's rows of ``kind``; ``run_id`` as Airflow shows it or as the tables record it. ``rejections``
+    are what a stage refused; the judge's ``not_selected`` records (another trajectory of the query was kept)
+    are their own kind."""
     run_id = safe_run_id(run_id) if run_id is not None else None
+    scope, scope_args = ("run_id = ?", (run_id,)) if run_id is not None else ("", ())
     if kind == "trajectories":
         return Source(
             "trajectories", DIRS["trajectories"], "**/*.parquet", "trajectory_id",
             ("trajectory_id", "query_id", "sample_index", "reflection_round", "status", "error", "n_turns",
              "final_answer"),
-            ("status", "reflection_round"), ("final_answer", "error"), run_id,
+            ("status", "reflection_round"), ("final_answer", "error"), run_id, scope, scope_args,
         )  # fmt: skip
-    if kind == "rejections":
+    if kind in ("rejections", NOT_SELECTED):
+        selected = f"reason_code IS DISTINCT FROM '{NOT_SELECTED}'" if kind == "rejections" else (
+            f"reason_code = '{NOT_SELECTED}'"
+        )  # fmt: skip
         return Source(
-            "rejections", DIRS["rejections"], "**/*.parquet", "item_id",
-            ("item_id", "stage", "reason_code", "reason", "file_id", "query_id"),
+            kind, DIRS["rejections"], "**/*.parquet", "item_id", _REJECTION_COLUMNS,
             ("stage", "reason_code", "file_id"), ("reason", "raw"), run_id,
+            " AND ".join(c for c in (scope, selected) if c), scope_args,
         )  # fmt: skip
     raise LookupError(f"no such table to browse: {kind!r}")
+
+
+def release_rejections_source(since: str | None, until: str | None) -> Source:
+    """What the runs that fed a release rejected: every rejection recorded after the previous release was
+    published (``since``; None for the first release) up to this one (``until``), ``not_selected`` left out.
+    Each row names its run. (Publishing rewrites its own filter rejections of a partition each time it runs:
+    those show under the newest release that read the partition.)"""
+    clauses, args = [f"reason_code IS DISTINCT FROM '{NOT_SELECTED}'"], []
+    for op, when in ((">", _instant(since)), ("<=", _instant(until))):
+        if when is not None:
+            clauses.append(f"created_at {op} ?")
+            args.append(when)
+    return Source(
+        "rejections", DIRS["rejections"], "**/*.parquet", "item_id", ("item_id", "run_id", *_REJECTION_COLUMNS[1:]),
+        ("stage", "reason_code", "run_id"), ("reason", "raw"), None, " AND ".join(clauses), tuple(args),
+    )  # fmt: skip
+
+
+def _instant(text: str | None) -> datetime | None:
+    """A manifest's ISO timestamp as an aware datetime (UTC when it names no zone); None when it is not one."""
+    try:
+        when = datetime.fromisoformat(str(text)) if text else None
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
 
 
 @dataclass
@@ -106,9 +153,9 @@ def _dataset(root: DataRoot, source: Source) -> pads.Dataset | None:
 
 def _where(source: Source, filters: dict[str, str], text: str, columns: set[str]) -> tuple[str, list]:
     clauses, args = [], []
-    if source.run_id is not None:
-        clauses.append("run_id = ?")
-        args.append(source.run_id)
+    if source.scope:
+        clauses.append(f"({source.scope})")
+        args += list(source.scope_args)
     for name in source.filters:
         value = filters.get(name)
         if value in (None, "") or name not in columns:
@@ -155,7 +202,7 @@ def page(
         )
         names = [d[0] for d in cur.description]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-        scope, scope_args = ("WHERE run_id = ?", [source.run_id]) if source.run_id is not None else ("", [])
+        scope, scope_args = (f"WHERE ({source.scope})", list(source.scope_args)) if source.scope else ("", [])
         facets = {}
         for name in source.filters:
             if name in columns:

@@ -78,14 +78,15 @@ def offline_policy(
 ) -> OfflineExpertPolicy:
     paths = [task.data_path, task.staged_uri or "", (task.staged_uri or "").split("://", 1)[-1]]
 
-    helper_defined = False  # the cells run in this order in one session: the first bare SQL one defines run_sql
-
-    def runnable(row: dict, prog: str) -> str:
-        nonlocal helper_defined
+    def hop_program(row: dict, prog: str) -> HopProgram:
         lang = row.get("solution_lang")
-        code = as_python(prog, lang, int(row["hop"]), helper_defined)
-        helper_defined = helper_defined or is_bare_sql(prog, lang)
-        return localize(code, paths, task.file_name)
+        sql = localize(prog.strip(), paths, task.file_name) if is_bare_sql(prog, lang) else None
+        code = localize(
+            as_python(prog, lang, int(row["hop"]), expected=row.get("reference_answer")), paths, task.file_name
+        )
+        return HopProgram(
+            row["question"], code, int(row["hop"]), row.get("description") or "", row.get("reference_answer"), sql
+        )
 
     hops: list[HopProgram] = []
     for row in task.chain:
@@ -94,7 +95,7 @@ def offline_policy(
             raise TaskError(
                 "no_reference_solution", f"query {row['query_id']} (hop {row['hop']}) has no runnable solution program"
             )
-        hops.append(HopProgram(row["question"], runnable(row, progs[sample_index % len(progs)]), int(row["hop"])))
+        hops.append(hop_program(row, progs[sample_index % len(progs)]))
     final_progs = variant_programs(task.query)
     label = f"variant={sample_index}/{len(final_progs)}:{describe_program(hops[-1].program)}"
     # A last hop that only compares the previous result with a threshold is settled in words, not re-run.
@@ -102,12 +103,14 @@ def offline_policy(
     # The cross-check re-computes with the reference program; the reference sample itself just re-solves.
     own = final_progs[sample_index % len(final_progs)]
     checked = cross_check and own != final_progs[0] and settle is None
-    reference = runnable(task.query, final_progs[0]) if checked else None
+    reference = hop_program(task.query, final_progs[0]).program if checked else None
     fixed_read = reading_block(hops[0].program, task.data_format, task.read_options, task.file_name)
     reuse_first_read = default_read_suffices(fixed_read, task.data_format, task.read_options, task.file_name)
     return OfflineExpertPolicy(
         hops=hops,
-        inspect=inspect_code(task.data_format, task.file_name, task.read_kwargs),
+        inspect=inspect_code(
+            task.data_format, task.file_name, task.read_kwargs, seed=f"{task.query_id}:{sample_index}"
+        ),
         data_format=task.data_format,
         file_name=task.file_name,
         variant_label=label,

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from datamind import categories, grounding
+from datamind import categories, grounding, references
 from datamind.ids import stable_id
 from datamind.llm import LLMCallError, LLMClient, ParseFailure, extract_all, extract_tags
 from datamind.llm.errors import BatchPending
@@ -204,6 +204,10 @@ async def _ask(
         tokens[2] += cached[0]
         tokens[3] += cached[1]
         res.value["question"] = scope_question(res.value["question"], scope)
+        leave_out = getattr(runner[1], "exclude", None) if runner is not None else None
+        if leave_out is not None and leave_out.sentence() not in res.value["question"]:
+            # its program reads the table without its aggregate rows (``Source.exclude``): the question says so
+            res.value["question"] = f"{res.value['question']} {leave_out.sentence()}"
         problem = grounding.check_question(res.value["question"], schema) if schema is not None else None
         if problem is not None:  # a question the agent could not answer from what it sees, or should not ask
             out.rejections.append(
@@ -223,6 +227,19 @@ async def _ask(
             error, failure, feedback = str(exc), "reference_failed", _repair_message(str(exc))
         else:
             form = answer_form_problem(res.value["question"], answer)
+            literal = references.planted_answer(res.value["code"], answer, lang) if form is None else None
+            if literal is not None:  # a reference that writes its answer verifies itself: no ground truth
+                out.rejections.append(
+                    R.rejection_row(
+                        key=key,
+                        reason_code=references.LITERAL_ANSWER,
+                        reason=f"the question's program writes its answer as the literal {literal}",
+                        file_id=table["file_id"],
+                        raw=res.text,
+                        run_id=run_id,
+                    )
+                )
+                return None
             if form is None:
                 return Answered(res.value, res, answer, *tokens)
             # it ran, but printed what no agent should learn to answer: asked to fix like a crash

@@ -9,7 +9,10 @@ never this process's memory; generated programs then run on the frames that came
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
+import math
 import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -23,13 +26,20 @@ from datamind.settings import Limits
 from datamind.storage import DataRoot
 from datamind.synth import rows as R
 from datamind.synth.dedup import near_duplicates
-from datamind.synth.offline.columns import TableView, build_view
+from datamind.synth.offline.columns import TableView, build_view, python_scalar
 from datamind.synth.offline.compose import Hop, build_chains
-from datamind.synth.offline.engine import Skip, synthesize_offline
+from datamind.synth.offline.engine import Rejected, Skip, synthesize_offline
 from datamind.synth.offline.execute import ExecutionError, run_in_subprocess, run_solution
 from datamind.synth.offline.generators import OFFLINE_TEMPLATES_VERSION
 from datamind.synth.offline.phrasing import glossary, polish_question, scope_question
-from datamind.synth.offline.source import READERS, Source, UnsupportedSource, open_source, parse_read_options
+from datamind.synth.offline.source import (
+    READERS,
+    Exclusion,
+    Source,
+    UnsupportedSource,
+    open_source,
+    parse_read_options,
+)
 from datamind.synth.offline.variants import runnable_variants
 from datamind.synth.params import SynthParams
 
@@ -159,9 +169,62 @@ def _load_view(
                 fk.get("from_column") for fk in table.get("foreign_keys") or []
             }
             roles = table_roles(table, parse_overrides(column_roles))
-            return source, build_view(df, table.get("column_profiles"), keys, roles)
+            exclusion = aggregate_exclusion(table, df, list(own.columns))
+            if exclusion is not None:
+                source = dataclasses.replace(source, exclude=exclusion)
+                df = leave_out(df, exclusion)
+            labels = {j.alias: j.fk_column for j in source.joins}
+            return source, build_view(df, table.get("column_profiles"), keys, roles, labels)
         errors.append(f"{reader}: frame differs from the ingest loader's")
     raise TableUnusable("table_unreadable", "; ".join(errors)[:1000])
+
+
+MAX_AGGREGATE_VALUES = 12  # values a question may list to name the aggregate rows it leaves out
+
+
+def aggregate_exclusion(table: dict, df: pd.DataFrame, own: list | None = None) -> Exclusion | None:
+    """How programs leave out the aggregate rows profiling found (``meta_info["aggregate_rows"]``): the values
+    of one of the table's ``own`` columns (not a joined parent's) that name exactly those rows in ``df`` (the
+    frame every program reads: its rows are the profiled frame's, in order), the recorded label column first,
+    else a column whose values on those rows no other row has. None when the table has none;
+    ``TableUnusable`` when no column names them in a few values."""
+    try:
+        found = json.loads(table.get("meta_info") or "{}").get("aggregate_rows")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if not found or not found.get("rows"):
+        return None
+    rows = [int(i) for i in found["rows"]]
+    if len(rows) < int(found.get("count", len(rows))) or max(rows) >= len(df):
+        raise TableUnusable("aggregate_rows", f"{found.get('count')} aggregate rows, not all of them located")
+    wanted = np.zeros(len(df), bool)
+    wanted[rows] = True
+    own = list(df.columns) if own is None else own
+    columns = [found["label_column"]] if found.get("label_column") in own else []
+    columns += [c for c in own if c not in columns and not str(c).startswith("Unnamed: ")]
+    for col in columns:
+        values = df[col].iloc[rows]
+        if values.isna().any():
+            continue
+        picked = tuple(dict.fromkeys(python_scalar(v) for v in values))
+        if len(picked) > MAX_AGGREGATE_VALUES or any(isinstance(v, float) and not math.isfinite(v) for v in picked):
+            continue
+        if not isinstance(picked[0], (str, int, float)) or isinstance(picked[0], bool):
+            continue
+        if (df[col].isin(list(picked)).to_numpy() == wanted).all():
+            return Exclusion(str(col), picked)
+    raise TableUnusable(
+        "aggregate_rows",
+        f"{len(rows)} aggregate rows (totals of other rows) that no column names in {MAX_AGGREGATE_VALUES} values or "
+        "fewer: " + "; ".join(found.get("evidence") or [])[:500],
+    )
+
+
+def leave_out(df: pd.DataFrame, exclusion: Exclusion) -> pd.DataFrame:
+    """``df`` as the programs' leaving-out line leaves it (the same code, so the frames agree)."""
+    namespace = {"df": df, "pd": pd}
+    exec(compile(exclusion.python(), "<leave_out>", "exec"), namespace)  # noqa: S102 - own generated code
+    return namespace["df"]
 
 
 def _tables_of(table: dict, source: Source) -> list[str]:
@@ -263,7 +326,9 @@ def _offline_rows(out: TableOutput, job: _OfflineJob) -> None:
     tid = table["table_id"]
 
     def scoped(question: str) -> str:
-        return scope_question(question, source.scope, view.df.columns)
+        question = scope_question(question, source.scope, view.df.columns)
+        # a table with totals beside its rows: every program leaves them out, and the question says so
+        return f"{question} {source.exclude.sentence()}" if source.exclude else question
 
     if with_singles:
         result = synthesize_offline(view, source, params.categories, params.queries_per_category, params.seed, tid)
@@ -294,11 +359,14 @@ def _offline_rows(out: TableOutput, job: _OfflineJob) -> None:
         for task, error in result.failures:
             level = logging.WARNING if error.startswith("template error") else logging.DEBUG
             log.log(level, "table %s: %s/%s dropped: %s", tid, task.category, task.template, error)
+        _record_rejected(out, job, result.rejected)
 
     if params.n_chains:
+        rejected: list[Rejected] = []
         chains = build_chains(
-            view, source, params.n_chains, params.min_hops, params.max_hops, params.seed, tid, chain_roots
+            view, source, params.n_chains, params.min_hops, params.max_hops, params.seed, tid, chain_roots, rejected
         )
+        _record_rejected(out, job, rejected)
         if not chains:
             starting = " whose first question is of a requested category" if chain_roots is not None else ""
             out.skips.append(
@@ -336,6 +404,24 @@ def _offline_rows(out: TableOutput, job: _OfflineJob) -> None:
             out.chains.append(chain)
             out.chain_rows.append(chain_rows)
             out.rows.extend(chain_rows)
+
+
+def _record_rejected(out: TableOutput, job: _OfflineJob, rejected: list[Rejected]) -> None:
+    """Questions dropped for what their answer is (written in the program or the question, fixed by how they were
+    built, a chain that loops): one rejection each, with its reason (a random walk meets the same one again)."""
+    seen = {r["item_id"] for r in out.rejections}
+    for r in rejected:
+        row = R.rejection_row(
+            key=(job.params.fingerprint, job.table["table_id"], r.code, r.task.template, r.task.question),
+            reason_code=r.code,
+            reason=f"{r.task.category}/{r.task.template}: {r.reason}"[:1000],
+            file_id=job.table.get("file_id"),
+            raw=f"{r.task.question}\n\n{r.solution}".strip(),
+            run_id=job.run_id,
+        )
+        if row["item_id"] not in seen:
+            seen.add(row["item_id"])
+            out.rejections.append(row)
 
 
 def dedup_rows(

@@ -246,9 +246,10 @@ _FROM_T = re.compile(r"\bFROM\s+" + _Q + r"\s+AS\s+t\b", re.IGNORECASE)
 _LEFT_JOIN = re.compile(r"\bJOIN\s+" + _Q + r"\s+AS\s+(p\d+)\s+ON\s+t\." + _Q + r"\s*=\s*p\d+\." + _Q, re.IGNORECASE)
 
 
-def join_reasons(program: str, seed: str, salt: str) -> list[str]:
+def join_reasons(program: str, seed: str, salt: str, again: bool = False) -> list[str]:
     """For each parent table a step joins, the sentence that says why: which of the question's columns lives
-    there and which foreign key leads to it (all read from the schema the first step printed)."""
+    there and which foreign key leads to it (all read from the schema the first step printed); ``again``: the
+    short form for a join an earlier step already explained."""
     table = _FROM_T.search(program)
     if not table:
         return []
@@ -258,6 +259,9 @@ def join_reasons(program: str, seed: str, salt: str) -> list[str]:
         parent, fk, pk = (x.replace('""', '"') for x in (parent, fk, pk))
         label = re.search(rf"\b{alias}\.{_Q}\s+AS\s+{_Q}", program)
         column = label.group(2).replace('""', '"') if label else f"{parent}'s columns"
+        if again:
+            out.append(f"{column} comes in through the same join, {child}.{fk} -> {parent}.{pk}")
+            continue
         out.append(
             pick(
                 (
@@ -273,3 +277,294 @@ def join_reasons(program: str, seed: str, salt: str) -> list[str]:
             )
         )
     return out
+
+
+# -- what the session has seen ----------------------------------------------------------------------------
+_MISSING_LINE = re.compile(r"^missing values: (\{.*\})\s*$", re.MULTILINE)
+
+
+def missing_counts(output: str) -> dict[str, int] | None:
+    """The per-column missing counts the first look printed (only columns with gaps), or None if not printed."""
+    m = _MISSING_LINE.search(output or "")
+    if not m:
+        return None
+    try:
+        value = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    return {str(k): int(v) for k, v in value.items()} if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class DbTable:
+    name: str
+    rows: int
+    columns: tuple[tuple[str, str], ...]  # (name, declared type)
+    keys: tuple[tuple[str, str, str], ...]  # (column, parent table, parent column)
+
+
+def db_tables(schema: str) -> dict[str, DbTable]:
+    """The tables a ``get_db_info()`` print lists, with row counts, column types and foreign keys."""
+    out: dict[str, DbTable] = {}
+    for block in re.split(r"\n(?=Table )", schema or ""):
+        head = re.match(r"Table (.+?) \((\d+) rows?\)", block)
+        if not head:
+            continue
+        cols = tuple(
+            (m.group(1), m.group(2))
+            for m in re.finditer(r"^\s+- (.+?) ([A-Z][A-Z0-9_ ()]*?)(?: PRIMARY KEY| NOT NULL)*$", block, re.M)
+        )
+        keys = tuple(
+            (m.group(1), m.group(2), m.group(3))
+            for m in re.finditer(r"^\s+foreign key (.+?) -> (.+?)\.(.+)$", block, re.M)
+        )
+        out[head.group(1)] = DbTable(head.group(1), int(head.group(2)), cols, keys)
+    return out
+
+
+def is_numeric_dtype(dtype: str) -> bool:
+    d = dtype.lower()
+    return d.startswith(("int", "float", "uint")) or d in ("integer", "real", "numeric", "double", "float", "bigint")
+
+
+def is_text_dtype(dtype: str) -> bool:
+    d = dtype.lower()
+    return d in ("object", "str", "string", "text") or d.startswith(("varchar", "char", "string"))
+
+
+def kind_word(dtype: str) -> str:
+    d = dtype.lower()
+    if d.startswith(("int", "uint")) or d in ("integer", "bigint"):
+        return "integer"
+    if d.startswith("float") or d in ("real", "double", "numeric", "float"):
+        return "float"
+    if d.startswith("datetime") or d in ("date", "datetime"):
+        return "datetime"
+    if d == "bool" or d == "boolean":
+        return "boolean"
+    return "text"
+
+
+# -- describing a step in the analyst's words --------------------------------------------------------------
+_BUILDS_ON = re.compile(r"\s*Builds on the previous question:.*$", re.DOTALL)
+_PREVIOUS = re.compile(
+    r"\bthe previous (?:step's |question's )?(result|count|spread|difference|value|mean|median|share|ratio|"
+    r"percentage|threshold|number)\b",
+    re.IGNORECASE,
+)
+
+
+def plan_text(description: str | None, previous: str | None = None) -> str | None:
+    """A step's description as the plan of a thought: without the note on what it builds on, the earlier
+    result named by the variable holding it, first letter lower case; None when there is none."""
+    text = _BUILDS_ON.sub("", description or "").strip().rstrip(".")
+    if not text or len(text) > 220:
+        return None
+    if previous:
+        text = _PREVIOUS.sub(f"`{previous}`", text, count=1)
+        text = re.sub(r"\bfound by the previous step\b", f"in `{previous}`", text)
+        text = re.sub(r"\bthe previous step's (\w+) group\b", rf"the \1 group in `{previous}`", text)
+    first = text.split(" ", 1)[0].rstrip(",:;")
+    if text[:2].isupper() or first in _PROPER:
+        return text
+    return text[0].lower() + text[1:]
+
+
+_PROPER = frozenset("Tukey Pearson Spearman Kendall Shapiro Welch Student Fisher Gini Benford Pareto".split())
+
+
+_SENTENCE_WORDS = frozenset(
+    "the a an no zero it its table good first now so next with after one two three four five six seven eight nine "
+    "ten only none shape".split()
+)
+
+
+def cap(text: str) -> str:
+    """``text`` with a capital first letter where it starts with an ordinary word; a value or a name from the
+    data keeps its spelling ("shipped is the most frequent status", "`x` = 3")."""
+    first = re.match(r"[A-Za-z]+", text or "")
+    if first and first.group(0).lower() in _SENTENCE_WORDS:
+        return text[0].upper() + text[1:]
+    return text
+
+
+def _num(text: str) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _fraction_words(share: float) -> str:
+    for bound, words in (
+        (0.02, "a sliver"),
+        (0.08, "a small minority"),
+        (0.2, "roughly a tenth to a fifth"),
+        (0.3, "about a quarter"),
+        (0.4, "about a third"),
+        (0.47, "a bit under half"),
+        (0.53, "about half"),
+        (0.62, "a bit over half"),
+        (0.72, "about two thirds"),
+        (0.85, "about three quarters"),
+        (0.97, "most"),
+    ):
+        if share < bound:
+            return words
+    return "nearly all"
+
+
+def _pct(part: float, whole: float) -> str:
+    share = 100 * part / whole
+    return f"{share:.0f}%" if share >= 1 else f"{share:.1f}%"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One printed result and what it is: the context a reaction is written from."""
+
+    value: str  # what the cell printed
+    var: str | None  # the variable holding it
+    what: str  # description + program, lower case: what was computed
+    rows: int | None  # records of the relation it was computed over
+    column: str | None  # the column it is about
+    kind_of_var: str = "value"  # value | text: what the variable holds (see cells.use_variable)
+
+
+def react(r: Result, seed: str, salt: str) -> str:
+    """One clause that reads a printed result the way an analyst would: what the number means against the
+    rows it came from, its sign, its strength, or the size of the group; quoting the value itself."""
+    v, what, name = r.value.strip(), r.what, f"`{r.var}`" if r.var else "the result"
+    x = _num(v)
+    col = f"`{r.column}`" if r.column else "the column"
+    if v in ("Yes", "No", "True", "False"):
+        return pick((f"the check says {v}", f"{name} comes out {v}", f"it is a plain {v}"), seed, salt)
+    if "\n" in v or "; " in v:
+        items = [i for i in re.split(r";\s*|\n", v) if i.strip()]
+        return pick(
+            (
+                f"{len(items)} entries come back, starting with {short(items[0], 50)}",
+                f"the list has {len(items)} entries",
+            ),
+            seed,
+            salt,
+        )
+    if x is None:
+        if ", " in v and len(v) < 120:
+            return pick((f"the row reads {v}", f"{name} holds {v}"), seed, salt)
+        if re.search(r"outlier|fences", what) and re.search(r"\d", v):
+            return f"{short(v, 80)}, so the rule does flag values" if not v.startswith("0") else short(v, 80)
+        leads = (
+            "most frequent"
+            if re.search(r"mode of|most common|most frequent|value_counts|count\(\*\) desc", what)
+            else None
+        )
+        if leads:
+            return pick(
+                (
+                    f"{short(v, 60)} is the most frequent value of {col}",
+                    f"{short(v, 60)} occurs most often",
+                    f"{name} is {short(v, 60)}",
+                ),
+                seed,
+                salt,
+            )
+        return pick(
+            (f"{short(v, 60)} comes out on top", f"{name} is {short(v, 60)}", f"the winner is {short(v, 60)}"),
+            seed,
+            salt,
+        )
+    if re.search(r"outlier|fences", what) and float(x).is_integer():
+        n = int(x)
+        if n == 0:
+            return pick(
+                (
+                    "no value lies outside the fences: no outliers by this rule",
+                    f"zero outliers in {col}: the spread has no stray tail by the 1.5 IQR rule",
+                ),
+                seed,
+                salt,
+            )
+        share = f" of {r.rows} rows ({_pct(n, r.rows)})" if r.rows and n <= r.rows else ""
+        if r.rows and n / r.rows > 0.1:
+            return (
+                f"{n}{share} fall outside the fences - a lot for outliers; {col} looks skewed rather than "
+                "dotted with a few bad values"
+            )
+        return pick(
+            (
+                f"{n}{share} lie outside the fences: a thin tail worth a look, not enough to move the mean much",
+                f"{n} outlier{'s' if n != 1 else ''}{share} - few, so they are extreme values rather than a "
+                "second population",
+            ),
+            seed,
+            salt,
+        )
+    if re.search(r"\bz = |z-?score", what):
+        return (
+            f"a largest z of {v}: at least one value sits more than three standard deviations out"
+            if abs(x) > 3
+            else f"a largest z of {v}: nothing is beyond three standard deviations"
+        )
+    if re.search(r"correlation|corrcoef|\.corr\(", what) and -1 <= x <= 1:
+        strength = (
+            "no real" if abs(x) < 0.1 else "a weak" if abs(x) < 0.3 else "a moderate" if abs(x) < 0.5 else "a strong"
+        )
+        sign = "" if abs(x) < 0.1 else " positive" if x > 0 else " negative"
+        return pick(
+            (f"r = {v}, {strength}{sign} linear relation", f"{v} means {strength}{sign} association"), seed, salt
+        )
+    if re.search(r"p-?value|pvalue|ttest|shapiro|chi2|f_oneway|kruskal", what) and 0 <= x <= 1:
+        return f"p = {v}, {'below' if x < 0.05 else 'above'} the usual 0.05 level"
+    if re.search(r"percent(?!ile)|percentile rank|share of|\* 100\b", what):
+        share = re.search(
+            r"share of|percentile rank|attributable|count by the number|number of records|of (?:the )?records", what
+        )
+        if share and 0 <= x <= 100:
+            return pick(
+                (f"{v}%, {_fraction_words(x / 100)}", f"{name} is {v} percent - {_fraction_words(x / 100)}"),
+                seed,
+                salt,
+            )
+        if 0 <= x <= 100:
+            return pick((f"{name} is {v} percent", f"{v} percent for {name}"), seed, salt)
+        side = "below zero" if x < 0 else "over 100"
+        return f"{name} is {v} percent, {side}: the value is measured against a smaller base, not a share of a whole"
+    if re.search(r"difference|subtracted|minus|\bgap\b|inside - outside", what):
+        if x == 0:
+            return f"{name} is exactly 0: no difference at all"
+        return pick(
+            (
+                f"{name} is {v}: "
+                + ("positive, the first side is higher" if x > 0 else "negative, the first side is lower"),
+                f"a {'positive' if x > 0 else 'negative'} gap of {v}",
+            ),
+            seed,
+            salt,
+        )
+    if re.search(r"\bratio\b|divide", what) and "percent" not in what:
+        return f"{name} is {v}, {'above' if x > 1 else 'below' if x < 1 else 'exactly'} 1"
+    counting = re.search(r"\bcount(?:s|ing|ed)?\b|how many|count\(\*\)|len\(|nunique|distinct|\.sum\(\)\)", what)
+    if counting and float(x).is_integer() and x >= 0:
+        n = int(x)
+        if "distinct" in what or "nunique" in what:
+            return pick((f"{n} distinct values", f"{name} = {n} different values"), seed, salt)
+        if n == 0:
+            return pick(("no record matches", f"{name} is 0: nothing qualifies"), seed, salt)
+        if r.rows and n <= r.rows:
+            small = n <= 5 and r.rows >= 30
+            tail = " - a small group, so anything averaged over it rests on few rows" if small else ""
+            return pick(
+                (
+                    f"{n} of {r.rows} records ({_pct(n, r.rows)}){tail}",
+                    f"{name} = {n}, {_fraction_words(n / r.rows)} of the {r.rows} rows{tail}",
+                ),
+                seed,
+                salt,
+            )
+        return pick((f"{name} = {n}", f"{n} records"), seed, salt)
+    about = f" for {col}" if r.column else ""
+    if r.var:
+        return pick((f"{name} = {v}", f"{name} comes to {v}", f"{name} holds {v}"), seed, salt)
+    return pick((f"the step gives {v}{about}", f"it works out to {v}{about}"), seed, salt)

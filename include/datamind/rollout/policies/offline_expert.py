@@ -1,8 +1,16 @@
 """An expert policy without an LLM: it replays a query's reference solution chain as a real multi-turn trajectory.
 
-Turn 1 inspects the data (schema / first rows); turns 2..k+1 run the chain's hop programs in order, one hop
-per turn, each through the same sandbox session as an LLM agent would use; the last turn answers with what
-the final hop printed.  Every interpreter message is the real output of that execution.
+Turn 1 inspects the data (schema / first rows and missing values); turns 2..k+1 run the chain's hop programs in
+order, one hop per turn, each through the same sandbox session as an LLM agent would use; the last turn answers
+with what the final hop printed.  Every interpreter message is the real output of that execution.
+
+The cells read as one analyst's session (``cells``): each step keeps its result in a named variable and a
+later step uses that variable instead of the printed value pasted back; a database step computes in SQL and
+reads its result file into the variable; a step that loads a table into pandas fetches only the columns it
+uses.  The thoughts (``narration``) react to what the last output showed - shape, types, gaps, the value
+and what it means against the rows it came from - and say what the next step does, without restating the
+question.  Where the data or the engine really answers back (a read that fails or looks wrong, SQLite
+lacking a median), the trajectory holds the failure, its reading and the way round it.
 
 The N trajectories of a query use N *different* programs for the final hop (the reference solution and
 its ``solution_variants``: other libraries or formulations that must print the same answer), so the
@@ -19,13 +27,12 @@ from __future__ import annotations
 import ast
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from datamind.rollout import protocol
 from datamind.rollout.agent import PolicyGaveUp, PolicyReply
-from datamind.rollout.policies import narration
-from datamind.synth.offline.phrasing import final_ask, without_format
+from datamind.rollout.policies import cells, narration
 
 OFFLINE_MODEL = "offline-expert"
 
@@ -35,6 +42,9 @@ class HopProgram:
     question: str
     program: str  # Python (SQL solutions are wrapped into a call of the SQL tool, see ``as_python``)
     hop: int
+    description: str = ""  # what the step computes, in the synthesizer's words (its plan; never the question)
+    answer: str | None = None  # the step's reference answer: what its cell is expected to print
+    sql: str | None = None  # a bare SQL solution (``program`` is then its default cell)
 
 
 def is_python(code: str) -> bool:
@@ -45,36 +55,26 @@ def is_python(code: str) -> bool:
     return True
 
 
-SQL_HELPER = "run_sql"
-# execute_sql saves a query's rows to a CSV and returns only a summary line, so a session's first SQL step
-# defines one small function that runs a query and returns its rows as text (one cell as itself, else rows
-# joined by "; " and cells by ", ", like the reference answers); later steps call it.
-_SQL_HELPER_DEF = f"""import csv
-
-
-def {SQL_HELPER}(sql, path):
-    execute_sql(sql=sql, output_path=path)
-    with open(path, newline='') as fh:
-        rows = list(csv.reader(fh))[1:]
-    return rows[0][0] if len(rows) == 1 and len(rows[0]) == 1 else '; '.join(', '.join(r) for r in rows)
-
-
-"""
-
-
 def is_bare_sql(program: str, lang: str | None) -> bool:
     """A database solution written as a bare SQL statement (run through the SQL tool, see ``as_python``)."""
     return (lang or "python") == "sql" and not is_python(program.strip())
 
 
-def as_python(program: str, lang: str | None, hop: int, helper_defined: bool = False) -> str:
-    """A runnable cell: Python as is; a bare SQL statement becomes a call of ``run_sql`` (defined by this
-    cell unless an earlier cell of the session did), which prints the query's rows."""
+def as_python(
+    program: str,
+    lang: str | None,
+    hop: int,
+    *,
+    name: str | None = None,
+    expected: str | None = None,
+    import_pandas: bool = True,
+) -> str:
+    """A runnable cell: Python as is; a bare SQL statement becomes an ``execute_sql`` call whose result file is
+    read into ``name`` (default ``result_<hop>``) and printed (see ``cells.sql_cell``)."""
     program = program.strip()
     if not is_bare_sql(program, lang):
         return program
-    call = f"print({SQL_HELPER}({program!r}, {f'hop{hop}_result.csv'!r}))"
-    return call if helper_defined else _SQL_HELPER_DEF + call
+    return cells.sql_cell(program, name or f"result_{hop}", expected, import_pandas=import_pandas)
 
 
 def variant_programs(row: dict) -> list[str]:
@@ -115,13 +115,36 @@ _TOUCHES_DATA = re.compile(r"\bdf\b|read_|open\(|execute_sql|get_db_info|sqlite3
 _FROM_TABLE = re.compile(r"\b(?:FROM|JOIN)\s+(?:\"([^\"]+)\"|`([^`]+)`|([A-Za-z_]\w*))", re.IGNORECASE)
 
 
+def _sql_strings(code: str) -> list[str]:
+    """The SQL a cell sends through ``execute_sql`` (its ``sql=`` argument, read as the string it is)."""
+    out = []
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return out
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "execute_sql":
+            args = [kw.value for kw in node.keywords if kw.arg == "sql"] + list(node.args[:1])
+            for arg in args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    out.append(arg.value)
+                elif isinstance(arg, ast.JoinedStr):
+                    out.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in arg.values))
+    return out
+
+
 def describe_program(code: str) -> str:
     """A short, honest name for the formulation a program uses (shown in the policy label and the reasoning)."""
     low = code.lower()
     if not _TOUCHES_DATA.search(code):  # e.g. a yes/no check of the previous result against a threshold
-        return "sql-constant" if f"{SQL_HELPER}(" in code else "arithmetic"
-    if "execute_sql" in low or f"{SQL_HELPER}(" in low:
-        return "sql-tool+pandas" if re.search(r"\bpd\.|pandas", low) else "sql-tool"
+        return "arithmetic"
+    if "execute_sql" in low:
+        sqls = _sql_strings(code)
+        if sqls and not any(re.search(r"\bFROM\b", q, re.IGNORECASE) for q in sqls) and "read_csv(" in low:
+            if not re.search(r"\bdf\b", code):
+                return "sql-constant"  # a SELECT without a table: a comparison of numbers
+        pandas_work = re.search(r"\bdf\b|groupby|\.(?:mean|median|std|sum|corr|quantile)\(", code)
+        return "sql-tool+pandas" if pandas_work else "sql-tool"
     if "duckdb" in low:
         return "duckdb-sql"
     if "read_sql" in low or "sqlite3" in low:
@@ -135,9 +158,20 @@ def describe_program(code: str) -> str:
     return "pandas"
 
 
-def inspect_code(data_format: str, file_name: str, read_kwargs: dict | None) -> str:
+# The first look prints the columns with gaps (none: an empty dict), so a thought can react to them; the
+# ways of writing it print the same line.
+SHOW_MISSING = 'print("missing values:", {c: int(n) for c, n in df.isna().sum().items() if n})'
+SHOW_MISSING_FORMS = (
+    SHOW_MISSING,
+    'print("missing values:", df.isna().sum()[lambda s: s > 0].to_dict())',
+    'print("missing values:", {c: int(df[c].isna().sum()) for c in df.columns if df[c].isna().any()})',
+)
+
+
+def inspect_code(data_format: str, file_name: str, read_kwargs: dict | None, seed: str = "") -> str:
     """The first look an analyst takes: default reading options (only the sheet the task names), so a
-    file that needs special handling shows its problem in the output."""
+    file that needs special handling shows its problem in the output; then shape, types, first rows and the
+    gaps per column (written one of a few equivalent ways, chosen by ``seed``)."""
     if data_format == "sqlite":
         return "print(get_db_info())"
     if data_format == "xlsx":
@@ -146,7 +180,8 @@ def inspect_code(data_format: str, file_name: str, read_kwargs: dict | None) -> 
         read = f"df = pd.read_excel({file_name!r}{sheet_arg}, engine='calamine')"
     else:
         read = f"df = pd.read_csv({file_name!r})"
-    return "import pandas as pd\n" + read + "\n" + SHOW_FRAME
+    missing = narration.pick(SHOW_MISSING_FORMS, seed, "missing-form") if seed else SHOW_MISSING
+    return "import pandas as pd\n" + read + "\n" + SHOW_FRAME + "\n" + missing
 
 
 SHOW_FRAME = 'print("shape:", df.shape)\nprint(df.dtypes.to_string())\nprint(df.head(3).to_string())'
@@ -168,31 +203,6 @@ def without_reading(program: str, fixed_read: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", rest).strip() + "\n"
 
 
-def blunder_of(program: str, known: list[str]) -> tuple[str, str, str] | None:
-    """A plausible slip in a program: one column name written the way people mistype it (lower case,
-    or a stray plural).  Returns (faulty program, wrong name, right name), or None when no column
-    reference can be altered into a name that does not exist."""
-    # SQLite reads an unknown double-quoted identifier as a string literal: a slip there prints a wrong
-    # value instead of failing, so only programs whose engines reject unknown names get one.
-    if re.search(rf"execute_sql|{SQL_HELPER}\(|sqlite3", program):
-        return None
-    # SQL engines resolve identifiers case-insensitively, so there only a changed spelling fails.
-    sql = re.search(r"duckdb|polars", program) is not None
-    lowered = {k.lower() for k in known}
-    for name in known:
-        if not name or len(name) < 3:
-            continue
-        plural = name[:-1] if name.endswith("s") else name + "s"
-        wrong = name.lower() if name.lower() != name and not sql else plural
-        if wrong in known or (sql and wrong.lower() in lowered):
-            continue
-        for quote in ("'", '"'):
-            lit = f"{quote}{name}{quote}"
-            if lit in program:
-                return program.replace(lit, f"{quote}{wrong}{quote}", 1), wrong, name
-    return None
-
-
 _WARNING = re.compile(r"^\S.*?:\d+: [A-Za-z0-9_]*Warning: ")
 
 
@@ -212,9 +222,18 @@ def printed_value(output: str) -> str:
 
 
 # How a database step's pandas program loads its relation (``Source.python_preamble``).
-_RELATION_LOAD = re.compile(
-    r"^execute_sql\(sql=.*, output_path='relation\.csv'\)\ndf = pd\.read_csv\('relation\.csv'\)\n", re.M
-)
+_RELATION_LOAD = re.compile(r"^execute_sql\(sql=(?:.|\n)*?, output_path='([^']+)'\)\ndf = pd\.read_csv\('\1'\)\n", re.M)
+
+
+def _body(program: str) -> str:
+    """A step's program without the lines that load its data (they name every column of the relation)."""
+    program = _RELATION_LOAD.sub("", program)
+    return "\n".join(line for line in program.splitlines() if "read_csv(" not in line and "read_excel(" not in line)
+
+
+_WHOLE_TABLE = re.compile(r'^SELECT \* FROM "((?:[^"]|"")+)"(?P<rest>(?: WHERE .*)?)$', re.DOTALL)
+# The lines a program runs to leave a table's aggregate rows out of `df` (idempotent: once per session suffices).
+_LEAVE_OUT = re.compile(r"^# leave out the aggregate rows[^\n]*\ndf = df\[~df\[.*\]\.isin\(.*\)\][^\n]*\n", re.M)
 
 
 def _reuse_relation(hops: list[HopProgram], check: str | None) -> tuple[list[HopProgram], str | None]:
@@ -225,7 +244,7 @@ def _reuse_relation(hops: list[HopProgram], check: str | None) -> tuple[list[Hop
     for h in hops:
         m = _RELATION_LOAD.search(h.program)
         if m and m.group(0) == loaded:
-            h = HopProgram(h.question, h.program.replace(loaded, "", 1), h.hop)
+            h = HopProgram(h.question, h.program.replace(loaded, "", 1), h.hop, h.description, h.answer, h.sql)
         elif m:
             loaded = m.group(0)
         out.append(h)
@@ -234,24 +253,71 @@ def _reuse_relation(hops: list[HopProgram], check: str | None) -> tuple[list[Hop
     return out, check
 
 
+def _narrow_relations(
+    hops: list[HopProgram], check: str | None, columns_of: dict[str, list[str]]
+) -> tuple[list[HopProgram], str | None]:
+    """Steps that load a whole table into pandas (``SELECT * FROM t``) fetch only the columns they use, where
+    every step loading that table touches ``df`` only through named columns (a duplicate-row or whole-frame
+    operation needs every column, and then the table is fetched whole). ``columns_of``: table -> columns."""
+    programs = [h.program for h in hops] + ([check] if check else [])
+    loads: dict[str, list[int]] = {}
+    for i, prog in enumerate(programs):
+        m = _RELATION_LOAD.search(prog)
+        if not m:
+            continue
+        try:
+            sql = ast.literal_eval(re.match(r"execute_sql\(sql=((?:.|\n)*?), output_path=", m.group(0)).group(1))
+        except (ValueError, SyntaxError, AttributeError):
+            continue
+        whole = _WHOLE_TABLE.match(sql) if isinstance(sql, str) else None
+        if whole:
+            loads.setdefault(m.group(0), []).append(i)
+    for load, idx in loads.items():
+        sql = ast.literal_eval(re.match(r"execute_sql\(sql=((?:.|\n)*?), output_path=", load).group(1))
+        whole = _WHOLE_TABLE.match(sql)
+        table = whole.group(1).replace('""', '"')
+        known = columns_of.get(table) or []
+        bodies = [programs[i].replace(load, "", 1) for i in idx]
+        used: list[str] = []
+        for body in bodies:
+            used += [c for c in narration.columns_used(body, known) if c not in used]
+        if not known or not used or not all(cells.uses_only_named_columns(b) for b in bodies):
+            continue
+        used = [c for c in known if c in used]  # in the table's order
+        cols = ", ".join('"' + c.replace('"', '""') + '"' for c in used)
+        query = f'SELECT {cols} FROM "{whole.group(1)}"' + whole.group("rest")
+        path = cells.slug(table) + ".csv"
+        narrowed = f"execute_sql(sql={cells.sql_text(query)}, output_path={path!r})\ndf = pd.read_csv({path!r})\n"
+        for i in idx:
+            programs[i] = programs[i].replace(load, narrowed, 1)
+    out = [HopProgram(h.question, programs[i], h.hop, h.description, h.answer, h.sql) for i, h in enumerate(hops)]
+    return out, (programs[-1] if check else None)
+
+
+# The SQL aggregates SQLite lacks, which an analyst tries first and pandas then supplies.
+_NO_SQLITE_AGGREGATE = {"median": "MEDIAN"}
+
+
 @dataclass
 class _Step:
-    kind: str  # explore | fix | hop | blunder | check
+    kind: str  # explore | fix | probe | hop | check
     code: str
     hop: HopProgram | None = None
-    index: int = 0  # hop number (1-based) for hop/blunder steps
-    wrong: str = ""
-    right: str = ""
-    wrong_output: str | None = None  # what a faulty step printed when it did not fail
+    index: int = 0  # hop number (1-based) for hop/probe steps
+    var: str | None = None  # the variable the step's result is kept in (set when the cell is written)
+    kind_of_var: str = "value"  # value | text (see cells.use_variable)
+    probe_output: str | None = None  # what a probe printed (its error)
+    probe_ok: bool = False
+    notes: list[str] = field(default_factory=list)
 
 
 class OfflineExpertPolicy:
     """Replays ``hops`` (ancestors first, the query itself last) for one variant index.
 
-    The turns are planned up front but narrated from what each execution printed: a first read with
-    default options; a corrected read when that output shows a problem (title rows, unnamed columns, one
-    fused column, a decode error); one turn per hop; sometimes (``blunder_rate``) a hop first run with a
-    mistyped column name, so the trajectory holds a real error, its diagnosis and the fix; the answer.
+    The turns are planned up front but written from what each execution printed: a first read with default
+    options; a corrected read when that output shows a problem (title rows, unnamed columns, one fused column,
+    a decode error); one turn per hop, where a database step that needs a median first asks SQLite for it
+    (it has none: the error and the way round it are the trajectory's); the answer.
 
     A last hop that only asks whether the previous result exceeds ``settle_threshold`` runs no cell: the
     answer turn compares the number the previous step printed with the threshold in words (and the hop runs
@@ -271,9 +337,9 @@ class OfflineExpertPolicy:
         reuse_first_read: bool = False,
         seed: str = "",
         max_turns: int = 10,
-        blunder_rate: float = 0.2,
         question: str = "",
         settle_threshold: float | None = None,
+        probe_rate: float = 0.5,
     ) -> None:
         if not hops:
             raise ValueError("an offline trajectory needs at least one hop program")
@@ -281,22 +347,28 @@ class OfflineExpertPolicy:
         self._data_format = data_format
         self._file_name = file_name
         self._seed = seed or variant_label
-        # quoted in thinks without the answer-format sentence the question ends with
-        self._question = without_format(question or hops[-1].question)
+        self._question = question or hops[-1].question  # read for the names it uses, never quoted
         self._hops = hops
         self._fixed_read = fixed_read
         # the first look (a default read) loads `df` exactly as the steps' reading block does
         self._reuse_first_read = reuse_first_read and fixed_read is not None
         self._cross_check = cross_check
-        self._blunder_rate = blunder_rate
+        self._probe_rate = probe_rate
         self._max_turns = max_turns
         self._plan: list[_Step] = [_Step("explore", inspect)]
         self._outputs: list[str] = []
+        self._results: list[narration.Result] = []
         self._known: list[str] = []  # column names the latest good read showed
+        self._view: narration.ReadView | None = None  # the latest good read of the file
+        self._missing: dict[str, int] | None = None
         self._schema = ""  # what the first look printed
+        self._tables: dict[str, narration.DbTable] = {}
         self._cross_checked = cross_check is not None
         self._settle_threshold = settle_threshold if len(hops) > 1 else None
         self._settle_step: _Step | None = None  # the last hop's cell, run only when words cannot settle it
+        self._written: list[str] = []  # the cells sent so far, in order
+        self._taken: set[str] = set()
+        self._by_hop: dict[int, narration.Result] = {}  # each hop's printed result and the variable holding it
 
     # -- planning ---------------------------------------------------------------------------------
     def _budget(self) -> int:
@@ -315,14 +387,19 @@ class OfflineExpertPolicy:
         # An empty column left by a trailing delimiter is dropped from the frame the session holds; a re-read
         # with the options the first look already used would print it again (a fix that changes nothing).
         default_read = not self._fixed_read or self._reuse_first_read
+        if ok:
+            self._missing = narration.missing_counts(output)
+            self._tables = narration.db_tables(self._schema) if self._data_format == "sqlite" else {}
         if ok and problem and default_read and "delimiter" in problem and budget >= 1:
             self._plan.append(_Step("fix", DROP_EMPTY_UNNAMED))
             budget -= 1
             self._known = [n for n in view.names if not n.startswith("Unnamed: ")]
+            self._view = view
             reads_done = self._reuse_first_read  # steps drop their read and run on the session's `df`
         elif self._fixed_read and (problem or not ok) and not self._reuse_first_read and budget >= 1:
             # (a reading the first look already made is no fix: announcing one would teach a fix that changes nothing)
-            self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME))
+            missing = next((f for f in SHOW_MISSING_FORMS if f in self._plan[0].code), SHOW_MISSING)
+            self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME + "\n" + missing))
             budget -= 1
             reads_done = True  # the corrected read
         elif not ok:
@@ -330,30 +407,60 @@ class OfflineExpertPolicy:
             raise PolicyGaveUp("replay_failed", f"offline step 1 did not run cleanly ({kind})")
         else:
             self._known = view.names
+            self._view = view
             reads_done = self._reuse_first_read  # the first look, where it read the way the steps do
         hops, check = self._hops, self._cross_check
         if reads_done:  # later steps build on the session's `df` instead of repeating the read
-            hops = [HopProgram(h.question, without_reading(h.program, self._fixed_read), h.hop) for h in hops]
+            hops = [
+                HopProgram(
+                    h.question, without_reading(h.program, self._fixed_read), h.hop, h.description, h.answer, h.sql
+                )
+                for h in hops
+            ]
             check = without_reading(check, self._fixed_read) if check else None
         if self._data_format == "sqlite":
+            columns_of = {t.name: [c for c, _ in t.columns] for t in self._tables.values()}
+            hops, check = _narrow_relations(hops, check, columns_of)
             hops, check = _reuse_relation(hops, check)
         if self._settle_threshold is not None:
             self._settle_step = _Step("hop", hops[-1].program, hops[-1], len(hops))
             hops, check = hops[:-1], None
-        blunder_at = len(hops) if narration.chance(self._seed, "blunder", self._blunder_rate) else 0
         for i, h in enumerate(hops, start=1):
-            if i == blunder_at and budget >= 1:
-                known = self._known or self._names_in_schema()
-                slip = blunder_of(h.program, known)
-                if slip is not None:
-                    self._plan.append(_Step("blunder", slip[0], h, i, slip[1], slip[2]))
-                    budget -= 1
+            probe = self._probe_for(h) if budget >= 1 else None
+            if probe is not None:
+                self._plan.append(_Step("probe", probe, h, i))
+                budget -= 1
             self._plan.append(_Step("hop", h.program, h, i))
         if check:
             self._plan.append(_Step("check", check, hops[-1], len(hops)))
 
+    def _probe_for(self, h: HopProgram) -> str | None:
+        """For a database step that loads one table into pandas only to take a median: the SQL an analyst
+        tries first (SQLite has no MEDIAN; the failure says so), on some trajectories."""
+        if self._data_format != "sqlite" or h.sql is not None:
+            return None
+        m = re.search(r"execute_sql\(sql=((?:.|\n)*?), output_path='[^']+'\)\ndf = pd\.read_csv", h.program)
+        med = re.search(r"df\[(['\"])(.+?)\1\]\.median\(\)", h.program)
+        if not m or not med or not narration.chance(self._seed, f"probe-{h.hop}", self._probe_rate):
+            return None
+        try:
+            sql = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError):
+            return None
+        body = h.program[m.end() :]
+        if re.search(r"\bdf\s*=|\.loc\[|df\[df|groupby|dropna|drop_duplicates", body):
+            return None  # the median of a filtered or grouped frame is more than one aggregate
+        table = re.match(r'^SELECT .+? FROM ("(?:[^"]|"")+")(?P<rest>(?: WHERE .*)?)$', sql, re.DOTALL)
+        if not table:
+            return None
+        column = med.group(2).replace('"', '""')
+        query = f'SELECT MEDIAN("{column}") FROM {table.group(1)}{table.group("rest")}'
+        return f"execute_sql(sql={cells.sql_text(query)}, output_path='median.csv')"
+
     def _names_in_schema(self) -> list[str]:
         """Column names a database schema print showed (quoted or bare identifiers on its lines)."""
+        if self._tables:
+            return list(dict.fromkeys(c for t in self._tables.values() for c, _ in t.columns))
         names = re.findall(
             r"[\"`']?([A-Za-z_][\w ]{1,40}?)[\"`']?\s+(?:INTEGER|TEXT|REAL|NUMERIC|VARCHAR|INT|"
             r"FLOAT|DOUBLE|DATE|DATETIME|BOOLEAN|CHAR|DECIMAL|BIGINT)",
@@ -362,158 +469,373 @@ class OfflineExpertPolicy:
         )
         return list(dict.fromkeys(n.strip() for n in names))
 
-    # -- narration --------------------------------------------------------------------------------
-    def _focus(self, program: str, index: int, form: str) -> str:
-        """What step ``index`` works on, to anchor its sentence: the columns its program uses; else the tables
-        its query reads, or the data file; a step that reads no data works on the previous result. ``form``
-        is ``describe_program(program)``."""
-        # the lines that load the data name every column of the relation: the step's own columns are in the rest
-        body = "\n".join(line for line in program.splitlines() if "relation.csv" not in line and "read_" not in line)
-        cols = narration.columns_used(body, self._known or self._names_in_schema())
-        if cols:
-            return narration.name_list(cols, 2)
-        if form in ("arithmetic", "sql-constant") and index > 1 and self._outputs:
-            return f"the result of step {index - 1} ({narration.short(self._outputs[-1], 40)})"
-        if form.startswith("sql-tool"):
-            named = set(re.findall(r"\b(\w+)\s+AS\s*\(", body, re.IGNORECASE))  # a WITH clause's own relations
-            tables = [t for t in dict.fromkeys("".join(m) for m in _FROM_TABLE.findall(body)) if t not in named]
-            if tables:
-                return "the " + narration.name_list(tables, 2) + (" table" if len(tables) == 1 else " tables")
-        return self._file_name
-
-    def _q_short(self, question: str | None = None) -> str:
-        words = final_ask(without_format(question or self._question)).split()
-        return " ".join(words[:9]) + (" ..." if len(words) > 9 else "")
-
-    # Every sentence below names something specific to this trajectory (its question, file, columns or
-    # values): a sentence that reads the same across samples is a template a model would learn by rote.
-    def _think_explore(self) -> str:
-        # A multi-step question is quoted by its first step: that is what the first look serves.
-        f, q = self._file_name, narration.opening(self._question, 110)
-        if self._data_format == "sqlite":
-            options = (
-                f'"{q}" needs data from {f}, so before writing SQL I list its tables, columns and keys.',
-                f'For "{q}" I first look at the schema of {f}, so that the queries use real names.',
-                f'{f} is a database I have not seen, so for "{q}" its schema comes first, then the queries.',
-                f'To answer "{q}" I have to know which tables of {f} hold the data, so I start with the schema.',
-            )
+    # -- writing the cells ------------------------------------------------------------------------
+    def _write(self, step: _Step) -> str:
+        """The cell of a hop or check step as this session writes it: the result kept in a named variable,
+        the previous step's result used through its variable, lines the session already ran left out."""
+        h = step.hop
+        assert h is not None
+        columns = self._known or self._names_in_schema()
+        used = narration.columns_used(_body(h.program), columns)
+        prev = self._by_hop.get(step.index - 1)  # the value this step builds on
+        if step.kind == "check" and step.index in self._by_hop and self._by_hop[step.index].var:
+            base = f"{self._by_hop[step.index].var}_check"
         else:
-            options = (
-                f'"{q}" is about {f}, so I load it with default settings and look at its shape, types and first rows.',
-                f'A plain read of {f} comes first for "{q}", to see what its columns are called and how they are '
-                "typed.",
-                f'Nothing is known about {f} yet, and "{q}" depends on its columns, so a default read and its '
-                "structure come first.",
-                f'To answer "{q}" I first need the layout of {f}: a default read, then shape, dtypes and the head.',
-                f'First step for "{q}": open {f}, print the size and the column types, and check a few rows.',
+            base = cells.variable_name(h.description, h.sql or h.program, used, h.answer or "", self._taken)
+        pandas_ready = any(re.search(r"^import pandas as pd$", c, re.M) for c in self._written)
+        if h.sql is not None and step.kind == "hop":
+            code = cells.sql_cell(h.sql, base, h.answer, import_pandas=not pandas_ready)
+            step.kind_of_var = "value" if "dtype=str" not in code else "text"
+        else:
+            code = step.code
+            if pandas_ready:
+                code = re.sub(r"^import pandas as pd\n+", "", code, count=1)
+            code = cells.scalar_tail(code, base, h.answer if step.kind == "hop" else None)
+            if cells.result_name(code) == "answer":
+                code = cells.rename_result(code, base)
+        for earlier in self._written:  # lines that leave out aggregate rows already ran on this session's df
+            for m in _LEAVE_OUT.finditer(earlier):
+                code = code.replace(m.group(0), "", 1)
+        if prev is not None and prev.var:
+            code = cells.use_variable(code, prev.value, prev.var, prev.kind_of_var, columns)
+        step.var = cells.result_name(code)
+        if step.var:
+            self._taken.add(step.var)
+        return code.strip() + "\n"
+
+    # -- narration --------------------------------------------------------------------------------
+    def _chain_columns(self) -> list[str]:
+        """The columns the whole chain names (string literals of its programs that the question also uses)."""
+        found: list[str] = []
+        for h in self._hops:
+            texts: list[str] = []
+            try:
+                texts = [n.value for n in ast.walk(ast.parse(h.program)) if isinstance(n, ast.Constant)]
+            except (SyntaxError, ValueError):
+                pass
+            texts = [t for t in texts if isinstance(t, str)]
+            code = h.program + "\n" + (h.sql or "")
+            for t in [*texts, h.sql or ""]:
+                for name in re.findall(r'"((?:[^"]|"")+)"', t) + [t]:
+                    name = name.replace('""', '"')
+                    if not (1 < len(name) <= 60 and name in self._question and "\n" not in name) or name in found:
+                        continue
+                    if re.fullmatch(r"[\d.,\s-]+", name):
+                        continue
+                    q = re.escape(name)
+                    as_column = re.search(
+                        rf"\[\s*['\"]{q}['\"]|groupby\(\s*['\"]{q}['\"]|subset=\[[^\]]*['\"]{q}['\"]", code
+                    ) or re.search(rf'"{re.escape(name.replace(chr(34), chr(34) * 2))}"', code)
+                    if as_column:
+                        found.append(name)
+        # tables and sheets are named in the programs too; they are where the columns are, not columns
+        sheets = re.findall(
+            r"sheet_name=['\"]([^'\"]+)['\"]", self._plan[0].code + "".join(h.program for h in self._hops)
+        )
+        return [n for n in found if n not in self._chain_tables() and n not in sheets and n != self._file_name]
+
+    def _chain_tables(self) -> list[str]:
+        tables: list[str] = []
+        for h in self._hops:
+            for t in (h.sql or "", *self._strings(h.program)):
+                named = set(re.findall(r"\b(\w+)\s+AS\s*\(", t, re.IGNORECASE))
+                for m in _FROM_TABLE.findall(t):
+                    name = "".join(m)
+                    if name not in named and name not in ("df", "t", "r") and name not in tables:
+                        tables.append(name)
+        return tables
+
+    @staticmethod
+    def _strings(program: str) -> list[str]:
+        try:
+            return [
+                n.value
+                for n in ast.walk(ast.parse(program))
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            ]
+        except (SyntaxError, ValueError):
+            return []
+
+    def _think_explore(self) -> str:
+        f, seed = self._file_name, self._seed
+        cols = self._chain_columns()[:3]
+        named = narration.name_list(cols, 3) if cols else None
+        k = len(self._hops)
+        first = narration.plan_text(self._hops[0].description)
+        last = narration.plan_text(self._hops[-1].description) if k > 1 else None
+        steps = {2: "two", 3: "three", 4: "four", 5: "five"}.get(k, str(k))
+        plan = ""
+        if first and last:
+            plan = f"The plan has {steps} steps, from {first} to {last}. "
+        elif first:
+            plan = f"The plan: {first}. "
+        if self._data_format == "sqlite":
+            tables = self._chain_tables()
+            where = f"the {narration.name_list(tables, 2)} table{'s' if len(tables) > 1 else ''}" if tables else None
+            options = [
+                plan
+                + f"{f} is a SQLite database I have not seen, so first its tables, column types and keys"
+                + (f", to see how {where} {'are' if len(tables) > 1 else 'is'} laid out" if where else "")
+                + ".",
+                f"No SQL until I know the schema of {f}: "
+                + (f"where {named} {'lives' if len(cols) == 1 else 'live'}, " if named else "")
+                + "how the tables link, and how many rows each has. "
+                + plan.strip(),
+                (f"The work needs {named}" + (f" from {where}" if where else "") if named else f"The work is on {f}")
+                + f"; get_db_info() first, so every query uses real names. {plan.strip()}",
+            ]
+            return narration.pick(options, seed, "explore").strip()
+        sheet = ""
+        m = re.search(r"sheet_name=('[^']*'|\"[^\"]*\")", self._plan[0].code)
+        if m:
+            sheet = f" (sheet {m.group(1)})"
+        options = [
+            (
+                f"{f}{sheet} is new to me, and the work rests on {named}: a plain read first shows whether "
+                + (
+                    "it exists under that name and whether it is"
+                    if len(cols) == 1
+                    else "they exist under these names and whether they are"
+                )
+                + " numbers or text. "
+                if named
+                else f"{f}{sheet} is new to me, so a plain read first: its columns, their types and a few rows. "
             )
-        return narration.pick(options, self._seed, "explore")
+            + plan.strip(),
+            plan + f"Start with the raw file: {f}{sheet} with pandas' defaults, its shape, dtypes, a few rows and "
+            "the gaps" + (f" in {named}" if named else "") + ".",
+        ]
+        if named:
+            options.append(
+                f"{named} {'is' if len(cols) == 1 else 'are'} what the analysis needs"
+                + (f" over {steps} steps" if k > 1 else "")
+                + f", so I load {f}{sheet} as it is and check {'its type' if len(cols) == 1 else 'their types'} and "
+                "missing values before computing anything." + (f" First up: {first}." if first else "")
+            )
+        return narration.pick(options, seed, "explore").strip()
 
     def _think_fix(self, problem: str | None, error: str | None, code: str | None = None) -> str:
         how = narration.describe_fix(code or self._fixed_read or "")
         seen = problem or (f"the read failed ({error})" if error else "the first read does not look like a clean table")
-        q = self._q_short()
+        cols = self._chain_columns()[:2]
+        return self._fix_sentence(seen, how, code, narration.name_list(cols) if cols else None)
+
+    def _fix_sentence(self, seen: str, how: str, code: str | None, cols: str | None) -> str:
+        one = cols is not None and " and " not in cols
+        need = (
+            (f" {cols} {'has to come out as a real column' if one else 'have to come out as real columns'}")
+            if cols
+            else ""
+        )
         if code == DROP_EMPTY_UNNAMED:
             return narration.pick(
                 (
-                    f'In that output {seen}; it carries nothing for "{q}", so I drop empty unnamed columns and '
-                    "list the ones that remain.",
-                    f'Looking at the columns, {seen}. The data itself reads fine, so for "{q}" I only remove '
-                    "columns that are unnamed and empty.",
+                    f"In that output {seen}. It carries nothing, so I drop empty unnamed columns and list the ones "
+                    "that remain" + (f"; {cols} stay as they are." if cols else "."),
+                    f"Looking at the columns, {seen}. The data itself reads fine"
+                    + (f" ({cols} included)" if cols else "")
+                    + "; I only remove columns that are unnamed and empty.",
                 ),
                 self._seed,
                 "fix",
             )
         return narration.pick(
             (
-                f'The output shows a problem: {seen}; before working on "{q}" I read it again with {how} and check '
-                "the structure.",
-                f'Looking at that output, {seen}; for "{q}" I need a second read with {how}.',
-                f'That read is not usable for "{q}" yet, because {seen}; reading it again with {how} should give a '
-                "proper table.",
+                f"The output shows a problem ({seen}), so I read it again with {how}"
+                + (f", and{need}." if cols else " and check the structure."),
+                f"Looking at that output, {seen}; a second read needs {how}"
+                + (f", after which{need}." if cols else "."),
+                f"Not usable yet, since {seen}; reading it again with {how} should give a proper table"
+                + (f" in which{need}." if cols else "."),
             ),
             self._seed,
             "fix",
         )
 
+    def _dtype_of(self, column: str) -> str | None:
+        if self._view is not None:
+            for name, dtype in self._view.columns:
+                if name == column:
+                    return dtype
+        for t in self._tables.values():
+            for name, dtype in t.columns:
+                if name == column:
+                    return dtype
+        return None
+
+    def _rows_for(self, program: str) -> int | None:
+        """Records of the relation a step works over: the frame's rows, or the table's row count."""
+        if self._data_format != "sqlite":
+            return self._view.shape[0] if self._view and self._view.shape else None
+        tables = [t for t in self._chain_tables() if t in self._tables]
+        own = [t for t in dict.fromkeys("".join(m) for m in _FROM_TABLE.findall(program)) if t in self._tables]
+        for name in own or tables:
+            return self._tables[name].rows
+        return None
+
+    def _facts(self, cols: list[str]) -> str:
+        """What the first look showed about the columns a step needs: rows, types, gaps (or a table's row
+        count, types and keys)."""
+        parts: list[str] = []
+        if self._data_format == "sqlite":
+            tables = [t for t in self._chain_tables() if t in self._tables]
+            for name in tables[:2]:
+                t = self._tables[name]
+                typed = [f"`{c}` {d}" for c, d in t.columns if c in cols][:3]
+                parts.append(f"table {name} has {t.rows} rows" + (f" ({', '.join(typed)})" if typed else ""))
+            return "; ".join(parts)
+        view = self._view
+        if view and view.shape:
+            parts.append(f"{view.shape[0]} rows and {view.shape[1]} columns")
+        typed = [(c, self._dtype_of(c)) for c in cols]
+        typed = [(c, d) for c, d in typed if d]
+        if typed:
+            parts.append(", ".join(f"`{c}` is {narration.kind_word(d)}" for c, d in typed[:3]))
+        if self._missing is not None:
+            gaps = [(c, n) for c, n in self._missing.items() if c in cols]
+            if gaps:
+                parts.append(", ".join(f"`{c}` has {n} missing" for c, n in gaps[:2]))
+            elif cols:
+                parts.append("no empty cells in " + ("it" if len(cols) == 1 else "those"))
+        return "; ".join(parts)
+
+    def _consequence(self, step: _Step, cols: list[str]) -> str | None:
+        """What the first look changes for the step: text that must become numbers or dates, gaps, totals."""
+        code = step.code
+        for c in cols:
+            d = self._dtype_of(c)
+            if d and narration.is_text_dtype(d) and re.search(r"to_datetime|\.dt\.|julianday|strftime", code):
+                return f"`{c}` holds dates as text, so they have to be parsed first"
+            if d and narration.is_text_dtype(d) and re.search(r"to_numeric|astype\(float\)", code):
+                return f"`{c}` came out as text although it holds numbers, so it is converted first"
+        if _LEAVE_OUT.search(code):
+            m = re.search(r"df\[~df\[(['\"])(.+?)\1\]\.isin\((\[.*?\])\)\]", code)
+            if m:
+                return (
+                    f"some rows are totals of other rows ({narration.short(m.group(3), 60)} in `{m.group(2)}`), "
+                    "so they go before anything is counted or averaged"
+                )
+        gaps = [c for c in cols if self._missing and self._missing.get(c)]
+        if gaps and re.search(r"dropna|notna|IS NOT NULL", code):
+            return f"the missing `{gaps[0]}` values are left out explicitly"
+        if gaps:
+            return f"the aggregate skips the missing `{gaps[0]}` values"
+        return None
+
+    def _result_of(self, step: _Step, value: str) -> narration.Result:
+        h = step.hop
+        code = self._written[-1] if self._written else step.code
+        columns = self._known or self._names_in_schema()
+        what = cells.without_names(f"{h.description if h else ''}\n{code}", columns).lower()
+        used = narration.columns_used(_body(h.program if h else code), columns)
+        column = cells.subject_column(h.description if h else "", code, used, value) if used else None
+        return narration.Result(value, step.var, what, self._rows_for(code), column, step.kind_of_var)
+
     def _think_hop(self, step: _Step) -> str:
-        k = len(self._hops)
         h = step.hop
         assert h is not None
-        form = describe_program(h.program)
-        focus = self._focus(h.program, step.index, form)
+        seed = f"{self._seed}-{step.index}"
+        columns = self._known or self._names_in_schema()
+        cols = narration.columns_used(_body(h.program), columns)
+        prev = self._by_hop.get(step.index - 1)
+        plan = narration.plan_text(h.description, prev.var if prev else None)
+        code = step.code
+        via_var = prev is not None and prev.var and re.search(rf"\b{re.escape(prev.var)}\b", code) is not None
+        form = describe_program(code)
         how = narration.pick(narration.FORMULATION.get(form, ("compute it",)), self._seed, f"form-{step.index}")
-        q = without_format(h.question.strip()).rstrip()
-        if k > 1:  # each step quotes what its own hop asks, not the steps restated before it
-            q = final_ask(q)
-        prev = narration.short(self._outputs[-1], 80) if step.index > 1 and self._outputs else None
-        if k == 1:
+        doing = plan or how
+        keep = ""  # (a clause of the action's sentence: a thought stays at two or three sentences)
+        if step.var:
+            keep = narration.pick(
+                (f", kept as `{step.var}`", f"; the result goes into `{step.var}`", f" - `{step.var}` will hold it"),
+                seed,
+                "keep",
+            )
+        joins = narration.join_reasons(code, self._seed, f"j-{step.index}", again=self._joined_before(step))
+        at = next(i for i, st in enumerate(self._plan) if st is step)
+        probe = self._plan[at - 1] if at > 0 else None
+        if probe is not None and probe.kind == "probe":
+            return self._think_after_probe(probe, step, cols, doing)
+        if prev is None:  # the first step: react to what the first look showed
+            facts = self._facts(cols)
+            why = self._consequence(step, cols)
             lead = narration.pick(
                 (
-                    f"Now the question itself: {q}",
-                    f"With the schema in view: {q}"
-                    if self._data_format == "sqlite"
-                    else f"With the data read correctly: {q}",
-                    f"Question: {q}",
-                    f"What is asked: {q}",
+                    f"The read looks right: {facts}." if facts else "The data reads cleanly.",
+                    f"{narration.cap(facts)}." if facts else "The table is in shape.",
+                    f"Good, {facts}." if facts else "Good, the structure is clear.",
                 ),
-                self._seed,
-                "q",
+                seed,
+                "lead",
             )
-        elif prev is not None:
-            lead = narration.pick(
+            if why:
+                lead += f" {narration.cap(why)}."
+            if joins:
+                lead += f" {narration.cap(joins[0])}."
+            action = narration.pick((f"Now: {doing}", f"First computation: {doing}", f"So, {doing}"), seed, "act")
+            return f"{lead} {action}{keep}."
+        reaction = narration.react(prev, seed, "prev")
+        reaction = narration.cap(reaction)
+        use = ""
+        if via_var and f"`{prev.var}`" not in reaction and f"`{prev.var}`" not in doing:
+            use = narration.pick(
                 (
-                    f"With {prev} from the previous step, step {step.index} of {k} asks: {q}",
-                    f"Step {step.index} of {k} builds on {prev}: {q}",
-                    f"Step {step.index - 1} gave {prev}, which step {step.index} of {k} takes further: {q}",
+                    f" The next cell uses `{prev.var}` itself, not the printed text.",
+                    f" `{prev.var}` goes straight into the next cell.",
+                    "",
                 ),
-                self._seed,
-                f"q-{step.index}",
+                seed,
+                "use",
             )
+        action = narration.pick((f"Next: {doing}", f"Now {doing}", f"With that, {doing}"), seed, "act")
+        extra = f" {narration.cap(joins[0])}." if joins else ""
+        return f"{reaction}.{use}{extra} {action}{keep}."
+
+    def _joined_before(self, step: _Step) -> bool:
+        """Whether an earlier step's thought already said why the session joins (the same join, same reason)."""
+        for st in self._plan:
+            if st is step:
+                return False
+            if st.kind == "hop" and narration.join_reasons(st.code, self._seed, "x"):
+                return True
+        return False
+
+    def _think_probe(self, step: _Step) -> str:
+        h = step.hop
+        assert h is not None
+        med = re.search(r"MEDIAN\(\"(.+?)\"\)", step.code)
+        col = med.group(1) if med else "the column"
+        prev = self._by_hop.get(step.index - 1)
+        lead = ""
+        if prev is not None:
+            lead = narration.react(prev, f"{self._seed}-{step.index}", "prev")
+            lead = narration.cap(lead) + ". "
         else:
-            lead = narration.pick(
-                (
-                    f"Step 1 of {k}: {q}",
-                    f"The question breaks into {k} steps, and the first is: {q}",
-                    f"I start with the first of {k} steps: {q}",
-                ),
-                self._seed,
-                f"q-{step.index}",
-            )
-        plan = narration.pick(
+            facts = self._facts([col])
+            lead = f"{narration.cap(facts)}. " if facts else ""
+        return lead + narration.pick(
             (
-                f"it depends on {focus}, so I {how} and print the result",
-                f"for {focus} I {how} and print the value",
-                f"using {focus}, I {how}",
-                f"{focus} {'are' if ' and ' in focus else 'is'} what matters here, so I {how} and print what comes out",
+                f"The median of `{col}` is one aggregate, so I ask the database for it directly.",
+                f"I try the median of `{col}` in SQL first; no need to pull rows for one number.",
             ),
             self._seed,
-            f"p-{step.index}",
+            f"probe-{step.index}",
         )
-        joins = narration.join_reasons(h.program, self._seed, f"j-{step.index}")
-        if joins:
-            return f"{lead} - {'; '.join(joins)}. Then {plan}."
-        return f"{lead} - {plan}."
 
-    def _think_after_blunder(self, step: _Step, obs: Any) -> str:
-        q = self._q_short(step.hop.question if step.hop else None)
-        if step.wrong_output is not None:
-            return (
-                f'The output {narration.short(step.wrong_output, 60)!r} cannot be right for "{q}": {step.wrong!r} '
-                f"is not a column of the data, the name is {step.right!r}, so I run the step again with it."
-            )
-        error = narration.read_view(getattr(obs, "output", "") or "").error or "an error"
+    def _think_after_probe(self, probe: _Step, step: _Step, cols: list[str], doing: str) -> str:
+        if probe.probe_ok:
+            return f"SQLite answered {narration.short(probe.probe_output or '', 40)}; {doing} in pandas as a check."
+        error = narration.read_view(probe.probe_output or "").error or "an error"
+        col = f"`{cols[0]}`" if cols else "the column"
         return narration.pick(
             (
-                f"That failed with {error}: there is no column {step.wrong!r}, the data calls it {step.right!r}, "
-                f'so I rerun the step for "{q}" with the right name.',
-                f"The cell raised {error} because I mistyped the column ({step.wrong!r} instead of {step.right!r}); "
-                f'same computation for "{q}", fixed name.',
-                f"{error} - the name is {step.right!r} in the data, not {step.wrong!r}, so I repeat the step for "
-                f'"{q}" with it.',
+                f"The database refuses it ({error}): this SQLite has no median aggregate. So I fetch {col} and take "
+                "the median in pandas" + (f", keeping it in `{step.var}`." if step.var else "."),
+                f"No MEDIAN in SQLite for {col} ({error}). Pulling the column into pandas is the simple way round"
+                + (f"; the result goes into `{step.var}`." if step.var else "."),
             ),
             self._seed,
-            "err",
+            f"after-probe-{step.index}",
         )
 
     def _settled(self) -> str | None:
@@ -527,35 +849,37 @@ class OfflineExpertPolicy:
         return "Yes" if value > self._settle_threshold else "No"
 
     def _think_settled(self, verdict: str) -> str:
-        prev, k = narration.short(self._outputs[-1], 40), len(self._hops)
+        prev = narration.short(self._outputs[-1], 40)
         compared = f"{prev} is {'above' if verdict == 'Yes' else 'not above'} {self._settle_threshold:g}"
-        q = self._q_short(self._hops[-1].question)
+        r = self._results[-1] if self._results else None
+        reaction = narration.react(r, self._seed, "settle-r") if r else prev
+        reaction = narration.cap(reaction)
         return narration.pick(
             (
-                f'That settles "{q}" without more code: {compared}, so the answer is {verdict}.',
-                f"Step {k} only compares the result of step {k - 1} with a fixed number. {compared}, so the "
-                f"answer is {verdict}.",
-                f'"{q}" needs nothing beyond the number above: {compared}, which makes it {verdict}.',
-                f'For "{q}" the printed number is all I need: {compared}, hence {verdict}.',
+                f"{reaction}. That settles it without more code: {compared}, so {verdict}.",
+                f"{reaction}. The last step only compares it with {self._settle_threshold:g}: {compared}; {verdict}.",
+                f"{reaction}, and {compared}: {verdict}.",
             ),
             self._seed,
             "settled",
         )
 
     def _think_answer(self, answer: str) -> str:
+        r = self._results[-1] if self._results else narration.Result(answer, None, "", None, None)
+        reaction = narration.react(r, self._seed, "final")
+        reaction = narration.cap(reaction)
         a = narration.short(answer, 100)
-        q = self._q_short()
-        return narration.pick(
-            (
-                f'The last output, {a}, answers "{q}".',
-                f'The computation for "{q}" returned {a}, which is the answer.',
-                f'For "{q}" the last cell printed {a}.',
-                f'{a} is what "{q}" asks for, computed above.',
-                f'So the answer to "{q}" is {a}, taken from the printed result.',
-            ),
-            self._seed,
-            "answer",
-        )
+        var = f"`{r.var}`" if r.var else None
+        if var and var in reaction:
+            return narration.pick(
+                (f"{reaction}; nothing is left to compute.", f"{reaction}, and that is the answer.", f"{reaction}."),
+                self._seed,
+                "answer",
+            )
+        options = [f"{reaction}. That is the answer: {a}." if a not in reaction else f"{reaction}: that is the answer."]
+        if var:
+            options += [f"{reaction}. {var} is the value to report.", f"{reaction}, so I report {var}."]
+        return narration.pick(options, self._seed, "answer")
 
     # -- the loop ---------------------------------------------------------------------------------
     async def next_turn(self, messages: list[dict], last_observation: Any | None) -> PolicyReply:
@@ -565,16 +889,25 @@ class OfflineExpertPolicy:
         elif step_no > 1:
             done = self._plan[step_no - 1]
             ok = last_observation is not None and getattr(last_observation, "ok", False)
-            if done.kind == "blunder":
-                if ok:  # an engine let the unknown name through: that output is not the step's result
-                    done.wrong_output = printed_value(last_observation.output)
+            if done.kind == "probe":
+                done.probe_ok = ok
+                done.probe_output = printed_value(getattr(last_observation, "output", "") or "")
             elif not ok:
                 kind = getattr(last_observation, "error_kind", None) or "no_output"
                 raise PolicyGaveUp("replay_failed", f"offline step {step_no} did not run cleanly ({kind})")
             elif done.kind == "fix":
-                self._known = narration.read_view(last_observation.output).names
+                view = narration.read_view(last_observation.output)
+                self._known = view.names
+                self._view = view if view.shape else self._view
+                missing = narration.missing_counts(last_observation.output)
+                self._missing = missing if missing is not None else self._missing
             else:
-                self._outputs.append(printed_value(last_observation.output))
+                value = printed_value(last_observation.output)
+                self._outputs.append(value)
+                result = self._result_of(done, value)
+                self._results.append(result)
+                if done.kind == "hop":
+                    self._by_hop[done.index] = result
         if step_no == len(self._plan) and self._settle_step is not None:
             verdict = self._settled()
             if verdict is not None:
@@ -586,27 +919,30 @@ class OfflineExpertPolicy:
         if step_no < len(self._plan):
             step = self._plan[step_no]
             if step.kind == "explore":
-                think = self._think_explore()
+                think, code = self._think_explore(), step.code
             elif step.kind == "fix":
                 view = narration.read_view(getattr(last_observation, "output", "") or "")
-                think = self._think_fix(narration.read_problem(view), view.error, step.code)
-            elif step.kind in ("hop", "blunder") and step_no > 0 and self._plan[step_no - 1].kind == "blunder":
-                think = self._think_after_blunder(self._plan[step_no - 1], last_observation)
+                think, code = self._think_fix(narration.read_problem(view), view.error, step.code), step.code
+            elif step.kind == "probe":
+                think, code = self._think_probe(step), step.code
             elif step.kind == "check":
+                step.code = code = self._write(step)
                 think = narration.pick(
                     (
                         "Before answering I recompute the final value with an independent formulation, "
                         "so the result does not hinge on one way of writing it.",
                         f"A second, independent computation of the last step guards against a slip in "
-                        f"{describe_program(step.code)}.",
+                        f"{describe_program(self._written[-1] if self._written else code)}.",
                         "I cross-check the final number with another formulation before reporting it.",
                     ),
                     self._seed,
                     "check",
                 )
             else:
+                step.code = code = self._write(step)
                 think = self._think_hop(step)
-            return PolicyReply(protocol.format_code_turn(think, step.code), model=OFFLINE_MODEL)
+            self._written.append(code)
+            return PolicyReply(protocol.format_code_turn(think, code), model=OFFLINE_MODEL)
         if step_no > len(self._plan) or not self._outputs:
             raise PolicyGaveUp("replay_exhausted", "offline policy has no further turns")
         answer = self._outputs[-1]

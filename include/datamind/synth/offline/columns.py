@@ -134,15 +134,38 @@ def _kind_agrees(kind: str, s: pd.Series) -> bool:
     return True
 
 
+def groups_by_value(name: str, values: pd.Series, role: str | None) -> bool:
+    """Whether a column whose role is ``role`` may label groups (``datamind.roles.labels_groups``), its values
+    telling whether it is a 0/1 indicator."""
+    present = values.dropna()
+    indicator = len(present) > 0 and bool(present.isin([0, 1]).all()) if role in R.MEASURES else False
+    return R.labels_groups(name, role, indicator)
+
+
+def ambiguous_labels(df: pd.DataFrame, labels: Mapping[str, str]) -> list[str]:
+    """The joined parent labels (``Parent.Column`` -> the foreign key it is reached through) that name more than
+    one key value: two playlists named "Music" (ids 1 and 8) are two groups, and grouping by the name merges
+    them."""
+    out = []
+    for alias, fk in labels.items():
+        if alias in df.columns and fk in df.columns:
+            pairs = df[[alias, fk]].dropna().drop_duplicates()
+            if pairs[alias].duplicated().any():
+                out.append(alias)
+    return out
+
+
 def build_view(
     df: pd.DataFrame,
     profiles: list[dict] | None = None,
     keys: set[str] | frozenset = frozenset(),
     roles: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> TableView:
     """Column uses of ``df``; ``keys`` are key columns (e.g. foreign keys), never measures or groups;
     ``roles``: the catalog's column roles (``datamind.roles.table_roles``), decided from the profile
-    where absent."""
+    where absent; ``labels``: joined parent label columns and the foreign key each is reached through (a
+    label that names two keys is no group: the key groups instead)."""
     by_name = {str(p.get("name")): p for p in (profiles or []) if p.get("name") is not None}
     roles = dict(roles or {})
     columns: dict[str, Column] = {}
@@ -165,8 +188,14 @@ def build_view(
         str(p["name"]): unit for p in by_name.values() if (unit := R.unit_kind(str(p["name"]), p.get("description")))
     }
     n = len(df)
+    ambiguous = set(ambiguous_labels(df, labels or {}))
+    by_key = {fk for alias, fk in (labels or {}).items() if alias in ambiguous}
     for name, col in columns.items():
-        if name in keys or names_an_identifier(name) and col.kind in ("integer", "id"):
+        if name in by_key:  # the key of a parent whose label names several keys groups in the label's place
+            if 2 <= col.n_unique <= min(MAX_GROUPS, max(2, n // 2)) and (df[name].value_counts() >= 2).sum() >= 2:
+                view.groups.append(name)
+            continue
+        if name in keys or names_an_identifier(name) and col.kind in ("integer", "id") or name in ambiguous:
             continue
         s = df[name]
         numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
@@ -180,6 +209,7 @@ def build_view(
             col.kind in ("categorical", "boolean", "integer", "text")
             and not counts_things
             and 2 <= col.n_unique <= min(max_groups, max(2, n // 2))
+            and groups_by_value(name, s, roles.get(name))
         ):
             counts = s.dropna().value_counts()
             if (counts >= 2).sum() >= 2:

@@ -14,6 +14,7 @@ categories appear; only domain-specific knowledge has no generic step):
     level   (a value on a measure's scale)  -> count, group, diff, pct, ratio, yes/no
     spread  (a standard deviation)          -> count (outliers), pct
     count   (a number of records)           -> pct, yes/no
+    distinct (a number of distinct values)  -> nothing: divided by the row count it means nothing
     diff    (a signed difference)           -> pct, yes/no
     pct / ratio / corr / days               -> yes/no
 """
@@ -26,14 +27,24 @@ import random
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from datamind import references
 from datamind.ids import stable_id
 from datamind.synth.offline.columns import TableView
-from datamind.synth.offline.engine import build_solution, execute
+from datamind.synth.offline.engine import Rejected, answer_problem, build_solution, execute
 from datamind.synth.offline.execute import ExecutionError
 from datamind.synth.offline.generators import Task
 from datamind.synth.offline.phrasing import STEP_FIRST, STEP_NEXT
 from datamind.synth.offline.source import Source
-from datamind.synth.offline.steps import ROOTS, TRANSITIONS, YIELDS, Made, Value, can_continue, say
+from datamind.synth.offline.steps import (
+    ROOTS,
+    TRANSITIONS,
+    YIELDS,
+    FixedByConstruction,
+    Made,
+    Value,
+    can_continue,
+    say,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +78,7 @@ def _typed(kind: str, answer: str, col: str | None, view: TableView):
             if str(v) == answer:
                 return v.item() if hasattr(v, "item") else v
         raise ExecutionError(f"group answer {answer!r} is not a value of {col!r}")
-    if kind in ("count", "days"):
+    if kind in ("count", "distinct", "days"):
         return int(answer)
     if kind in ("level", "spread", "diff", "pct", "ratio", "corr"):
         value = float(answer)
@@ -77,19 +88,49 @@ def _typed(kind: str, answer: str, col: str | None, view: TableView):
     return answer
 
 
-def _try(step, view: TableView, *args):
-    """A root or step that raises on odd data simply does not apply here."""
+def _try(step, view: TableView, *args, rejected: list[Rejected] | None = None):
+    """A root or step that raises on odd data simply does not apply here; one whose answer the chain's
+    construction already fixes is recorded in ``rejected`` with its reason."""
     try:
         return step(view, *args)
+    except FixedByConstruction as exc:
+        if rejected is not None:
+            rejected.append(Rejected(exc.task, references.FIXED_BY_CONSTRUCTION, exc.reason))
+        return None
     except Exception as exc:  # noqa: BLE001 - logged, then treated as "not applicable"
         log.debug("composition step %s skipped: %s: %s", step.__name__, type(exc).__name__, exc)
         return None
 
 
-def _run(view: TableView, source: Source, made: Made | None, prev: Value | None, rng: random.Random) -> Hop | None:
+# The steps that combine the previous value with a column compare like with like: a level, spread or gap of a
+# measure is only ever set against that same measure (its unit), never another one.
+_SAME_UNIT = ("level", "spread", "diff")
+_MEASURE_PARAMS = ("m", "m1", "m2", "x", "y", "a", "b")  # a step's parameters that name measures (or hold values)
+
+
+def mixes_units(view: TableView, task: Task, prev: Value) -> bool:
+    """Whether a step sets a level, spread or gap of one measure against another measure (a mean price against
+    a count of units): the steps that take such a value compare it with its own measure only."""
+    if prev.kind not in _SAME_UNIT:
+        return False
+    named = {v for k, v in task.params.items() if k in _MEASURE_PARAMS and isinstance(v, str) and v in view.measures}
+    return bool(named - {prev.col})
+
+
+def _run(
+    view: TableView,
+    source: Source,
+    made: Made | None,
+    prev: Value | None,
+    rng: random.Random,
+    rejected: list[Rejected] | None = None,
+) -> Hop | None:
     if made is None:
         return None
     task = made.task
+    if prev is not None and mixes_units(view, task, prev):
+        log.debug("composition step %s sets %s's value against another measure", task.template, prev.col)
+        return None
     steps = prev.steps if prev is not None else ()
     task.question = compose_question(steps, task.question, rng)
     if prev is not None:
@@ -97,23 +138,58 @@ def _run(view: TableView, source: Source, made: Made | None, prev: Value | None,
     lang, solution = build_solution(task, source)
     try:
         answer = execute(lang, solution, source, task, view)
-        value = Value(made.kind, _typed(made.kind, answer, made.col, view), made.col, made.ref, (*steps, made.step))
+        value = Value(
+            made.kind,
+            _typed(made.kind, answer, made.col, view),
+            made.col,
+            made.ref,
+            (*steps, made.step),
+            made.share_max,
+        )
     except (ExecutionError, ValueError):
+        return None
+    problem = answer_problem(task, lang, solution, answer, view)
+    if problem is not None:
+        if rejected is not None:
+            rejected.append(Rejected(task, *problem, solution))
         return None
     return Hop(task, lang, solution, answer, value)
 
 
+def returns_to(hops: list[Hop], hop: Hop) -> Hop | None:
+    """The earlier hop whose value ``hop`` comes back to (the same value of the same column: Turin -> its most
+    common business -> Turin), or None. A chain that loops asks nothing new."""
+    v = hop.value
+    for h in hops:
+        w = h.value
+        if w.kind != v.kind or w.col != v.col:
+            continue
+        same = (
+            math.isclose(float(w.value), float(v.value), rel_tol=1e-9)
+            if isinstance(v.value, (int, float)) and isinstance(w.value, (int, float))
+            else w.value == v.value
+        )
+        if same:
+            return h
+    return None
+
+
 def build_chain(
-    view: TableView, source: Source, length: int, rng: random.Random, root_categories: Collection[str] | None = None
+    view: TableView,
+    source: Source,
+    length: int,
+    rng: random.Random,
+    root_categories: Collection[str] | None = None,
+    rejected: list[Rejected] | None = None,
 ) -> list[Hop]:
     """One chain of exactly ``length`` hops, or [] when the table cannot support that many; its first hop is
-    of one of ``root_categories`` when given."""
+    of one of ``root_categories`` when given. Steps dropped for what their answer is go to ``rejected``."""
     for root in rng.sample(ROOTS, len(ROOTS)):
         hops: list[Hop] = []
-        made = _try(root, view, rng)
+        made = _try(root, view, rng, rejected=rejected)
         if made is not None and root_categories is not None and made.task.category not in root_categories:
             continue  # decided before its program runs (a root's _run draws nothing from rng)
-        hop = _run(view, source, made, None, rng)
+        hop = _run(view, source, made, None, rng, rejected)
         if hop is None:
             continue
         hops.append(hop)
@@ -127,11 +203,23 @@ def build_chain(
                 steps.sort(key=lambda s: YIELDS[s] == "bool")
             nxt = None
             for step in steps:
-                nxt = _run(view, source, _try(step, view, prev.value, rng), prev.value, rng)
+                made = _try(step, view, prev.value, rng, rejected=rejected)
+                nxt = _run(view, source, made, prev.value, rng, rejected)
                 # a step that runs an earlier hop's program again (a mode of a mode that came back to the
                 # same value) adds nothing to solve: take another
                 if nxt is not None and all(nxt.solution != h.solution for h in hops):
-                    break
+                    back = returns_to(hops, nxt)
+                    if back is None:
+                        break
+                    if rejected is not None:
+                        rejected.append(
+                            Rejected(
+                                nxt.task,
+                                references.CHAIN_LOOP,
+                                f"the chain comes back to {back.answer!r}, found at hop {hops.index(back) + 1}",
+                                nxt.solution,
+                            )
+                        )
                 nxt = None
             if nxt is None:
                 break
@@ -150,6 +238,7 @@ def build_chains(
     seed: int,
     table_key: str,
     root_categories: Collection[str] | None = None,
+    rejected: list[Rejected] | None = None,
 ) -> list[list[Hop]]:
     chains: list[list[Hop]] = []
     seen: set[str] = set()
@@ -157,7 +246,7 @@ def build_chains(
         if len(chains) >= n_chains:
             break
         rng = random.Random(stable_id(seed, table_key, "chain", i))
-        chain = build_chain(view, source, rng.randint(min_hops, max_hops), rng, root_categories)
+        chain = build_chain(view, source, rng.randint(min_hops, max_hops), rng, root_categories, rejected)
         if chain and chain[-1].task.question not in seen:
             seen.add(chain[-1].task.question)
             chains.append(chain)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from datamind import references
 from datamind.ids import stable_id
 from datamind.synth.offline import templates  # noqa: F401 - registers every template in REGISTRY
 from datamind.synth.offline.columns import TableView
@@ -20,6 +21,7 @@ from datamind.synth.offline.generators import REGISTRY, Task, task_text
 from datamind.synth.offline.source import Source
 
 MAX_ANSWER_CHARS = 500
+_COUNTS = re.compile(r"\bhow many\b", re.IGNORECASE)
 DEGENERATE = re.compile(r"(^|[\s,])(nan|inf|-inf|None|NaT|<NA>)($|[\s,])")
 
 # What a table must offer for each category; used as the skip reason when no template applies.
@@ -43,7 +45,9 @@ REQUIREMENTS = {
     "time_based_calculation": "a date column or a year column",
     "distribution_analysis": "a numeric measure column with variance",
     "feature_engineering": "a numeric measure or a date column",
-    "comprehensive_data_preprocessing": "any columns",
+    "comprehensive_data_preprocessing": (
+        "blanks or duplicate rows to clean, a measure to impute and scale, or a grouping column to encode"
+    ),
 }
 
 
@@ -62,11 +66,23 @@ class Skip:
     reason: str
 
 
+@dataclass(frozen=True)
+class Rejected:
+    """A question synthesis made and dropped for what its answer is (``datamind.references``): recorded with its
+    reason, never silently skipped."""
+
+    task: Task
+    code: str  # literal_answer | answer_in_question | answer_is_row_count | fixed_by_construction | chain_loop
+    reason: str
+    solution: str = ""
+
+
 @dataclass
 class OfflineResult:
     candidates: dict[str, list[Candidate]] = field(default_factory=dict)
     skips: list[Skip] = field(default_factory=list)
     failures: list[tuple[Task, str]] = field(default_factory=list)  # (task, error) of dropped candidates
+    rejected: list[Rejected] = field(default_factory=list)  # executed questions whose answer is no analysis
 
 
 def build_solution(task: Task, source: Source) -> tuple[str, str]:
@@ -97,6 +113,22 @@ def execute(lang: str, solution: str, source: Source, task: Task | None = None, 
     if DEGENERATE.search(answer):
         raise ExecutionError(f"degenerate answer {answer!r}")
     return answer
+
+
+def answer_problem(task: Task, lang: str, solution: str, answer: str, view: TableView) -> tuple[str, str] | None:
+    """(reason code, reason) when an executed question teaches no analysis: its program writes the answer as a
+    literal, its question states the answer, or the answer is the table's row count (what the first look at the
+    data prints; nothing was computed)."""
+    literal = references.planted_answer(solution, answer, lang)
+    if literal is not None:
+        return references.LITERAL_ANSWER, f"the reference program writes its answer as the literal {literal}"
+    if references.answer_in_question(task.question, answer):
+        return references.ANSWER_IN_QUESTION, f"the question states its answer {answer!r}"
+    if answer.strip() == str(view.n_rows) and _COUNTS.search(task.question):
+        return references.ANSWER_IS_ROW_COUNT, (
+            f"the answer {answer!r} is the table's row count, which the first look at the data prints"
+        )
+    return None
 
 
 def _round_robin(iterators: list[tuple[str, Iterator[Task]]]) -> Iterator[Task | tuple[str, Exception]]:
@@ -143,6 +175,10 @@ def synthesize_offline(
                 answer = execute(lang, solution, source, task, view)
             except ExecutionError as exc:
                 result.failures.append((task, str(exc)))
+                continue
+            problem = answer_problem(task, lang, solution, answer, view)
+            if problem is not None:
+                result.rejected.append(Rejected(task, *problem, solution))
                 continue
             chosen.append(Candidate(task, lang, solution, answer))
         if per_category > 0 and not offered and errored:

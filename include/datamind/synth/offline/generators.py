@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from datamind.profile.semantics import MISSING_TOKENS
 from datamind.synth.offline.columns import TableView, python_scalar
 
 OFFLINE_TEMPLATES_VERSION = "offline-1.0"
@@ -106,3 +107,22 @@ GROUP_MEAN_SORT = (
     "means = df.groupby({g})[{m}].mean().dropna()\n"
     "means = means.reset_index().sort_values([{m}, {g}], ascending=[False, True])\n"
 )
+
+
+# What the missing-values question counts as missing besides empty cells: text standing for nothing (a database
+# or a workbook keeps 'None', 'NA' or '-' as text; profiling records them per column). Its programs count them.
+PLACEHOLDERS = list(MISSING_TOKENS)
+MISSING_COUNTS = (
+    f"placeholders = {PLACEHOLDERS!r}\n"
+    "missing = df.isna().sum()\n"
+    "for col in df.select_dtypes(include=['object', 'string']).columns:\n"
+    "    text = df[col].dropna().astype(str).str.strip().str.lower()\n"
+    "    missing[col] += int(text.isin(placeholders).sum())\n"
+)
+
+
+def missing_counts(df: pd.DataFrame) -> pd.Series:
+    """Per column: empty cells plus text cells that stand for a missing value (what the programs count)."""
+    namespace = {"df": df}
+    exec(compile(MISSING_COUNTS, "<missing_counts>", "exec"), namespace)  # noqa: S102 - own generated code
+    return namespace["missing"]

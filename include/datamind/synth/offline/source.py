@@ -64,6 +64,40 @@ def ql(value) -> str:
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """The aggregate rows a table holds (totals of other rows, found at profiling: ``profile.semantics``), as
+    the values of one column that name exactly them. Every program on the table leaves them out right after
+    reading it, and every question says so; the filter is idempotent, so a session that runs it again on the
+    frame it already filtered changes nothing."""
+
+    column: str
+    values: tuple  # the column's values on the aggregate rows (text labels, or the amounts of a row without one)
+
+    def python(self) -> str:
+        """The pandas line that leaves the aggregate rows out of ``df``."""
+        return (
+            "# leave out the aggregate rows (totals of other rows)\n"
+            f"df = df[~df[{self.column!r}].isin({list(self.values)!r})].reset_index(drop=True)\n"
+        )
+
+    def sql_condition(self, prefix: str = "") -> str:
+        """The WHERE condition that keeps every other row (a NULL label is kept, as pandas' ``isin`` keeps it)."""
+        col = prefix + qi(self.column)
+        return f"({col} IS NULL OR {col} NOT IN ({', '.join(ql(v) for v in self.values)}))"
+
+    def sentence(self) -> str:
+        """What the question says about them."""
+        shown = [f"'{v}'" if isinstance(v, str) else _number_text(v) for v in self.values]
+        listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+        rows = "row" if len(shown) == 1 else "rows"
+        return f"Leave out the aggregate {rows} whose {self.column} is {listed}: they total other rows."
+
+
+def _number_text(v) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+@dataclass(frozen=True)
 class Join:
     fk_column: str
     parent_table: str
@@ -86,6 +120,7 @@ class Source:
     columns: tuple[str, ...] = ()  # the table's own columns (SQLite), for programs that select only what they use
     # what get_db_info() prints of the database (SQLite), read with the source so no later step opens the file
     schema: Schema | None = None
+    exclude: Exclusion | None = None  # aggregate rows every program leaves out
 
     @property
     def scope(self) -> tuple[str, str] | None:
@@ -110,21 +145,22 @@ class Source:
 
     # -- SQL ---------------------------------------------------------------------------------
     def relation_sql(self) -> str:
-        """SELECT giving the analysed relation: the table plus joined parent labels."""
+        """SELECT giving the analysed relation: the table plus joined parent labels (without aggregate rows)."""
         if not self.joins:
-            return f"SELECT * FROM {qi(self.table_name)}"
+            where = f" WHERE {self.exclude.sql_condition()}" if self.exclude else ""
+            return f"SELECT * FROM {qi(self.table_name)}{where}"
         return self._joined(["t.*"] + [f"p{i}.{qi(j.label_column)} AS {qi(j.alias)}" for i, j in enumerate(self.joins)])
 
     def sql_from(self) -> str:
         """What follows FROM in a solution query (``r`` is the joined relation's CTE, see ``with_relation``)."""
-        return qi(self.table_name) if not self.joins else "r"
+        return qi(self.table_name) if not self.joins and not self.exclude else "r"
 
     def with_relation(self, sql: str) -> str:
         """A solution query over the analysed relation: the join named once in a CTE that selects the
         columns the statement uses, then a short statement over it, the way an analyst writes it (not one
         nested subquery)."""
         body = sql.replace("{src}", self.sql_from())
-        if not self.joins:
+        if not self.joins and not self.exclude:
             return body
         own = [c for c in self.columns if qi(c) in body]
         if not self.columns or re.search(r"SELECT\s+\*|\br\.\*", body, re.IGNORECASE):
@@ -138,6 +174,8 @@ class Source:
         parts = [f"SELECT {', '.join(cols)} FROM {qi(self.table_name)} AS t"]
         for i, j in enumerate(self.joins):
             parts.append(f"LEFT JOIN {qi(j.parent_table)} AS p{i} ON t.{qi(j.fk_column)} = p{i}.{qi(j.parent_key)}")
+        if self.exclude:
+            parts.append(f"WHERE {self.exclude.sql_condition('t.')}")
         return " ".join(parts)
 
     # -- Python ------------------------------------------------------------------------------
@@ -170,12 +208,13 @@ class Source:
                 f"df = pd.read_sql_query({self.relation_sql()!r}, con)\n"
                 "con.close()\n"
             )
+        leave_out = self.exclude.python() if self.exclude else ""
         if self.reader == "repair":
-            return head + repair_sheet_code(self.read_options)
+            return head + repair_sheet_code(self.read_options) + leave_out
         args = "".join(f", {k}={v!r}" for k, v in pandas_kwargs(self.fmt, self.read_options).items())
         reader = "pd.read_csv" if self.fmt == "csv" else "pd.read_excel"
         body = f"df = {reader}(DATA_PATH{args})\n"
-        return head + body + (_TIDY if self.reader == "tidy" else "")
+        return head + body + (_TIDY if self.reader == "tidy" else "") + leave_out
 
 
 # The first look a session takes at a file (``inspect_code``) reads it with pandas' defaults; these are they.

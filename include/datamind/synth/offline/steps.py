@@ -25,11 +25,24 @@ NP = ("import numpy as np",)
 
 @dataclass(frozen=True)
 class Value:
-    kind: str  # group | level | spread | count | diff | pct | ratio | corr | days | bool
+    kind: str  # group | level | spread | count | distinct | diff | pct | ratio | corr | days | bool
     value: object
     col: str | None  # the grouping column (group) or measure (level, spread, diff)
     ref: str  # how a later step refers to this value: "that region", "that average"
     steps: tuple[str, ...]  # the imperative steps that produce it, hop order
+    # the largest share of all records a count (or, for a percentage, of 100) reaches by what it counts, whatever
+    # the data: outliers beyond two of the column's standard deviations (Chebyshev: 25%), outliers against any
+    # other spread (a minority, by what the word means), records above the median (half). A claim the bound
+    # already settles ("is it more than half?") is fixed by construction.
+    share_max: float | None = None
+
+
+class FixedByConstruction(Exception):
+    """A step whose answer follows from how the chain was built, not from the data: rejected with the reason."""
+
+    def __init__(self, task: Task, reason: str):
+        super().__init__(reason)
+        self.task, self.reason = task, reason
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,7 @@ class Made:
     col: str | None
     step: str  # this computation as an imperative clause, for the questions of later hops
     ref: str
+    share_max: float | None = None  # see ``Value.share_max``
 
 
 Step = Callable[[TableView, "Value", random.Random], "Made | None"]
@@ -49,6 +63,11 @@ Step = Callable[[TableView, "Value", random.Random], "Made | None"]
 def _pick(items, rng):
     items = list(items)
     return items[rng.randrange(len(items))] if items else None
+
+
+def printed_as(x: float, value: float) -> bool:
+    """Whether ``x``, a previous hop's printed result (rounded to 4 decimals), is ``value``."""
+    return bool(np.isfinite(value) and abs(float(x) - float(value)) <= 1e-4 + 1e-9 * abs(float(value)))
 
 
 def say(rng: random.Random, *options: str) -> str:
@@ -233,7 +252,10 @@ def group_distinct(view, prev: Value, rng):
         f"SELECT COUNT(DISTINCT {qi(g2)}) FROM {{src}} WHERE {qi(g)} = {ql(v)}",
         params={"g": g, "v": v, "g2": g2},
     )
-    return Made(task, "count", None, f"count the distinct {g2} values among the records of {prev.ref}", "that number")
+    # a number of distinct values, not of records: no share of the table's rows (it ends a chain)
+    return Made(
+        task, "distinct", None, f"count the distinct {g2} values among the records of {prev.ref}", "that number"
+    )
 
 
 def group_spread(view, prev: Value, rng):
@@ -370,7 +392,12 @@ def group_flag_count(view, prev: Value, rng):
         params={"g": g, "v": v, "m": m},
     )
     return Made(
-        task, "count", None, f"count the records of {prev.ref} whose {m} is above the overall median {m}", "that count"
+        task,
+        "count",
+        None,
+        f"count the records of {prev.ref} whose {m} is above the overall median {m}",
+        "that count",
+        share_max=0.5,  # records above the overall median are at most half of all records
     )
 
 
@@ -507,6 +534,8 @@ def level_count_above(view, prev: Value, rng):
     m, x = prev.col, prev.value
     if int((view.df[m] > x).sum()) == 0:
         return None
+    median = view.df[m].median()
+    at_or_above_median = bool(x >= median or printed_as(x, median))
     task = Task(
         "counting",
         "chain_count_above",
@@ -520,7 +549,14 @@ def level_count_above(view, prev: Value, rng):
         f"SELECT COUNT(*) FROM {{src}} WHERE {qi(m)} > {ql(x)}",
         params={"m": m, "x": x},
     )
-    return Made(task, "count", None, f"count the records whose {m} is above {prev.ref}", "that count")
+    return Made(
+        task,
+        "count",
+        None,
+        f"count the records whose {m} is above {prev.ref}",
+        "that count",
+        share_max=0.5 if at_or_above_median else None,  # above the median: at most half of the records
+    )
 
 
 def level_mode_above(view, prev: Value, rng):
@@ -573,6 +609,8 @@ def level_percentile(view, prev: Value, rng):
     m, x = prev.col, prev.value
     if view.df[m].notna().sum() == 0:
         return None
+    if printed_as(x, view.df[m].median()):
+        return None  # the share at or below the median is about 50 percent by definition: nothing to compute
     task = Task(
         "distribution_analysis",
         "chain_percentile_rank",
@@ -652,12 +690,16 @@ def spread_outliers(view, prev: Value, rng):
         f"SELECT COUNT(*) FROM {{src}} WHERE ABS({qi(m)} - (SELECT AVG({qi(m)}) FROM {{src}})) > 2 * {ql(s)}",
         params={"m": m, "s": s},
     )
+    # two of the column's own standard deviations from its mean hold at least three quarters of the values
+    # (Chebyshev); against another spread (a group's), outliers are still a minority by what the word means
+    own = printed_as(s, view.df[m].std())
     return Made(
         task,
         "count",
         None,
         f"count the {m} outliers more than two times {prev.ref} from the mean",
         "that number of outliers",
+        share_max=0.25 if own else 0.5,
     )
 
 
@@ -697,13 +739,26 @@ def count_pct(view, prev: Value, rng):
         f"SELECT ROUND(100.0 * {ql(n)} / COUNT(*), 2) FROM {{src}}",
         params={"n": n},
     )
-    return Made(task, "pct", None, f"express {prev.ref} as a percentage of all records", "that percentage")
+    share = prev.share_max
+    return Made(
+        task,
+        "pct",
+        None,
+        f"express {prev.ref} as a percentage of all records",
+        "that percentage",
+        share_max=share,
+    )
 
 
 def count_fact(view, prev: Value, rng):
     n = prev.value
     if n * 2 == view.n_rows:
         return None
+    if prev.share_max is not None and prev.share_max <= 0.5:
+        task = Task("fact_checking", "chain_fact_count", f"Is {prev.ref} more than half of all records?", "", "")
+        raise FixedByConstruction(
+            task, f"{prev.ref} is at most {prev.share_max:.0%} of the records by what it counts: always No"
+        )
     task = Task(
         "fact_checking",
         "chain_fact_count",
@@ -749,6 +804,11 @@ def _threshold_fact(name: str, question: str, threshold: float):
         x = prev.value
         if math.isclose(float(x), threshold):
             return None
+        if prev.kind == "pct" and prev.share_max is not None and prev.share_max * 100 <= threshold:
+            raise FixedByConstruction(
+                Task("fact_checking", name, question.format(ref=prev.ref), "", ""),
+                f"{prev.ref} is at most {prev.share_max:.0%} by what it counts: 'above {threshold:g}' is always No",
+            )
         task = Task(
             "fact_checking",
             name,
@@ -828,6 +888,7 @@ TRANSITIONS: dict[str, tuple] = {
     "level": (level_count_above, level_mode_above, level_diff_median, level_percentile, level_ratio_max, level_fact),
     "spread": (spread_outliers, spread_cv),
     "count": (count_pct, count_fact),
+    "distinct": (),
     "diff": (diff_pct, diff_fact),
     "pct": (pct_fact,),
     "ratio": (ratio_fact,),
@@ -842,7 +903,8 @@ TRANSITIONS: dict[str, tuple] = {
 YIELDS = {
     **{s: "group" for s in (group_mode, level_mode_above)},
     **{s: "level" for s in (group_mean, group_clean_median)},
-    **{s: "count" for s in (group_count, group_distinct, group_flag_count, level_count_above, spread_outliers)},
+    **{s: "count" for s in (group_count, group_flag_count, level_count_above, spread_outliers)},
+    **{s: "distinct" for s in (group_distinct,)},
     **{s: "spread" for s in (group_spread,)},
     **{s: "diff" for s in (group_gap, group_stratified_gap, level_diff_median)},
     **{s: "pct" for s in (level_percentile, spread_cv, count_pct, diff_pct)},

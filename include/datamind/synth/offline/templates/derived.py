@@ -15,6 +15,7 @@ from datamind.synth.offline.generators import (
     an,
     c,
     fmt,
+    missing_counts,
     sample,
     template,
     unique_top,
@@ -390,7 +391,7 @@ def fe_month(view, rng):
         yield Task(
             "feature_engineering",
             "fe_month",
-            f"Derive a month-number feature (1-12) from {d}. Which month occurs most often?",
+            f"Derive a month-number feature from {d} (its calendar month as a number). Which month occurs most often?",
             f"Extract month from {d}; mode of the new feature.",
             f"months = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dt.month\n"
             "answer = int(months.value_counts().idxmax())",
@@ -417,10 +418,14 @@ def fe_month(view, rng):
 @template("comprehensive_data_preprocessing")
 def prep_dedup_dropna(view, rng):
     df = view.df
-    with_nulls = [n for n in df.columns if df[n].isna().any()]
+    # a column whose blanks are partly text ('None', '-') has more missing values than dropna sees: not asked
+    placeholders = missing_counts(df) - df.isna().sum()
+    with_nulls = [n for n in df.columns if df[n].isna().any() and not placeholders[n]]
     # Columns that can be missing make the question meaningful; else prefer analysed columns over keys.
-    chosen = [str(n) for n in (with_nulls or view.measures + view.groups + list(df.columns))]
+    chosen = [str(n) for n in (with_nulls or view.measures + view.groups + list(df.columns)) if not placeholders[n]]
     chosen = list(dict.fromkeys(chosen))[:2]
+    if not chosen or len(df.drop_duplicates().dropna(subset=chosen)) == len(df):
+        return  # cleaning that removes nothing leaves the row count the first look at the data printed
     yield Task(
         "comprehensive_data_preprocessing",
         "prep_dedup_dropna",

@@ -11,10 +11,13 @@ import pandas as pd
 from datamind.synth.offline.columns import python_scalar
 from datamind.synth.offline.generators import (
     GROUP_MEAN_SORT,
+    MISSING_COUNTS,
+    PLACEHOLDERS,
     Task,
     an,
     c,
     fmt,
+    missing_counts,
     sample,
     template,
     two_values,
@@ -313,37 +316,45 @@ def desc_min_max_mean(view, rng):
 
 @template("descriptive_analysis")
 def desc_shape_missing(view, rng):
-    df = view.df
-    nulls = df.isna().sum()
-    if nulls.max() == 0:
-        body = "answer = f'{df.shape[0]} rows, {df.shape[1]} columns, none'"
-        alts = (
-            ("answer = f'{len(df)} rows, {len(df.columns)} columns, none'", ()),
-            ("n_rows, n_cols = df.to_numpy().shape\nanswer = f'{n_rows} rows, {n_cols} columns, none'", ()),
-        )
-    else:
-        top = nulls.sort_values(ascending=False)
-        if len(top) > 1 and top.iloc[0] == top.iloc[1]:
-            return
-        body = "nulls = df.isna().sum()\nanswer = f'{df.shape[0]} rows, {df.shape[1]} columns, {nulls.idxmax()}'"
-        alts = (
-            (
-                "missing = df.isna().to_numpy().sum(axis=0)\n"
-                "answer = f'{len(df)} rows, {len(df.columns)} columns, {df.columns[int(np.argmax(missing))]}'",
-                ("import numpy as np",),
-            ),
-            (
-                "counts = {col: int(df[col].isna().sum()) for col in df.columns}\n"
-                "answer = f'{len(df)} rows, {len(df.columns)} columns, {max(counts, key=counts.get)}'",
-                (),
-            ),
-        )
+    nulls = missing_counts(view.df)
+    top = nulls.sort_values(ascending=False, kind="stable")
+    if top.iloc[0] > 0 and len(top) > 1 and top.iloc[0] == top.iloc[1]:
+        return
+    # the program counts; none of its texts holds the answer (a reference that writes 'none' verifies itself)
+    body = MISSING_COUNTS + (
+        "most = missing.idxmax() if missing.max() > 0 else 'none'\n"
+        "answer = f'{df.shape[0]} rows, {df.shape[1]} columns, {most}'"
+    )
+    alts = (
+        (
+            f"placeholders = set({PLACEHOLDERS!r})\n"
+            "def is_missing(v):\n"
+            "    if isinstance(v, str):\n"
+            "        return v.strip().lower() in placeholders\n"
+            "    return bool(pd.isna(v))\n"
+            "counts = {col: sum(is_missing(v) for v in df[col]) for col in df.columns}\n"
+            "most = max(counts, key=counts.get) if max(counts.values()) > 0 else 'none'\n"
+            "answer = f'{len(df)} rows, {len(df.columns)} columns, {most}'",
+            (),
+        ),
+        (
+            f"placeholders = {PLACEHOLDERS!r}\n"
+            "cells = df.astype(object)\n"
+            "blank = cells.apply(lambda s: s.map(lambda v: isinstance(v, str) and v.strip().lower() in placeholders))\n"
+            "missing = (df.isna() | blank).to_numpy().sum(axis=0)\n"
+            "most = df.columns[int(np.argmax(missing))] if missing.max() > 0 else 'none'\n"
+            "n_rows, n_cols = df.shape\n"
+            "answer = f'{n_rows} rows, {n_cols} columns, {most}'",
+            ("import numpy as np",),
+        ),
+    )
     yield Task(
         "descriptive_analysis",
         "desc_shape_missing",
-        "How many rows and columns does the table have, and which column has the most missing values (answer 'none' "
-        "if nothing is missing)?",
-        "Structure overview: shape and the column with the most gaps.",
+        "How many rows and columns does the table have, and which column has the most missing values? Count empty "
+        "cells and placeholder text such as 'None', 'NA', 'N/A', 'null', '-' or '?' as missing, and answer 'none' if "
+        "nothing is missing.",
+        "Structure overview: shape and the column with the most gaps, placeholder text included.",
         body,
         params={},
         alt=alts,

@@ -1,0 +1,130 @@
+"""The figures that say how trajectories read (question copies, thought frames, code shapes, pasted literals,
+planted typos) and the cell rewrites that keep a session's values in variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from datamind.rollout import protocol
+from datamind.rollout.policies import cells
+from datamind.rollout.policies.measures import code_shape, copies_question, frame, sample_measures, summarize
+
+QUESTION = "First, find the region with the highest average price. How many records of that region cost more than 20?"
+
+
+def _row(thinks_codes_outputs, question=QUESTION, hop=2, fmt="csv") -> dict:
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": question}]
+    for think, code, output in thinks_codes_outputs:
+        if code is None:
+            messages.append({"role": "assistant", "content": protocol.format_answer_turn(think, output)})
+        else:
+            messages.append({"role": "assistant", "content": protocol.format_code_turn(think, code)})
+            messages.append({"role": "tool", "content": protocol.format_interpreter(output)})
+    return {"question": question, "messages": messages, "hop": hop, "data_format": fmt}
+
+
+def test_a_thought_copies_the_question_from_six_consecutive_words():
+    assert copies_question('For "find the region with the highest average price" I group by region.', QUESTION)
+    assert not copies_question("The region with the highest mean goes into `top_region`.", QUESTION)
+    assert frame('For "How many records ..." the last cell printed 5.49.') == "for q the last"
+    assert frame("85 of 180 rows (47%), and that is it.") == "n of n rows"
+    assert code_shape("x = df['a'].mean()\nprint(x)") == code_shape("y = df['price'].mean()\nprint(y)")
+    assert code_shape("x = df['a'].mean()") != code_shape("x = df['a'].median()")
+
+
+def test_a_sample_that_pastes_the_printed_value_and_plants_a_typo_is_measured_as_such():
+    old = _row(
+        [
+            ('For "find the region with the highest average price" I load it.', "print(df.shape)", "(40, 3)"),
+            ("Step 1 of 2.", "answer = df.groupby('region')['price'].mean().idxmax()\nprint(answer)", "North"),
+            ("Typo.", "print(int((df.loc[df['regions'] == 'North', 'price'] > 20).sum()))", "KeyError: 'regions'"),
+            ("Fixed.", "print(int((df.loc[df['region'] == 'North', 'price'] > 20).sum()))", "7"),
+            ("The answer.", None, "7"),
+        ]
+    )
+    rank = "top = df.groupby('region')['price'].mean().idxmax()\nprint(top)"
+    count = "n = int((df.loc[df['region'] == top, 'price'] > 20).sum())\nprint(n)"
+    new = _row(
+        [
+            ("`price` and `region` first: a plain read of sales.csv.", "print(df.shape)", "(40, 3)"),
+            ("40 rows. Ranking regions by mean price.", rank, "North"),
+            ("North leads; `top` goes into the filter.", count, "7"),
+            ("7 of 40 rows.", None, "7"),
+        ]
+    )
+    m_old, m_new = sample_measures(old), sample_measures(new)
+    assert m_old.copied_thinks == 1 and m_old.pasted_literal and m_old.planted_typo
+    assert m_new.copied_thinks == 0 and m_new.pasted_literal is False and not m_new.planted_typo
+    figures = summarize([old, new])
+    assert figures["question_copy_share"] == pytest.approx(1 / 9, abs=1e-3)
+    assert figures["pasted_literal_share"] == 0.5 and figures["planted_typo_share"] == 0.5
+
+
+def test_database_samples_count_helper_functions_and_whole_table_fetches():
+    helper = "def run_sql(sql, path):\n    execute_sql(sql=sql, output_path=path)\n    return open(path).read()"
+    row = _row(
+        [
+            ("Schema.", "print(get_db_info())", "Table t (3 rows)"),
+            ("Fetch.", helper + "\nprint(run_sql('SELECT * FROM t', 'a.csv'))", "1"),
+            ("Done.", None, "1"),
+        ],
+        hop=1,
+        fmt="sqlite",
+    )
+    m = sample_measures(row)
+    assert m.sql_helper_def and m.select_star and m.pasted_literal is None
+
+
+def test_a_later_cell_takes_the_variable_where_the_literal_is_unambiguous():
+    code = "n = int((df['amount'] > 12.5).sum())\nprint(n)"
+    assert cells.use_variable(code, "12.5", "median_amount", "value") == code.replace("12.5", "median_amount")
+    # a count of 2 next to round(..., 2): which 2 is the count cannot be told, so the cell stays as written
+    pct = "answer = round(2 / len(df) * 100, 2)\nprint(answer)"
+    assert cells.use_variable(pct, "2", "n_rows", "value") == pct
+    assert cells.use_variable("x = df['a'] - 0.25", "0.25", "v", "value") == "x = df['a'] - v"
+    assert cells.use_variable("x = df['a'] > -0.25", "-0.25", "v", "text") == "x = df['a'] > float(v)"
+    sql = "rows = duckdb.sql('SELECT COUNT(*) FROM df WHERE \"city\" = \\'Lyon\\'').fetchall()"
+    assert cells.use_variable(sql, "Lyon", "top_city", "value") == (
+        'rows = duckdb.sql(f"""SELECT COUNT(*) FROM df WHERE "city" = \'{top_city}\'""").fetchall()'
+    )
+    # a value that is also a column name, or that holds a quote, is left as a literal
+    assert cells.use_variable("df['Lyon'] == 'Lyon'", "Lyon", "v", "value", ["Lyon"]) == "df['Lyon'] == 'Lyon'"
+    quoted = "x = \"SELECT 1 FROM t WHERE a = 'O''Hara'\""
+    assert cells.use_variable(quoted, "O'Hara", "v", "value") == quoted
+
+
+def test_a_database_result_is_read_back_as_it_was_printed():
+    single = cells.sql_cell('SELECT COUNT(*) FROM "t"', "n_rows", "42", import_pandas=True)
+    assert single.startswith("import pandas as pd\n") and "n_rows = pd.read_csv('n_rows.csv').iat[0, 0]" in single
+    code = cells.sql_cell('SELECT "code" FROM "t" LIMIT 1', "top_code", "007", import_pandas=False)
+    assert "dtype=str, keep_default_na=False" in code  # pandas would print 7
+    listed = cells.sql_cell('SELECT MIN("a"), MAX("a") FROM "t"', "a_summary", "1.0, 5.0", import_pandas=False)
+    assert '"; ".join(", ".join(row)' in listed
+    assert not cells.reads_back_exactly("NA") and cells.reads_back_exactly("105392533.6648")
+
+
+def test_a_whole_table_fetch_is_narrowed_only_when_the_step_uses_named_columns():
+    assert cells.uses_only_named_columns("a = df.loc[df['g'] == 'x', 'm'].median()\nb = len(df)")
+    assert cells.uses_only_named_columns("rows = duckdb.sql('SELECT COUNT(*) FROM df WHERE \"m\" > 3').fetchall()")
+    assert not cells.uses_only_named_columns("clean = df.drop_duplicates()")
+    assert not cells.uses_only_named_columns("print(df.shape)")
+    assert not cells.uses_only_named_columns("rows = duckdb.sql('SELECT DISTINCT * FROM df').fetchall()")
+
+
+def test_variables_are_named_after_what_they_hold():
+    assert cells.variable_name("Mode of city.", 'SELECT "city" FROM t', ["city"], "London", set()) == "top_city"
+    assert cells.variable_name("Median of price.", "x = df['price'].median()", ["price"], "3.5", set()) == (
+        "median_price"
+    )
+    assert cells.variable_name("Tukey fences on price; count the outliers.", "", ["price"], "3", set()) == (
+        "n_outliers_price"
+    )
+    assert cells.variable_name("Mean of price.", "", ["price"], "2.0", {"avg_price"}) == "avg_price_2"
+
+
+def test_a_column_name_does_not_decide_what_a_value_is_called():
+    """The mean of a column called "Percentage" is an average, not a percentage; a column called "a" does not
+    hide the word "mean"."""
+    sql = 'SELECT ROUND(AVG("Percentage"), 4) FROM "countrylanguage"'
+    assert cells.variable_name("Mean of Percentage.", sql, ["Percentage"], "29.2683", set()) == "avg_percentage"
+    assert cells.variable_name("Mean of a.", "x = df['a'].mean()", ["a"], "2.5", set()) == "avg_a"
