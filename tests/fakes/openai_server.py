@@ -105,8 +105,13 @@ class FakeOpenAIServer:
         port: int = 0,
         record_bodies: bool = True,
         api_key: str | None = None,
+        prefix_cache: bool = False,
     ) -> None:
         self.latency_s = latency_s
+        # like a provider's prompt caching: a prompt's longest word prefix shared with an earlier prompt is
+        # reported as usage.prompt_tokens_details.cached_tokens
+        self.prefix_cache = prefix_cache
+        self._prompts: list[list[str]] = []
         self.responder = responder
         self.default_reply = default_reply
         self.host = host
@@ -181,6 +186,8 @@ class FakeOpenAIServer:
             self.files.clear()
             self.batches.clear()
             self.batch_bodies.clear()
+            self._prompts.clear()
+        self.prefix_cache = False
         self.responder = None
         self.latency_s = 0.0
         self.batch_delay_s = 0.0
@@ -284,7 +291,14 @@ class FakeOpenAIServer:
             with self._lock:
                 self.faults_served.append(outcome.kind)
             return await _serve_fault(outcome, reader, writer)
-        await _respond(writer, 200, completion_body(body, outcome))
+        reply = completion_body(body, outcome)
+        if self.prefix_cache:
+            words = " ".join(str(m.get("content") or "") for m in body.get("messages", [])).split()
+            with self._lock:
+                cached = max((_shared_prefix(words, earlier) for earlier in self._prompts), default=0)
+                self._prompts.append(words)
+            reply["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+        await _respond(writer, 200, reply)
         return True
 
     # -- the Batch API ---------------------------------------------------------------------------------
@@ -391,6 +405,15 @@ class FakeOpenAIServer:
         if self.responder is None:
             return self.default_reply
         return self.responder(body)
+
+
+def _shared_prefix(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def completion_body(request: dict, text: str) -> dict[str, Any]:

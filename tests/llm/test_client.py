@@ -56,6 +56,20 @@ def test_chat_returns_text_usage_and_sends_role_model_and_params(server, make_cl
     assert body["messages"] == ask("one two three")
 
 
+def test_prompt_tokens_the_endpoint_cached_are_counted_per_call_and_per_stage(server, make_client):
+    """An endpoint with prompt caching says how many prompt tokens it did not read again
+    (usage.prompt_tokens_details.cached_tokens); the client keeps it per call and the stage's meter sums it."""
+    server.responder, server.prefix_cache = echo, True
+    client = make_client(cache=False)
+    shared = "Answer in <answer> tags. " + " ".join(f"rule{i}" for i in range(40))
+    msgs = [[{"role": "system", "content": shared}, {"role": "user", "content": q}] for q in ("first ask", "second")]
+    first, second = (one(client, lambda m=m: client.chat("expert", m, template_version=TV)) for m in msgs)
+    assert (first.endpoint_cached_tokens, second.endpoint_cached_tokens) == (0, 44)  # the system prompt's words
+    snap = client.usage.snapshot()
+    assert snap["prompt_tokens"] == 46 + 45 and snap["endpoint_cached_prompt_tokens"] == 44
+    assert "endpoint-cached 44" in client.usage.summary()
+
+
 def test_a_wrong_key_is_refused_by_the_server_and_fails_the_task(server, make_client):
     client = make_client(api_key="sk-wrong")
     with pytest.raises(EndpointUnavailable, match="API key") as info:
