@@ -404,24 +404,10 @@ class LLMClient:
             _raise_for_status(exc, model, self.config)
             raise
         latency = time.perf_counter() - t0
-        text, finish_reason, usage = _read_completion(payload)
-        if usage is None:
+        res = completion_result(payload, model, key, latency)  # _BadResponse before anything is counted
+        if not isinstance(payload.get("usage"), dict):
             self.usage.count("usage_missing")
-            usage = {}
-        pt = _as_int(usage.get("prompt_tokens"))
-        ct = _as_int(usage.get("completion_tokens"))
-        return ChatResult(
-            text=text,
-            model=model,
-            prompt_tokens=pt,
-            completion_tokens=ct,
-            cached=False,
-            latency_s=latency,
-            finish_reason=finish_reason,
-            cost_usd=self._cost(model, pt, ct),
-            cache_key=key,
-            endpoint_cached_tokens=min(pt, endpoint_cached_tokens(usage)),
-        )
+        return replace(res, cost_usd=self._cost(model, res.prompt_tokens, res.completion_tokens))
 
     def _throttle_delay(self, exc: openai.RateLimitError, n: int) -> float:
         cfg = self.config
@@ -468,16 +454,17 @@ def completion_result(payload: Any, model: str, key: str, latency_s: float = 0.0
     """A ChatResult from a chat-completions response body (``_BadResponse`` when it is not one)."""
     text, finish_reason, usage = _read_completion(payload)
     usage = usage or {}
+    prompt_tokens = _as_int(usage.get("prompt_tokens"))
     return ChatResult(
         text=text,
         model=model,
-        prompt_tokens=_as_int(usage.get("prompt_tokens")),
+        prompt_tokens=prompt_tokens,
         completion_tokens=_as_int(usage.get("completion_tokens")),
         cached=False,
         latency_s=latency_s,
         finish_reason=finish_reason,
         cache_key=key,
-        endpoint_cached_tokens=endpoint_cached_tokens(usage),
+        endpoint_cached_tokens=min(prompt_tokens, endpoint_cached_tokens(usage)),
     )
 
 
