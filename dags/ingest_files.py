@@ -28,7 +28,7 @@ def discover(params: dict) -> list:
     from datamind.ingest.sources import list_sources
 
     uris = [params["source_uri"], *(params.get("more_source_uris") or [])]
-    with runtime.fail_fast_on_permanent_errors(f"cannot list source {', '.join(map(repr, uris))}"):
+    with runtime.fail_fast_on_permanent_errors("ingest_files cannot list its source"):
         return list_sources(uris, limits_from_params(params))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
 
+from datamind_airflow.api_wording import ApiWording
 from datamind_airflow.reports_app import create_app
 from datamind_airflow.urls import (
     PREFIX,
@@ -48,6 +49,7 @@ class SampleViewerLink(BaseOperatorLink):
 class DatamindReportsPlugin(AirflowPlugin):
     name = "datamind_reports"
     fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "DataMind quality reports"}]
+    fastapi_root_middlewares = [{"middleware": ApiWording, "name": "DataMind wording of form refusals and reviews"}]
     global_operator_extra_links = [QualityReportLink(), SampleViewerLink()]
     external_views = [
         {

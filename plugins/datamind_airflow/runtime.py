@@ -95,13 +95,28 @@ PERMANENT_ERRORS = (FileNotFoundError, NotADirectoryError, PermissionError, Valu
 @contextlib.contextmanager
 def fail_fast_on_permanent_errors(what: str, also: tuple[type[BaseException], ...] = ()):
     """Turn a permanent error (``PERMANENT_ERRORS`` and ``also``) into AirflowFailException: the task fails at
-    once, with the cause, no retries."""
+    once, no retries, with one line that says what and why. That line is also logged as an error of its own
+    before Airflow's traceback: the log's reader sees it first, not inside the stack. A missing or unreadable
+    path says all there is to know, so its exception carries no chained traceback either; any other cause keeps
+    its traceback (it may be a bug)."""
     try:
         yield
     except (*PERMANENT_ERRORS, *also) as exc:
         from airflow.sdk.exceptions import AirflowFailException
 
-        raise AirflowFailException(f"{what}: {type(exc).__name__}: {exc} (permanent: not retried)") from exc
+        message = f"{what}: {permanent_reason(exc)} (permanent: not retried)"
+        log.error(message)
+        if isinstance(exc, OSError):
+            raise AirflowFailException(message) from None
+        raise AirflowFailException(message) from exc
+
+
+def permanent_reason(exc: BaseException) -> str:
+    """An error's cause in words: our own messages as they are; the OS's ("[Errno 2] No such file or directory:
+    '/x'") without the errno; the exception's type only when it says nothing else."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename!r}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def origin() -> dict[str, str]:

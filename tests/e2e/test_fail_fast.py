@@ -24,6 +24,28 @@ def test_permanent_errors_become_a_failure_without_retries(exc):
     assert str(exc) in str(err.value) and "cannot list source" in str(err.value)
 
 
+def test_a_missing_folder_fails_with_one_line_first_and_no_chained_trace(caplog, tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from datamind.ingest.sources import list_sources
+    from datamind.settings import Limits
+
+    missing = str(tmp_path / "no_such_folder")
+    with caplog.at_level("ERROR", logger="datamind_airflow.runtime"):
+        with pytest.raises(AirflowFailException) as err:
+            with runtime.fail_fast_on_permanent_errors("ingest_files cannot list its source"):
+                list_sources([missing], Limits())
+    said = f"ingest_files cannot list its source: source '{missing}' does not exist (permanent: not retried)"
+    assert str(err.value) == said
+    # logged as one line of its own, before Airflow prints the traceback, which holds no second exception
+    assert [r.getMessage() for r in caplog.records] == [said]
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    # the OS's own wording loses its errno, keeps the path
+    with pytest.raises(AirflowFailException, match=r"^read: Permission denied: '/root/x' \(permanent"):
+        with runtime.fail_fast_on_permanent_errors("read"):
+            raise PermissionError(13, "Permission denied", "/root/x")
+
+
 @pytest.mark.parametrize("exc", [TimeoutError("read timed out"), ConnectionResetError("peer reset")])
 def test_transient_errors_pass_through_to_the_retry_machinery(exc):
     with pytest.raises(type(exc)):
