@@ -12,6 +12,7 @@ from datamind_airflow.urls import (
     REPORTS_ROUTE,
     VIEWER,
     VIEWER_ROUTE,
+    framed_backfill_url,
     framed_report_url,
     in_frame,
     viewer_run_url,
@@ -46,11 +47,21 @@ class SampleViewerLink(BaseOperatorLink):
         return in_frame(viewer_run_url(ti_key.run_id, kind), VIEWER_ROUTE) if kind else ""
 
 
+class BackfillChainLink(BaseOperatorLink):
+    """ "Backfill across the chain" on every task of an ingest run: each stage run its Asset events woke, their
+    counts and rejections, and the release its samples reached (Airflow's own Asset Events tab shows one hop)."""
+
+    name = "Backfill across the chain"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        return framed_backfill_url(ti_key.dag_id, ti_key.run_id) if ti_key.dag_id.startswith("ingest_") else ""
+
+
 class DatamindReportsPlugin(AirflowPlugin):
     name = "datamind_reports"
     fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "DataMind quality reports"}]
     fastapi_root_middlewares = [{"middleware": ApiWording, "name": "DataMind wording of form refusals and reviews"}]
-    global_operator_extra_links = [QualityReportLink(), SampleViewerLink()]
+    global_operator_extra_links = [QualityReportLink(), SampleViewerLink(), BackfillChainLink()]
     external_views = [
         {
             "name": "Quality reports",

@@ -10,6 +10,7 @@
     /datamind/viewer/releases/<v>/rejections/   what the runs that fed a release rejected
     /datamind/viewer/runs/<run>/<kind>/[<id>]   one run's trajectories, rejections or trajectories the judge did
                                                 not select (not_selected), and one of them
+    /datamind/viewer/backfills/<dag_id>/<run>/  one ingest run across the chain it woke, to the release it reached
 
 Files are read from the data root (a local folder or object storage), so any api-server shows what any worker
 wrote. Every route needs a logged-in Airflow user, as the rest of the UI does; there are no API docs routes.
@@ -168,7 +169,9 @@ def find_task_report(root, dag_id: str, run_id: str, task_id: str) -> str | None
     return None
 
 
-def create_app() -> FastAPI:
+def create_app(chains=None) -> FastAPI:
+    """The app; ``chains``: where the backfill pages read Airflow's records of runs and Asset events
+    (``datamind_airflow.chain``, the api-server's metadata database; a stand-in in tests)."""
     # No /docs, /redoc or /openapi.json: they would be the app's only routes outside the login, and nobody
     # calls this app as an API.
     app = FastAPI(
@@ -201,7 +204,7 @@ def create_app() -> FastAPI:
         with root.open(root.path(rel)) as fh:
             return Response(fh.read(), media_type=media, headers={"Content-Security-Policy": FILE_POLICY})
 
-    _viewer_routes(app)
+    _viewer_routes(app, chains)
 
     @app.get("/task/{dag_id}/{run_id}/{task_id}")
     def task_report(dag_id: str, run_id: str, task_id: str):
@@ -272,10 +275,42 @@ def _list_page(root, source, request: Request):
     return page, chosen, text
 
 
-def _viewer_routes(app: FastAPI) -> None:
+def _viewer_routes(app: FastAPI, chains=None) -> None:
     from datamind.review import pages, query
 
     links = pages.Links(VIEWER)
+    if chains is None:
+        from datamind_airflow import chain as chains
+
+    def backfills_of(manifest: dict) -> list[tuple[str, str]]:
+        """(label, href) of the backfill pages of the ingest runs that led to this release."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            run_id = chains.publish_run_of(manifest.get("run_id") or "")
+            found = chains.ingests_of("publish_dataset", run_id) if run_id else []
+        except SQLAlchemyError:  # the metadata database out of reach: the release page still shows the release
+            log.warning("no backfills for %s", manifest.get("version_id"), exc_info=True)
+            return []
+        return [(f"{dag_id} {rid}", links.backfill(dag_id, rid)) for dag_id, rid in found]
+
+    @app.get("/viewer/backfills/{dag_id}/{run_id}/", response_class=HTMLResponse)
+    def viewer_backfill(dag_id: str, run_id: str) -> str:
+        from datamind.publish.changes import changes_of
+        from datamind.review.chain import chain_page
+
+        if not dag_id.startswith("ingest_"):
+            raise HTTPException(404, f"a backfill page follows an ingest run; {dag_id} is not an ingest DAG")
+        walk = chains.downstream(dag_id, run_id)
+        if walk is None:
+            raise HTTPException(404, f"{dag_id} has no run {run_id}")
+        root = _root()
+
+        def changes(version_id: str):
+            manifest = query.manifest(root, version_id)
+            return changes_of(root, manifest) if manifest is not None else None
+
+        return chain_page(links, walk, query.releases(root), changes)
 
     @app.get("/viewer/", response_class=HTMLResponse)
     def viewer_home() -> str:
@@ -293,6 +328,7 @@ def _viewer_routes(app: FastAPI) -> None:
         return pages.release_page(
             links, version_id, manifest, page, source, chosen, text,
             changes=changes_of(root, manifest), report=release_report(root, version_id, manifest.get("run_id")),
+            backfills=backfills_of(manifest),
         )  # fmt: skip
 
     @app.get("/viewer/releases/{version_id}/rejections/", response_class=HTMLResponse)

@@ -34,6 +34,13 @@ def framed_release_url(version_id: str) -> str:
     return in_frame(f"{VIEWER}/releases/{quote(version_id, safe='')}/", VIEWER_ROUTE)
 
 
+def framed_backfill_url(dag_id: str, run_id: str) -> str:
+    """An ingest run followed across the chain it woke, inside the Airflow UI."""
+    from datamind.quality.viewer_links import Links
+
+    return in_frame(Links(VIEWER).backfill(dag_id, run_id), VIEWER_ROUTE)
+
+
 def viewer_run_url(run_id: str, kind: str) -> str:
     from datamind.quality.viewer_links import Links
 

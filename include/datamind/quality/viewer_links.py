@@ -27,6 +27,10 @@ class Links:
     def sample(self, version_id: str, sample_id: str) -> str:
         return f"{self.base}/releases/{quote(version_id)}/samples/{quote(sample_id, safe='')}"
 
+    def backfill(self, dag_id: str, run_id: str) -> str:
+        """One ingest run followed across the chain it woke (``datamind.review.chain``)."""
+        return f"{self.base}/backfills/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/"
+
     def run(self, run_id: str, kind: str, **query: Any) -> str:
         return f"{self.base}/runs/{quote(run_id, safe='')}/{kind}/" + _query(query)
 

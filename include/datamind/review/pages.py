@@ -74,9 +74,11 @@ def release_page(
     *,
     changes: Mapping | None = None,
     report: str | None = None,
+    backfills: list[tuple[str, str]] = (),
 ) -> str:
     """A release: its audit and promotion, what changed since the release before it (``changes``; the
-    manifest's by default), a link to its quality report (``report``: its folder under reports/), its samples."""
+    manifest's by default), a link to its quality report (``report``: its folder under reports/), the backfills
+    that fed it (``backfills``: label, href of each page), its samples."""
     names = file_names(manifest)
     release = release_summary(manifest)
     if changes is not None:
@@ -88,6 +90,7 @@ def release_page(
         manifest=manifest,
         release=release,
         report_href=links.report(report) if report else None,
+        backfills=list(backfills),
         names=names,
         labels=_file_labels(names),
         page=page,
