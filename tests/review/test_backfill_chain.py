@@ -41,7 +41,8 @@ WALK = {
              [_event("trajectories", 20, 60, {"sandbox_error": 1}),
               _event("trajectories", 20, 60, {"sandbox_error": 2})],
              "synthesize_queries"),
-        _run("judge_trajectories", "j1", "success", [_event("judged", 120, 38, {"no_consensus": 9})]),
+        _run("judge_trajectories", "j1", "success",
+             [_event("judged", 120, 38, {"no_consensus": 9, "not_selected": 70})]),
         # waiting at the review gate: no dataset event yet, the release is found by the run its manifest records
         _run("publish_dataset", PUBLISH, "running", []),
     ],
@@ -82,6 +83,7 @@ def test_each_stage_run_its_counts_and_rejections_and_the_release_reached():
     assert "reference_failed: 2; chain_hop_skipped: 5" not in rows[2]  # largest first
     assert "chain_hop_skipped: 5; reference_failed: 2" in rows[2]
     assert "40 120 sandbox_error: 3" in rows[3]  # two events of one run: summed
+    assert "no_consensus: 9 (and 70 fine but not selected" in rows[4] and "not_selected: 70" not in rows[4]
     assert rows[5].startswith("publish_dataset") and "running" in rows[5] and "still running" in rows[5]
     assert "Published as v2 (297 samples)" in text and "awaiting_approval" in text
     assert "Samples from source new_csvs: 0 → 37 (+37 / -0)." in text

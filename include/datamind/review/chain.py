@@ -14,6 +14,7 @@ from typing import Any
 
 from datamind.ids import safe_run_id
 from datamind.quality.viewer_links import Links
+from datamind.review.query import NOT_SELECTED
 from datamind.templating import render
 
 # What a finished run that announced nothing means: stages announce only new rows (runtime.announce).
@@ -40,11 +41,14 @@ def _stage_row(run: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(n, int):
                 rejected[str(reason)] += n
     reports = [e["extra"]["report_url"] for e in events if (e.get("extra") or {}).get("report_url")]
+    # the judge's trajectories that were fine but not the one kept for their query: counted, not a rejection
+    not_selected = rejected.pop(NOT_SELECTED, 0)
     return {
         **{k: run.get(k) for k in ("dag_id", "run_id", "state", "start_date", "end_date", "run_href", "woken_by")},
         "rows_in": rows_in,
         "rows_out": rows_out,
         "rejected": sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])),
+        "not_selected": not_selected,
         "report_href": reports[0] if reports else run.get("report_href"),
         "announced": [e.get("asset") for e in events],
         "note": None if events else _QUIET.get(str(run.get("state")), str(run.get("state"))),
