@@ -29,16 +29,32 @@ def _run(run, events, woken_by: str | None) -> dict[str, Any]:
     }
 
 
+def _find(session, dag_id: str, run_id: str, limit: int = 500):
+    """The run ``run_id`` of ``dag_id``, named as Airflow names it or as the tables and reports record it
+    (``ids.safe_run_id``: a report links its backfill by the id it knows)."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    from datamind.ids import safe_run_id
+
+    run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    if run is not None:
+        return run
+    recent = session.scalars(
+        select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc()).limit(limit)
+    ).all()
+    return next((r for r in recent if safe_run_id(r.run_id) == run_id), None)
+
+
 def downstream(dag_id: str, run_id: str) -> dict[str, Any] | None:
     """{"runs": the run, then every run its events woke, breadth first; "source": the run's source name;
-    "truncated"} or None when there is no such run."""
+    "truncated"} or None when there is no such run (``run_id``: Airflow's or the tables' form of it)."""
     from airflow.models.asset import AssetEvent
-    from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        start = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        start = _find(session, dag_id, run_id)
         if start is None:
             return None
         conf = start.conf or {}

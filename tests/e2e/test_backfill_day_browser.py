@@ -130,6 +130,11 @@ def test_a_backfill_from_the_form_reaches_a_release_that_is_reviewed_and_approve
     assert sorted(f for f, _, _ in files) == ["returns.csv", "stores.csv", "visits.csv"], chain
     assert sum(int(a) for _, _, a in files) == added
     page.screenshot(path=str(shots / "20-backfill-across-the-chain.png"), full_page=True)
+    # the ingest run's quality report leads to the same page (it knows the run by the id its folder has)
+    page.goto(f"{base}/datamind/task/ingest_files/{quote(ingest['dag_run_id'], safe='')}/publish_catalog")
+    page.get_by_role("link", name="This backfill across the chain").click()
+    page.wait_for_url("**/datamind/viewer/backfills/ingest_files/**", timeout=30_000)
+    assert f"Samples from source new_csvs: 0 → {added} (+{added} / -0)." in page.inner_text("body")
 
     # 4. What changed, at the gate; approve.
     page.goto(f"{base}/dags/publish_dataset/runs/{quote(publish_run, safe='')}/tasks/review/required_actions")

@@ -152,3 +152,15 @@ def test_every_ingest_task_links_its_backfill_and_no_other_task_does():
     assert link.get_link(None, ti_key=key) == urls.framed_backfill_url("ingest_files", INGEST)
     other = SimpleNamespace(dag_id="profile_files", run_id="p1", task_id="publish")
     assert link.get_link(None, ti_key=other) == ""
+
+
+def test_an_ingest_report_links_its_backfill_and_other_reports_do_not():
+    from datamind.quality.report_page import render_report
+
+    doc = {"stage": "ingest_new_csvs", "run_id": "manual__2026-11-28T10_00_00_00_00", "success": True,
+           "origin": {"dag_id": "ingest_files", "task_id": "publish_catalog"}}  # fmt: skip
+    page = render_report(doc, None)
+    # a report is served at <prefix>/reports/<stage>/<run>/: three folders up is the prefix the viewer is under
+    assert "href='../../../viewer/backfills/ingest_files/manual__2026-11-28T10_00_00_00_00/'" in page
+    other = render_report({**doc, "origin": {"dag_id": "profile_files", "task_id": "publish"}}, None)
+    assert "/backfills/" not in other
