@@ -75,6 +75,7 @@ def airflow_db() -> Path:
 # alone at the end while the others have finished.
 LONG_MODULES = (
     "e2e/test_cluster.py",
+    "e2e/test_backfill_day_browser.py",
     "e2e/test_review_browser.py",
     "e2e/test_ui_browser.py",
     "rollout/test_real_model.py",
