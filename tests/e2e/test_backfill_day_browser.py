@@ -92,6 +92,26 @@ def test_a_backfill_from_the_form_reaches_a_release_that_is_reviewed_and_approve
     _trigger_from_form(page, base, "ingest_files", {"source_uri": str(folder), "source_name": "new_csvs"}, True)
     (ingest,) = runs(session, base, "ingest_files")
 
+    # while the chain runs: the form's own JSON conf with a wrong type is refused in one sentence
+    page.goto(f"{base}/dags/ingest_files")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_text("Run Parameters").wait_for(timeout=30_000)
+    dialog.get_by_text("Advanced Options").click()
+    editor = dialog.locator(".monaco-editor").first  # the conf as JSON (Monaco): typed as a person pastes it
+    editor.wait_for(timeout=30_000)
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(json.dumps({"source_uri": str(folder), "source_name": "new_csvs", "min_rows": "ten"}))
+    dialog.get_by_role("button", name="Trigger").click()
+    dialog.get_by_text("Minimum rows per table (min_rows) must be a whole number; it was given 'ten'.").wait_for(
+        timeout=30_000
+    )
+    assert "Failed validating" not in dialog.inner_text()
+    page.screenshot(path=str(shots / "19-form-refuses-a-wrong-type.png"), full_page=True)
+    assert len(runs(session, base, "ingest_files")) == 1  # the backfill's run only
+
     def at_the_gate():
         failed = [(d, r["dag_run_id"]) for d in ("ingest_files", *CHAIN) for r in runs(session, base, d)
                   if r["state"] == "failed"]  # fmt: skip
