@@ -12,6 +12,7 @@ from datamind.rollout import templates
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES
 from datamind.shards import key_paths, read_hinted, read_table, shard_paths
 from datamind.storage import DataRoot
+from datamind.synth.offline.source import UnsupportedSource, pandas_kwargs
 
 _CSV_KEYS = {"sep", "delimiter", "encoding", "decimal", "thousands", "header", "skiprows", "quotechar", "na_values"}
 _XLSX_KEYS = {"sheet_name", "header", "skiprows", "nrows", "usecols"}
@@ -210,8 +211,12 @@ def build_prompts(task: QueryTask, max_turns: int) -> Prompts:
     user_t = templates.load("rollout/user.j2")
     wf = templates.workflow(task.query["category"])
     reader = "pd.read_excel" if task.data_format == "xlsx" else "pd.read_csv"
-    args = "".join(f", {k}={v!r}" for k, v in task.read_kwargs.items())
-    read_hint = f"`{reader}({task.file_name!r}{args})`" if task.read_kwargs else ""
+    try:  # ingest's whole recipe (a title row above the header, the engine), not only the keys pandas shares
+        kwargs = pandas_kwargs(task.data_format, task.read_options) if task.data_format != "sqlite" else {}
+    except UnsupportedSource:
+        kwargs = task.read_kwargs
+    args = "".join(f", {k}={v!r}" for k, v in kwargs.items())
+    read_hint = f"`{reader}({task.file_name!r}{args})`" if kwargs else ""
     common = dict(max_turns=max_turns, data_format=task.data_format, file_name=task.file_name)
     # The category, its workflow and how ingestion read the file steer the expert while sampling (the
     # paper's knowledge k) but never reach a training sample: at test time nobody tells the agent which of
