@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import plan, process  # noqa: E402  (ingest and profile as the DAG tasks run them)
 
+from datamind.agent.params import RolloutParams  # noqa: E402
 from datamind.judge.params import JudgeParams  # noqa: E402
 from datamind.judge.stage import judge_shard, plan_judging  # noqa: E402
 from datamind.llm import LLMClient, LLMConfig, local, models  # noqa: E402
 from datamind.llm.serving import serve  # noqa: E402
-from datamind.rollout.params import RolloutParams  # noqa: E402
 from datamind.rollout.stage import plan_sampling, sample_shard  # noqa: E402
 from datamind.storage import DataRoot  # noqa: E402
 from datamind.synth.params import SynthParams  # noqa: E402

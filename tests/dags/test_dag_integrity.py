@@ -116,9 +116,9 @@ FORMS = {
         "datamind.llm.config:ConnectionForm",
         "datamind.llm.config:RequestForm",
     ],
-    "sample_trajectories": ["datamind.rollout.params:RolloutParams", "datamind.llm.config:ConnectionForm"],
+    "sample_trajectories": ["datamind.agent.params:RolloutParams", "datamind.llm.config:ConnectionForm"],
     "judge_trajectories": [
-        "datamind.rollout.params:RolloutParams[backend]",
+        "datamind.agent.params:RolloutParams[backend]",
         "datamind.judge.params:JudgeParams",
         "datamind.llm.config:ConnectionForm",
         "datamind.llm.config:RequestForm",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from datamind.agent.tasks import QueryTask
 from datamind.judge.stage import CHECK_REFUTED, CHECK_UNVERIFIED, CHECK_VERIFIED, JudgeParams, reference_check
-from datamind.rollout.tasks import QueryTask
 
 
 def task(reference: str | None) -> QueryTask:

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import pytest
 from rollout.corpus import build_corpus, expected
 
+from datamind.agent import protocol
 from datamind.assets import DIRS
 from datamind.judge.consistency import OfflineJudge
 from datamind.judge.reflection import Round, reflect
 from datamind.judge.stage import JudgeParams, judge_shard, judged_dir, plan_judging
 from datamind.judge.verdict import judge_answers
-from datamind.rollout import protocol
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows

@@ -9,11 +9,11 @@ import re
 from fakes.openai_server import count_words
 from rollout.corpus import build_corpus, expected, queries
 
+from datamind.agent import protocol
 from datamind.assets import DIRS
 from datamind.judge.stage import judge_shard, plan_judging
 from datamind.llm import LLMClient, LLMConfig, ResponseCache
 from datamind.publish.stage import publish_dataset
-from datamind.rollout import protocol
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
@@ -155,8 +155,8 @@ def test_a_cut_reply_never_becomes_the_final_answer(server, llm_client):
 
     import pytest
 
-    from datamind.rollout.agent import PolicyGaveUp
-    from datamind.rollout.policies.llm_expert import LLMExpertPolicy
+    from datamind.agent.loop import PolicyGaveUp
+    from datamind.agent.policies.llm_expert import LLMExpertPolicy
 
     server.responder = lambda body: "<think>done</think>\n<answer>The result is 1080</answer>"
     policy = LLMExpertPolicy(llm_client, params={"max_tokens": 3}, sample_index=0, template_version="t")

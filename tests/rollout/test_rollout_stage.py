@@ -7,9 +7,9 @@ import os
 import pytest
 from rollout.corpus import build_corpus, expected, queries
 
+from datamind.agent import protocol
+from datamind.agent.params import RolloutParams
 from datamind.assets import DIRS
-from datamind.rollout import protocol
-from datamind.rollout.params import RolloutParams
 from datamind.rollout.stage import plan_sampling, sample_shard, sampling_state
 from datamind.schemas import REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows

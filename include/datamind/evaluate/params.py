@@ -10,8 +10,8 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from datamind.agent.equivalence import REL_TOL
 from datamind.ids import stable_id
-from datamind.judge.consistency import REL_TOL
 from datamind.llm.serving import ENGINES as SERVE_ENGINES
 from datamind.stage_params import check_ranges, param
 from datamind.vocabulary import EVAL_SUITES

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from datamind.agent.equivalence import REL_TOL
+from datamind.agent.params import RolloutParams
 from datamind.ids import stable_id
 from datamind.judge import selection
-from datamind.judge.consistency import REL_TOL
 from datamind.llm.config import CONNECTION_KEYS
-from datamind.rollout.params import RolloutParams
 from datamind.stage_params import check_ranges, param
 
 JUDGE_BACKENDS = ("offline", "llm")

@@ -30,10 +30,15 @@ from typing import Any
 import pyarrow.compute as pc
 
 from datamind import tables
+from datamind.agent.answer import RuleAnswerJudge
+from datamind.agent.params import RolloutParams
+from datamind.agent.policies.offline_expert import OFFLINE_MODEL
+from datamind.agent.protocol import attempt_digest
+from datamind.agent.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
+from datamind.agent.tasks import QueryTask, TaskSources, load_tasks
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.judge import selection
-from datamind.judge.answer import RuleAnswerJudge
 from datamind.judge.consistency import OfflineJudge
 from datamind.judge.llm_judge import LLMJudge
 from datamind.judge.params import JUDGE_BACKENDS, JudgeParams  # noqa: F401 - part of the stage's API
@@ -41,11 +46,6 @@ from datamind.judge.reflection import Round, reflect
 from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.errors import BatchPending, EndpointUnavailable, LLMError, ParseFailure
 from datamind.progress import counted, progress_log
-from datamind.rollout.params import RolloutParams
-from datamind.rollout.policies.offline_expert import OFFLINE_MODEL
-from datamind.rollout.protocol import attempt_digest
-from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
-from datamind.rollout.tasks import QueryTask, TaskSources, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, read_table, write_shard
 from datamind.stages import STAGES

@@ -22,12 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from datamind import grounding, references
+from datamind.agent.policies.narration import placeholder_headers, read_view
+from datamind.agent.protocol import strict_turn
 from datamind.categories import CATEGORY_IDS
 from datamind.filters.coherence import unchanged_fix
 from datamind.publish import meaning as semantic
-from datamind.rollout.policies.narration import placeholder_headers, read_view
-from datamind.rollout.protocol import strict_turn
-from datamind.synth.offline.steps import LITERAL_CHECK
 
 # Imports a model cannot have at test time: the pipeline's own code.
 _INTERNAL = re.compile(r"^\s*(?:from|import)\s+(?:datamind|datamind_airflow|airflow)\b", re.MULTILINE)
@@ -143,7 +142,7 @@ def sample_figures(row: dict, context: semantic.AuditContext | None = None) -> S
         error_recovery=recovered,
         repeated_read=_repeats_a_read(codes),
         # a SQL check may sit in a Python string literal with its quotes escaped
-        literal_check=any(LITERAL_CHECK.search(c.replace("\\'", "'")) for c in codes),
+        literal_check=any(references.LITERAL_CHECK.search(c.replace("\\'", "'")) for c in codes),
         first_think=thinks[0] if thinks else "",
         sentences=sentences,
         repeated_word=bool(_REPEATED_WORD.search(row.get("question") or "")),

@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from datamind import tables
+from datamind.agent.params import RolloutParams
+from datamind.agent.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
+from datamind.agent.tasks import TaskError, TaskSources, load_tasks
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.llm.errors import EndpointUnavailable
 from datamind.progress import counted, progress_log
-from datamind.rollout.params import RolloutParams
-from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
-from datamind.rollout.tasks import TaskError, TaskSources, load_tasks
 from datamind.schemas import REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, fit_shard_size, write_shard
 from datamind.stages import STAGES

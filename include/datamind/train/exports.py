@@ -23,9 +23,9 @@ import posixpath
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from datamind.agent.protocol import split_conversation
 from datamind.assets import DIRS
 from datamind.ids import sha256_bytes, stable_id
-from datamind.rollout.protocol import split_conversation
 from datamind.schemas import DATASET, REJECTIONS, RL_EXPORT, rejection
 from datamind.shards import read_rows, table_to_parquet_bytes, write_shard
 from datamind.stages import STAGES

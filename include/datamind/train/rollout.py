@@ -23,8 +23,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from datamind.rollout.protocol import cut_at_stop
-from datamind.rollout.protocol import strict_turn as parse_turn
+from datamind.agent.protocol import cut_at_stop
+from datamind.agent.protocol import strict_turn as parse_turn
 
 Message = dict[str, str]
 

@@ -18,7 +18,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from datamind.rollout import protocol
+from datamind.agent import protocol
 from datamind.vocabulary import SANDBOX_FAILURE
 
 STATUS_ANSWERED = "answered"

@@ -7,8 +7,8 @@ import posixpath
 from dataclasses import dataclass, field
 
 from datamind import categories
+from datamind.agent import templates
 from datamind.assets import DIRS
-from datamind.rollout import templates
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES
 from datamind.shards import key_paths, read_hinted, read_table, shard_paths
 from datamind.storage import DataRoot
