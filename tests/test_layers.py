@@ -223,3 +223,40 @@ def test_no_stage_package_imports_another_stage_package():
     assert not new, "\n".join(f"{where} ({own}) imports {mod}" for (own, mod), v in new.items() for where in v)
     gone = STILL_CROSSING - set(crossings)
     assert not gone, f"no longer crossing, strike from STILL_CROSSING: {sorted(gone)}"
+
+
+# Reading a table by name goes through ``datamind.tables`` (``read``, ``each``, ``key_paths``, ``release_rows``),
+# which applies the commit markers and the planners' hints; the shard store's own readers are for the table
+# layer. These modules read a folder their own stage wrote, or, for cost, every file some stage paid for.
+SHARD_READERS = {"read_table", "read_rows", "shard_paths"}
+OWN_FOLDER_READERS = {
+    "ingest/stage.py": "catalog/files, which ingestion writes",
+    "ingest/kaggle_stage.py": "catalog/files, which ingestion writes",
+    "publish/stage.py": "the releases publishing wrote (which one holds a sample)",
+    "publish/changes.py": "a release publishing wrote, its part files only",
+    "publish/audit.py": "a release publishing wrote",
+    "publish/cost.py": "every query and trajectory file, committed or not: each was paid for",
+}
+
+
+def _shard_readers() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for own in [*STAGE_PACKAGES, "agent"]:
+        for path in sorted((PKG / own).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module == "datamind.shards":
+                    names = sorted(a.name for a in node.names if a.name in SHARD_READERS)
+                    if names:
+                        out.setdefault(str(path.relative_to(PKG)), []).append(f"{node.lineno}: {', '.join(names)}")
+    return out
+
+
+def test_stages_read_tables_by_name_through_the_table_layer():
+    """A stage or the agent reading another stage's table calls ``tables.read`` (the rows that count: commit
+    markers applied, hints followed), never the shard store's readers, so whether an uncommitted file counts
+    is decided in one place."""
+    readers = _shard_readers()
+    stray = {k: v for k, v in readers.items() if k not in OWN_FOLDER_READERS}
+    assert not stray, "\n".join(f"{k}:{line}" for k, v in stray.items() for line in v)
+    gone = set(OWN_FOLDER_READERS) - set(readers)
+    assert not gone, f"no longer reading shards directly, strike from OWN_FOLDER_READERS: {sorted(gone)}"

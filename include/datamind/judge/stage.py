@@ -47,7 +47,7 @@ from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.errors import BatchPending, EndpointUnavailable, LLMError, ParseFailure
 from datamind.progress import counted, progress_log
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
-from datamind.shards import chunk, read_table, write_shard
+from datamind.shards import chunk, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
 
@@ -539,9 +539,10 @@ def sampled_with(rows0: list[dict], fallback: RolloutParams) -> RolloutParams:
 
 
 def round0_trajectories(root: DataRoot, query_ids: list[str], sources: list[str] | None = None) -> list[dict]:
-    """Round-0 trajectories of ``query_ids``, read from ``sources`` (the shards the planner found them in) or
-    from every shard (only those holding them are read beyond their query ids)."""
-    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], where=("query_id", query_ids), paths=sources)
+    """Round-0 trajectories of ``query_ids``, the committed ones, read from ``sources`` (the shards the planner
+    found them in) first, then from the other shards for queries they lacked (only those holding them are read
+    beyond their query ids)."""
+    t = tables.read(root, "trajectories", where=("query_id", query_ids), hint=sources)
     return latest_attempts(t.filter(pc.equal(t.column("reflection_round"), 0)).to_pylist())
 
 

@@ -446,8 +446,9 @@ def missed_figures(figures: dict) -> list[str]:
 
 def audit_version(root, version: int | None = None) -> dict:
     """Audit a published version under a data root (the newest complete one by default)."""
+    from datamind import tables
     from datamind.assets import DIRS
-    from datamind.schemas import DATASET, QUERIES
+    from datamind.schemas import DATASET
     from datamind.shards import read_rows
     from datamind.storage import DataRoot
     from datamind.tables import read_manifest
@@ -457,8 +458,8 @@ def audit_version(root, version: int | None = None) -> dict:
     if manifest is None:
         raise SystemExit(f"no complete dataset version under {root.url}")
     rows = read_rows(root, DATASET, f"{DIRS['dataset']}/v{manifest['version']}")
-    queries = read_rows(root, QUERIES, DIRS["queries"], columns=["query_id", "category"])
-    figures = audit_rows(rows, dict(Counter(q["category"] for q in queries)), semantic.load_context(root))
+    categories = tables.read(root, "queries", ["category"]).column("category").to_pylist()
+    figures = audit_rows(rows, dict(Counter(categories)), semantic.load_context(root))
     figures["version"] = manifest["version"]
     return figures
 
