@@ -98,13 +98,13 @@ def pipeline(root: DataRoot, config: LLMConfig, args) -> list[dict]:
     for stage in ("ingest", "profile"):
         for spec in plan(stage, root, REPO / "samples" / "files"):
             process(stage, root, spec, f"bench-{stage}")
-    synth = SynthParams.from_dict(
+    synth = SynthParams.from_form(
         {"backend": "llm", "queries_per_category": 1, "n_chains": 0, "categories": [args.category]}
     )
-    rollout = RolloutParams.from_dict(
+    rollout = RolloutParams.from_form(
         {"backend": "llm", "n_samples": args.n_samples, "max_turns": args.max_turns, "max_tokens": args.max_tokens}
     )
-    judge = JudgeParams.from_dict({"judge_backend": "llm"})
+    judge = JudgeParams.from_form({"judge_backend": "llm"})
     specs = plan_synthesis(root, args.tables, synth)[:1]  # one shard of --tables tables
     stages = [
         _measure("synthesis", config,

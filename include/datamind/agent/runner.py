@@ -221,7 +221,7 @@ def trajectory_row(
     r = s.result
     return {
         "trajectory_id": trajectory_id(
-            s.task.query_id, s.sample_index, s.reflection_round, params.fingerprint(), id_salt
+            s.task.query_id, s.sample_index, s.reflection_round, params.fingerprint, id_salt
         ),
         "query_id": s.task.query_id,
         "sample_index": s.sample_index,

@@ -206,7 +206,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run, judge, write results + summary + report; returns the summary."""
     root = DataRoot.of(root)
-    p = params if isinstance(params, EvalParams) else EvalParams.from_dict(params)
+    p = params if isinstance(params, EvalParams) else EvalParams.from_form(params)
     if p.offline and set(p.suites) - {"heldout"}:
         raise SuiteError("the offline reference policy has programs only for the held-out split; name an agent_conn_id")
     if p.checkpoint and agent_client is None:

@@ -78,7 +78,7 @@ def shard_id(query_ids: list[str]) -> str:
 
 
 def _p(params: dict | JudgeParams | None) -> JudgeParams:
-    return params if isinstance(params, JudgeParams) else JudgeParams.from_dict(params)
+    return params if isinstance(params, JudgeParams) else JudgeParams.from_form(params)
 
 
 def plan_judging(
@@ -502,7 +502,7 @@ def judge_shard(
         else LLMJudge(llm_client, params={"temperature": p.judge_temperature})
     )
     todo = [q for q in qids if q in by_query and q in tasks]
-    with Rescue(p.rollout_params, sandbox, llm_client, run_id, now, p.fingerprint()) as rescue:
+    with Rescue(p.rollout_params, sandbox, llm_client, run_id, now, p.fingerprint) as rescue:
         outcomes = asyncio.run(_decide_all(todo, by_query, tasks, judge, p, rescue, llm_client))
     got = Collected(rejections=rejections)
     version = _judge_version(judge, p)
@@ -535,7 +535,7 @@ def judge_shard(
 def sampled_with(rows0: list[dict], fallback: RolloutParams) -> RolloutParams:
     """The parameters a query's round-0 trajectories recorded (the first one's), else ``fallback``."""
     recorded = next((r.get("sampling_params") for r in rows0 if r.get("sampling_params")), None)
-    return RolloutParams.from_dict(json.loads(recorded)) if recorded else fallback
+    return RolloutParams.from_form(json.loads(recorded)) if recorded else fallback
 
 
 def round0_trajectories(root: DataRoot, query_ids: list[str], sources: list[str] | None = None) -> list[dict]:

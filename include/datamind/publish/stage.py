@@ -46,7 +46,6 @@ from datamind.publish.cost import release_cost
 from datamind.publish.params import PublishParams
 from datamind.schemas import DATASET, REJECTIONS, rejection
 from datamind.shards import column_counts, read_table, table_to_parquet_bytes
-from datamind.stage_params import from_params
 from datamind.stages import ITEM_COLUMN, PIPELINE, STAGES
 from datamind.storage import DataRoot
 from datamind.tables import CARD, MANIFEST, judged_partitions, read_manifest, versions
@@ -242,7 +241,7 @@ def publish_dataset(
     ``params`` (or keyword overrides of its fields, e.g. ``shard_rows=100``): ``judged_partition`` picks one
     judging configuration (``params=<fp>``); it may be omitted when there is only one.
     """
-    p = params if isinstance(params, PublishParams) else from_params(PublishParams, params)
+    p = params if isinstance(params, PublishParams) else PublishParams.from_form(params)
     p = replace(p, **overrides) if overrides else p
     root = DataRoot.of(root)
     t0 = time.perf_counter()

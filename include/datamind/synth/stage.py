@@ -47,7 +47,7 @@ def rejections_dir(params: SynthParams) -> str:
 
 
 def _params(params: SynthParams | dict | None) -> SynthParams:
-    return params if isinstance(params, SynthParams) else SynthParams.from_dict(params)
+    return params if isinstance(params, SynthParams) else SynthParams.from_form(params)
 
 
 def catalog_by_id(
