@@ -71,7 +71,7 @@ def evaluate_agent():
             if uri and not raw.get("checkpoint") and raw.get("agent_conn_id") == OFFLINE_AGENT:
                 raw["checkpoint"] = uri  # evaluate the checkpoint that was just trained (fetched if remote)
         runtime.settings()  # DATAMIND_BENCHMARKS from the Airflow Variable when the environment has none
-        p = EvalParams.from_dict({k: v for k, v in raw.items() if k not in CONNECTION_KEYS})
+        p = EvalParams.from_form({k: v for k, v in raw.items() if k not in CONNECTION_KEYS})
         with agent_client_for(p) as agent, judge_client_for(p) as judge:
             if judge is None or raw.get("request_mode", "online") == "online":
                 summary = run_eval(runtime.data_root(), p, agent, judge)

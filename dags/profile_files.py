@@ -16,7 +16,6 @@ import pendulum
 from airflow.sdk import dag
 
 from datamind.profile.params import ProfileParams
-from datamind.stage_params import from_params
 from datamind_airflow import DAG_DEFAULTS, deployment, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
@@ -26,7 +25,7 @@ def plan(root, params, max_shards):
     """Accepted files without a catalog/tables row yet, split into shards."""
     from datamind.profile.stage import plan_profile
 
-    return plan_profile(root, from_params(ProfileParams, params).shard_size, max_shards)
+    return plan_profile(root, ProfileParams.from_form(params).shard_size, max_shards)
 
 
 def process(root, spec, params, run_id, llm_client):

@@ -18,8 +18,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag
 
+from datamind.agent.params import RolloutParams
 from datamind.llm.config import ConnectionForm
-from datamind.rollout.params import RolloutParams
 from datamind_airflow import DAG_DEFAULTS, deployment, wakes_on
 from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage

@@ -33,7 +33,6 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import dag, get_current_context
 
-from datamind.stage_params import from_params
 from datamind.train.config import LaunchParams
 from datamind_airflow import DAG_DEFAULTS, announces, deployment, runtime, wakes_on
 from datamind_airflow.forms import form_params
@@ -70,7 +69,7 @@ def train_agent():
         from datamind.train.launchers import make_launcher, run, settings_from_connection
 
         context = get_current_context()
-        launch = from_params(LaunchParams, deployment.run_params())
+        launch = LaunchParams.from_form(deployment.run_params())
         cfg = launch.train_config(exported["export_dir"], runtime.settings().data_root)
         kind, conn_id = launch.launcher, launch.launcher_conn_id
         conn = runtime.connection_dict(conn_id) if conn_id else None

@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import plan, process  # noqa: E402  (ingest and profile as the DAG tasks run them)
 
+from datamind.agent.params import RolloutParams  # noqa: E402
 from datamind.judge.params import JudgeParams  # noqa: E402
 from datamind.judge.stage import judge_shard, plan_judging  # noqa: E402
 from datamind.llm import LLMClient, LLMConfig, local, models  # noqa: E402
 from datamind.llm.serving import serve  # noqa: E402
-from datamind.rollout.params import RolloutParams  # noqa: E402
 from datamind.rollout.stage import plan_sampling, sample_shard  # noqa: E402
 from datamind.storage import DataRoot  # noqa: E402
 from datamind.synth.params import SynthParams  # noqa: E402
@@ -98,13 +98,13 @@ def pipeline(root: DataRoot, config: LLMConfig, args) -> list[dict]:
     for stage in ("ingest", "profile"):
         for spec in plan(stage, root, REPO / "samples" / "files"):
             process(stage, root, spec, f"bench-{stage}")
-    synth = SynthParams.from_dict(
+    synth = SynthParams.from_form(
         {"backend": "llm", "queries_per_category": 1, "n_chains": 0, "categories": [args.category]}
     )
-    rollout = RolloutParams.from_dict(
+    rollout = RolloutParams.from_form(
         {"backend": "llm", "n_samples": args.n_samples, "max_turns": args.max_turns, "max_tokens": args.max_tokens}
     )
-    judge = JudgeParams.from_dict({"judge_backend": "llm"})
+    judge = JudgeParams.from_form({"judge_backend": "llm"})
     specs = plan_synthesis(root, args.tables, synth)[:1]  # one shard of --tables tables
     stages = [
         _measure("synthesis", config,

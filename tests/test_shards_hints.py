@@ -1,10 +1,11 @@
-"""Planner hints: ``key_paths`` finds every shard holding a key in one pass, and ``read_hinted`` reads the
-hinted shards only, falling back to the whole table for what a stale hint misses."""
+"""Planner hints: ``tables.key_paths`` finds every shard holding a key in one pass, and ``tables.read`` with a
+hint reads the hinted shards only, falling back to the whole table for what a stale hint misses."""
 
 from __future__ import annotations
 
+from datamind import tables
 from datamind.schemas import REJECTIONS, rejection
-from datamind.shards import key_paths, read_hinted, write_shard
+from datamind.shards import write_shard
 from datamind.storage import DataRoot
 
 
@@ -19,22 +20,22 @@ def test_hints_find_every_version_and_a_stale_hint_loses_nothing(tmp_path, monke
     a = _shard(root, "part-a.parquet", [("x", "first"), ("y", "only")])
     b = _shard(root, "part-b.parquet", [("x", "second")])  # a later version of x elsewhere
     c = _shard(root, "part-c.parquet", [("z", "only")])
-    where = key_paths(root, REJECTIONS, "rejections", "item_id")
+    where = tables.key_paths(root, "rejections", "item_id")
     assert where == {"x": {a, b}, "y": {a}, "z": {c}}
 
     opened = []
     real = type(root).open
     monkeypatch.setattr(type(root), "open", lambda self, p, *args, **kw: opened.append(p) or real(self, p, *args, **kw))
-    got = read_hinted(root, REJECTIONS, "rejections", "item_id", {"x"}, sorted(where["x"]))
+    got = tables.read(root, "rejections", where=("item_id", {"x"}), hint=sorted(where["x"]))
     assert sorted(got.column("reason_code").to_pylist()) == ["first", "second"] and c not in opened
 
     opened.clear()
-    stale = read_hinted(root, REJECTIONS, "rejections", "item_id", {"x", "z"}, [a])  # hint misses b and z
+    stale = tables.read(root, "rejections", where=("item_id", {"x", "z"}), hint=[a])  # hint misses b and z
     assert sorted(zip(stale.column("item_id").to_pylist(), stale.column("reason_code").to_pylist(), strict=True)) == [
         ("x", "first"),
         ("z", "only"),
     ]  # z looked up in the whole table; x was found in the hint, so its other version is not searched for
-    assert read_hinted(root, REJECTIONS, "rejections", "item_id", set(), [a]).num_rows == 0
+    assert tables.read(root, "rejections", where=("item_id", set()), hint=[a]).num_rows == 0
 
 
 def test_a_shard_size_is_raised_just_enough_to_fit_the_mapping_limit():

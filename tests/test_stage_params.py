@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from datamind.stage_params import check_ranges, form_schema, from_params, param
+from datamind.stage_params import StageParams, check_ranges, form_schema, param
 
 
 @dataclass(frozen=True)
-class Knobs:
+class Knobs(StageParams):
     mode: str = param("fast", "Mode", enum=("fast", "slow"))
     n: int = param(3, "Count", minimum=1, maximum=8, section="Sizes")
     ratio: float = param(0.5, "Ratio", minimum=0, maximum=1)
@@ -18,6 +18,8 @@ class Knobs:
     tags: tuple[str, ...] = param(("a",), "Tags", enum=("a", "b"))
     hidden: int = param(7, "Hidden", minimum=0, form=False)
     flag: bool = param(True, "Flag")
+    workers: int = param(2, "Workers", minimum=1, fingerprint=False)
+    FORM_ONLY = frozenset({"conn"})
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -25,7 +27,7 @@ class Knobs:
 
 def test_form_schema_carries_types_ranges_choices_and_order():
     schema = form_schema(Knobs)
-    assert list(schema) == ["mode", "n", "ratio", "seed", "tags", "flag"]  # declaration order; hidden is not shown
+    assert list(schema) == ["mode", "n", "ratio", "seed", "tags", "flag", "workers"]  # in order; hidden is not
     assert schema["mode"] == {"default": "fast", "type": "string", "title": "Mode", "enum": ["fast", "slow"]}
     assert schema["n"] == {"default": 3, "type": "integer", "title": "Count", "minimum": 1, "maximum": 8,
                            "section": "Sizes"}  # fmt: skip
@@ -56,9 +58,16 @@ def test_out_of_range_values_name_the_field_and_the_range(kwargs, message):
 
 def test_valid_values_pass_and_unknown_keys_are_refused():
     assert Knobs(mode="slow", n=8, ratio=0, seed=None, tags=("a", "b")).n == 8
-    assert from_params(Knobs, {"n": 2, "conn": "x"}, ignore={"conn"}) == Knobs(n=2)
+    assert Knobs.from_form({"n": 2, "conn": "x"}) == Knobs(n=2)  # conn: the orchestrator's, dropped
     with pytest.raises(ValueError, match=r"unknown Knobs parameter\(s\) \['nn'\]"):
-        from_params(Knobs, {"nn": 2})
+        Knobs.from_form({"nn": 2})
+
+
+def test_the_fingerprint_covers_what_is_produced_not_how_it_is_scheduled():
+    assert Knobs(workers=5).fingerprint == Knobs().fingerprint  # declared fingerprint=False
+    assert Knobs(hidden=8).fingerprint != Knobs().fingerprint  # out of the form, still what is produced
+    assert len({Knobs(n=n).fingerprint for n in range(1, 9)}) == 8
+    assert "workers" not in Knobs.fingerprint_fields() and "hidden" in Knobs.fingerprint_fields()
 
 
 def test_a_mutable_default_is_refused_at_declaration():
@@ -67,7 +76,7 @@ def test_a_mutable_default_is_refused_at_declaration():
 
 
 @dataclass(frozen=True)
-class Source:
+class Source(StageParams):
     name: str = param("demo", "Source name", description="Recorded as the files' source.",
                       pattern="^[a-z0-9][a-z0-9_.-]*$")  # fmt: skip
     more: tuple[str, ...] = param((), "More URIs", min_length=1)
@@ -82,7 +91,7 @@ def test_an_empty_optional_list_is_not_marked_required_and_null_reads_back_as_em
     schema = form_schema(Source)
     assert schema["more"]["type"] == ["null", "array"] and schema["more"]["default"] == []
     assert schema["needed"]["type"] == "array"  # a list that needs an item stays required
-    assert from_params(Source, {"more": None}).more == ()
+    assert Source.from_form({"more": None}).more == ()
 
 
 def test_a_patterned_field_says_its_allowed_characters_in_words_before_anyone_submits():

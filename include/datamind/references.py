@@ -206,3 +206,35 @@ def planted_in_cells(codes: list[str], answer: str) -> str | None:
         if literal is not None:
             return literal
     return None
+
+
+# A threshold check (``synth.offline.steps``: 'Is the previous result above 50 percent?') as its programs are
+# written: its answer follows from the previous result alone.
+_LITERAL = r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+
+
+_PY_CHECK = rf"answer = 'Yes' if {_LITERAL} > {_LITERAL} else 'No'"
+
+
+_SQL_CHECK = rf"SELECT CASE WHEN {_LITERAL} > {_LITERAL} THEN 'Yes' ELSE 'No' END"
+
+
+# Anywhere in a cell: what the release audit counts (a comparison of two numbers run as code).
+LITERAL_CHECK = re.compile(rf"{_PY_CHECK}|{_SQL_CHECK}")
+
+
+_ENDS_WITH_CHECK = (
+    re.compile(rf"^{_PY_CHECK}\nprint\(answer\)\s*\Z", re.MULTILINE),
+    re.compile(rf"\b{_SQL_CHECK}\s*\Z"),
+)
+
+
+def threshold_check(program: str) -> tuple[float, float] | None:
+    """(value, threshold) when ``program`` ends by answering Yes/No on whether one number literal exceeds
+    another, as ``synth.offline.steps`` writes its threshold checks (Python, or SQL whose relation it never reads): the
+    answer then follows from the previous result alone, and an analyst settles it without running code."""
+    for pattern in _ENDS_WITH_CHECK:
+        m = pattern.search(program)
+        if m:
+            return float(m.group(1)), float(m.group(2))
+    return None

@@ -118,41 +118,6 @@ def read_table(
     return pa.concat_tables(tables, promote_options="default")
 
 
-def key_paths(root: DataRoot, schema: TableSchema, rel_dir: str, key: str) -> dict[str, set[str]]:
-    """Which shards hold each value of ``key`` (one pass, one column): what a planner hands its shards so
-    they read their own rows' files only (``read_hinted``)."""
-    out: dict[str, set[str]] = {}
-    for path in shard_paths(root, rel_dir):
-        for value in read_table(root, schema, rel_dir, columns=[key], paths=[path]).column(key).to_pylist():
-            out.setdefault(value, set()).add(path)
-    return out
-
-
-def read_hinted(
-    root: DataRoot,
-    schema: TableSchema,
-    rel_dir: str,
-    key: str,
-    ids: Iterable[str],
-    paths: Iterable[str] | None,
-    columns: list[str] | None = None,
-) -> pa.Table:
-    """The rows whose ``key`` is in ``ids``: from ``paths`` (a planner's hint) when given, then from the whole
-    table for the ids the hint did not find, so a stale hint costs time, never rows."""
-    ids = {i for i in ids if i}
-    if not ids:
-        empty = schema.schema.empty_table()
-        return empty.select(columns) if columns else empty
-    if paths is None:
-        return read_table(root, schema, rel_dir, columns=columns, where=(key, ids))
-    found = read_table(root, schema, rel_dir, columns=columns, where=(key, ids), paths=paths)
-    rest = ids - set(found.column(key).to_pylist())
-    if not rest:
-        return found
-    more = read_table(root, schema, rel_dir, columns=columns, where=(key, rest))
-    return pa.concat_tables([found, more], promote_options="default")
-
-
 def read_rows(
     root: DataRoot,
     schema: TableSchema,

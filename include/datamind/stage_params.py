@@ -13,9 +13,13 @@ import functools
 import re
 import types
 import typing
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from datamind.ids import stable_id
 
 _FORM = "form"
+_FINGERPRINT = "fingerprint"
 
 
 def param(
@@ -32,10 +36,13 @@ def param(
     section: str | None = None,
     form: bool = True,
     factory: Any = None,
+    fingerprint: bool = True,
 ) -> Any:
     """A dataclass field with its form. ``enum``, ``pattern`` and ``min_length`` on a tuple field constrain its
     items. ``form=False`` keeps a field out of the trigger form (set from Python or the environment only).
-    ``factory`` makes a mapping default (``default`` is then ignored): a dict is never shared between instances."""
+    ``factory`` makes a mapping default (``default`` is then ignored): a dict is never shared between instances.
+    ``fingerprint=False``: the field changes how work is grouped or scheduled, not what is produced, so it stays
+    out of the parameters' fingerprint (``StageParams.fingerprint``)."""
     spec = {
         "title": title,
         "description": description,
@@ -50,11 +57,12 @@ def param(
     if enum is not None:
         spec["enum"] = list(enum)
     spec["in_form"] = form
+    meta = {_FORM: spec, _FINGERPRINT: fingerprint}
     if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata={_FORM: spec})
+        return dataclasses.field(default_factory=factory, metadata=meta)
     if isinstance(default, (list, dict)):
         raise TypeError("use a tuple (immutable) default for a sequence parameter, or factory= for a mapping")
-    return dataclasses.field(default=default, metadata={_FORM: spec})
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def _json_type(hint: Any) -> tuple[Any, bool]:
@@ -116,8 +124,8 @@ def form_schema(cls: type, exclude: tuple[str, ...] = (), defaults: Any = None) 
     ``defaults``, an instance of ``cls``, shows its values instead (settings a deployment configured).
 
     A list whose default is empty and that needs no item is optional: its type admits null, which is what the
-    form reads to mark a field required or not (``from_params`` reads a null back as the empty default). A text
-    field with a pattern says in its description, in words, which characters it allows."""
+    form reads to mark a field required or not (``StageParams.from_form`` reads a null back as the empty
+    default). A text field with a pattern says in its description, in words, which characters it allows."""
     out: dict[str, dict[str, Any]] = {}
     for f, spec, kind, seq in _specs(cls):
         if not spec["in_form"] or f.name in exclude:
@@ -168,15 +176,47 @@ def check_ranges(obj: Any) -> None:
                 raise ValueError(f"{f.name} ({spec['title']}) must be {span}, got {value!r}")
 
 
-def from_params(cls: type, raw: dict[str, Any] | None, ignore: frozenset[str] | set[str] = frozenset()):
-    """``cls`` from DAG params or a dict: unknown keys are an error (a typo never silently means a default);
-    keys in ``ignore`` (what only the orchestrator reads, such as a Connection id) are dropped."""
-    raw = {k: v for k, v in (raw or {}).items() if k not in ignore}
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} parameter(s) {unknown}; known: {sorted(known)}")
-    for f, _, kind, seq in _specs(cls):  # an optional list the form left empty arrives as null
-        if seq and raw.get(f.name, ()) is None and not isinstance(kind, list) and f.default == ():
-            raw[f.name] = ()
-    return cls(**raw)
+class StageParams:
+    """What every stage's parameter dataclass (frozen, fields declared with ``param``) inherits: built once, at
+    the DAG edge, from the form (``from_form``), where unknown keys are refused; its fingerprint (a property)
+    covers the fields not declared ``fingerprint=False``."""
+
+    # keys a form carries for the orchestrator only (a Connection id): dropped by ``from_form``
+    FORM_ONLY: ClassVar[frozenset[str]] = frozenset()
+    # what the fingerprint hashes besides the fields, and how long it is (each stage keeps the ids it had)
+    FINGERPRINT_PREFIX: ClassVar[tuple[str, ...]] = ()
+    FINGERPRINT_LENGTH: ClassVar[int] = 10
+
+    @classmethod
+    def from_form(cls, raw: Mapping[str, Any] | None):
+        """From a run's form or a dict: unknown keys are an error (a typo never silently means a default)."""
+        raw = cls.normalize({k: v for k, v in (raw or {}).items() if k not in cls.FORM_ONLY})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} parameter(s) {unknown}; known: {sorted(known)}")
+        for f, _, kind, seq in _specs(cls):  # an optional list the form left empty arrives as null
+            if seq and raw.get(f.name, ()) is None and not isinstance(kind, list) and f.default == ():
+                raw[f.name] = ()
+        return cls(**raw)
+
+    @classmethod
+    def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """A stage's own reading of its form before the fields are checked (nested settings, "all")."""
+        return raw
+
+    @classmethod
+    def fingerprint_fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get(_FINGERPRINT, True))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def fingerprint_view(self) -> dict[str, Any]:
+        """What the fingerprint hashes: the fingerprinted fields; a stage adds what its fields resolve to."""
+        d = self.to_dict()
+        return {k: d[k] for k in self.fingerprint_fields()}
+
+    @property
+    def fingerprint(self) -> str:
+        return stable_id(*self.FINGERPRINT_PREFIX, self.fingerprint_view(), length=self.FINGERPRINT_LENGTH)

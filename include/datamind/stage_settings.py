@@ -126,16 +126,12 @@ class Redo:
         }
 
 
-def _fingerprint(p: Any) -> str:
-    fp = p.fingerprint
-    return fp() if callable(fp) else fp
-
-
 def _view(p: Any) -> dict[str, Any]:
     """What of ``p`` (a stage's parameters) its fingerprint sees, flat: a nested parameter set (the judge's
     rollout) as ``rollout.<field>``, the judge as the one that runs. Fields that never change a fingerprint are
     left out."""
-    d = {k: v for k, v in p.to_dict().items() if k not in getattr(p, "_NOT_IN_FINGERPRINT", ())}
+    kept = set(p.fingerprint_fields())
+    d = {k: v for k, v in p.to_dict().items() if k in kept}
     if hasattr(p, "judge") and hasattr(p, "rollout_params"):
         d["judge_backend"] = p.judge
         d.pop("rollout", None)
@@ -146,7 +142,7 @@ def _view(p: Any) -> dict[str, Any]:
 def _differs(cls: type, old: Mapping[str, Any], new: Any) -> dict[str, tuple[Any, Any]]:
     """The settings whose values differ between the recorded ``old`` ones and ``new`` (a ``cls``)."""
     try:
-        before = _view(cls.from_dict(dict(old)))
+        before = _view(cls.from_form(dict(old)))
     except (TypeError, ValueError):  # recorded by another version of the stage: compare as written
         before = dict(old)
     after = _view(new)
@@ -188,8 +184,8 @@ def _synthesis(root, params: Mapping[str, Any]) -> Redo | None:
     from datamind.schemas import CATALOG_TABLES
     from datamind.synth.params import SynthParams
 
-    p = SynthParams.from_dict(dict(params))
-    fp = _fingerprint(p)
+    p = SynthParams.from_form(dict(params))
+    fp = p.fingerprint
     parts = {name.removeprefix("params="): tables.queries(root, name.removeprefix("params=")) for name in
              tables.partitions(root, "queries")}  # fmt: skip
     records = {other: part.records() for other, part in parts.items()}
@@ -211,8 +207,8 @@ def _judging(root, params: Mapping[str, Any]) -> Redo | None:
     from datamind.judge.params import JudgeParams
     from datamind.schemas import QUERIES
 
-    p = JudgeParams.from_dict(dict(params))
-    fp = _fingerprint(p)
+    p = JudgeParams.from_form(dict(params))
+    fp = p.fingerprint
     names = [name.removeprefix("params=") for name in tables.judged_partitions(root)]
     others = {other: tables.judged(root, f"params={other}").done() for other in names}
     here = others.get(fp, set())

@@ -10,6 +10,10 @@ planners, reruns and readers all ask ``Partition.done()`` or ``Partition.files()
 **Releases.** ``dataset/v<N>/`` is complete when its ``manifest.json`` is there; ``dataset/LATEST`` names the
 newest; a release may be trained on when its promotion says so (``trainable``).
 
+**Reading.** ``read(root, name, ...)`` is how any stage reads a table by name: the rows that count (of a
+partition with markers, its committed shards'; of judging's, the rows of its done items) and, given a
+planner's hint (``key_paths``), the hinted files first and the rest of the table only for what they lacked.
+
 **Migration.** Partitions written before commit markers are read here and nowhere else (``_LEGACY``): a
 judging partition's rows, synthesis' ``part-*.summary.json`` files, every trajectory and rollout rejection file.
 The first commit into such a partition records what it held (``_commits/legacy.json``) and marks the partition
@@ -22,14 +26,17 @@ import json
 import posixpath
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from datamind.assets import DIRS
-from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
+from datamind.schemas import ALL, DATASET, REJECTIONS, TRAJECTORIES
 from datamind.shards import read_table, shard_paths
-from datamind.stages import STAGES
+from datamind.stages import STAGES, contract
 from datamind.storage import DataRoot
 from datamind.vocabulary import TRANSIENT_ERRORS
 
@@ -277,6 +284,115 @@ def sampling_state(root: DataRoot, attempts_allowed: Callable[[str | None], int]
     return state
 
 
+# -- reading a table by name -------------------------------------------------------------------------------
+def files(root: DataRoot, table: str, partition: str | None = None) -> list[str]:
+    """The shard files of ``table`` (a key of ``assets.DIRS``) whose rows count, ``partition`` (``params=<fp>``)
+    alone when given. A partition with commit markers counts its committed shards' files (judging's: every
+    file, ``read`` keeping the rows of done items); one from before markers, and a table without them,
+    every file; sampling's round 0 excludes the reflection rounds under it."""
+    if table == "trajectories":
+        return trajectories(root).files("trajectories")
+    base = DIRS[table]
+    if table not in ("queries", "judged"):
+        return shard_paths(root, base if partition is None else posixpath.join(base, partition))
+    names = [partition] if partition is not None else partitions(root, table)
+    # rows written beside the partitions (no parameter set: nothing marks them) count as they are
+    out = [] if partition is not None else [p for p in shard_paths(root, base) if not _in_partition(root, base, p)]
+    for name in names:
+        part = queries(root, name.removeprefix("params=")) if table == "queries" else judged(root, name)
+        out += part.files("queries") if table == "queries" and part.marked() else shard_paths(root, part.dir)
+    return sorted(out)
+
+
+def _in_partition(root: DataRoot, base: str, path: str) -> bool:
+    first = root.rel(path)[len(base) + 1 :].split("/", 1)[0]
+    return _PARTITION.match(first) is not None
+
+
+def _done_items(root: DataRoot, table: str, partition: str | None) -> set[str] | None:
+    """Judging's items that count (query ids), or None when every row of ``files`` counts: a judging shard
+    writes the rows of its queries and then commits them, and migrated partitions name items, not files."""
+    if table != "judged":
+        return None
+    names = [partition] if partition is not None else partitions(root, table)
+    marked = [judged(root, n) for n in names if judged(root, n).marked()]
+    if not marked:
+        return None
+    done = {q for part in marked for q in part.done()}
+    # an unmarked partition beside marked ones: every row it holds counts
+    for n in names:
+        part = judged(root, n)
+        if not part.marked():
+            done |= {q for q in read_table(root, DATASET, part.dir, columns=["query_id"]).column(0).to_pylist() if q}
+    return done
+
+
+def _columns(columns: list[str] | None, *needed: str | None) -> list[str] | None:
+    return columns if columns is None else [*columns, *(c for c in dict.fromkeys(needed) if c and c not in columns)]
+
+
+def _counting(t: pa.Table, items: set[str] | None, columns: list[str] | None) -> pa.Table:
+    if items is not None:
+        t = t.filter(pc.fill_null(pc.is_in(t["query_id"], value_set=pa.array(sorted(items), pa.string())), False))
+    return t.select(columns) if columns is not None else t
+
+
+def read(
+    root: DataRoot,
+    table: str,
+    columns: list[str] | None = None,
+    *,
+    where: tuple[str, Iterable[str]] | None = None,
+    hint: Iterable[str] | None = None,
+    partition: str | None = None,
+) -> pa.Table:
+    """The rows of ``table`` that count (``files``), as one table with its contract's schema.
+
+    ``where=(column, values)`` keeps the rows whose ``column`` is one of ``values``; with ``hint`` (the files a
+    planner found them in, ``key_paths``) those files are read first and the rest of the table only for the
+    values they lacked, so a stale hint costs time, never rows."""
+    schema = ALL[contract(table)]
+    if where is not None:
+        where = (where[0], {v for v in where[1] if v is not None})
+        if not where[1]:
+            empty = schema.schema.empty_table()
+            return empty.select(columns) if columns else empty
+    counted, items = files(root, table, partition), _done_items(root, table, partition)
+    cols = _columns(columns, where[0] if where else None, "query_id" if items is not None else None)
+    rel = DIRS[table]
+    if where is not None and hint is not None:
+        first = sorted(set(hint) & set(counted))
+        t = read_table(root, schema, rel, cols, where, paths=first)
+        rest = where[1] - set(t.column(where[0]).to_pylist())
+        if rest:
+            more = read_table(root, schema, rel, cols, (where[0], rest), paths=[p for p in counted if p not in first])
+            t = pa.concat_tables([t, more], promote_options="default")
+    else:
+        t = read_table(root, schema, rel, cols, where, paths=counted)
+    return _counting(t, items, columns)
+
+
+def each(
+    root: DataRoot, table: str, columns: list[str] | None = None, *, partition: str | None = None
+) -> Iterator[tuple[str, pa.Table]]:
+    """(file, its rows that count) for each of ``table``'s counted files, one at a time: for a reader that
+    bounds its memory or records where each row is."""
+    schema, items = ALL[contract(table)], _done_items(root, table, partition)
+    cols = _columns(columns, "query_id" if items is not None else None)
+    for path in files(root, table, partition):
+        yield path, _counting(read_table(root, schema, DIRS[table], cols, paths=[path]), items, columns)
+
+
+def key_paths(root: DataRoot, table: str, key: str) -> dict[str, set[str]]:
+    """Which of ``table``'s counted files hold each value of ``key`` (one pass, one column): the hint a planner
+    hands its shards so each reads its own rows' files only."""
+    out: dict[str, set[str]] = {}
+    for path, t in each(root, table, [key]):
+        for value in t.column(key).to_pylist():
+            out.setdefault(value, set()).add(path)
+    return out
+
+
 # -- releases -----------------------------------------------------------------------------------------------
 MANIFEST = "manifest.json"
 CARD = "README.md"
@@ -314,6 +430,18 @@ def read_manifest(root: DataRoot | str, version: int | None = None) -> dict | No
         return json.loads(root.read_text(release_dir(version), MANIFEST))
     except FileNotFoundError:
         return None
+
+
+def release_rows(root: DataRoot, folder: str, columns: list[str] | None = None) -> pa.Table:
+    """The rows of the release in ``folder`` (``dataset/v<N>``, or an export's copy of one): the shards its
+    manifest lists, or every shard of a folder without a manifest."""
+    try:
+        manifest = json.loads(root.read_text(folder, MANIFEST))
+    except FileNotFoundError:
+        manifest = None
+    if manifest is None or "shards" not in manifest:
+        return read_table(root, DATASET, folder, columns)
+    return read_table(root, DATASET, folder, columns, paths=[root.path(folder, s["name"]) for s in manifest["shards"]])
 
 
 def trainable(manifest: dict) -> bool:

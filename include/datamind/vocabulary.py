@@ -21,3 +21,7 @@ EVAL_OUTCOMES = (
 TRANSIENT_LLM_ERRORS = frozenset({"llm_retries_exhausted", "llm_rate_limited", "llm_endpoint_unavailable"})
 SANDBOX_FAILURE = "sandbox_failure"
 TRANSIENT_ERRORS = TRANSIENT_LLM_ERRORS | {SANDBOX_FAILURE}
+
+# Text that stands for a missing value, compared stripped and lower-cased (profiling counts them, synthesis'
+# programs too).
+MISSING_TOKENS = ("", "none", "na", "n/a", "null", "nan", "-", "--", "?", "#n/a", "<na>")

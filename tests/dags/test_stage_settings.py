@@ -122,7 +122,7 @@ def test_a_judging_under_other_settings_names_the_queries_it_judges_again(tmp_pa
     root.write_text(f"judged/{before.partition}/params.json", json.dumps(before.to_dict()))
     assert stage_settings.redo("judge_trajectories", root, {"strategy": "random_select"}) is None
     redo = stage_settings.redo("judge_trajectories", root, {})
-    assert redo.n_items == 2 and redo.item == "queries" and redo.by_fingerprint == {before.fingerprint(): 2}
+    assert redo.n_items == 2 and redo.item == "queries" and redo.by_fingerprint == {before.fingerprint: 2}
     assert redo.differs == {"strategy": ("random_select", JudgeParams().strategy)}
 
 
@@ -189,7 +189,7 @@ def test_a_backfill_of_new_files_runs_every_later_stage_under_the_deployments_se
         return runs
 
     chain(first, "first")
-    synth = SynthParams.from_dict(SETTINGS["synthesize_queries"])
+    synth = SynthParams.from_form(SETTINGS["synthesize_queries"])
     assert tables.partitions(root, "queries") == [f"params={synth.fingerprint}"]  # the settings, not the defaults
     queries, judged = _per_file(data, "queries"), _per_file(data, "judged")
     assert len(queries) == 2 and len(judged) == 2

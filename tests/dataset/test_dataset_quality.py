@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from datamind.agent.policies.measures import copies_question, sample_measures, summarize
 from datamind.ingest.sources import list_source_files
 from datamind.ingest.stage import ingest_shard, plan_ingest
 from datamind.judge.stage import judge_shard, plan_judging
 from datamind.profile.stage import plan_profile, profile_shard
 from datamind.publish.audit import audit_version, sample_figures
 from datamind.publish.stage import publish_dataset
-from datamind.rollout.policies.measures import copies_question, sample_measures, summarize
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET
 from datamind.shards import read_rows
@@ -200,7 +200,7 @@ def test_the_release_reads_as_analyst_sessions(release):
 def test_a_later_step_reacts_to_the_previous_value_and_uses_its_variable(release):
     """After a step printed its result, the next thought names that value (or the variable holding it), and
     where the next cell needs the value it takes the variable."""
-    from datamind.rollout import protocol
+    from datamind.agent import protocol
 
     _, _, rows = release
     via_variable = 0
@@ -223,8 +223,8 @@ def test_a_yes_no_check_of_the_last_number_is_answered_in_words(release):
     """Whether a chain's last result exceeds a fixed threshold is settled in the answer turn, from the number
     the previous cell printed; no cell compares two literals, and a cell that reads no data (an LLM's, say)
     never claims pandas operations on `df` or a query of the database."""
-    from datamind.rollout import protocol
-    from datamind.rollout.policies.offline_expert import describe_program
+    from datamind.agent import protocol
+    from datamind.agent.policies.offline_expert import describe_program
 
     root, _, rows = release
     assert audit_version(root)["literal_check_share"] == 0

@@ -19,8 +19,8 @@ from e2e_helpers import runs, wait_for_dag
 from review.release_builder import sample_row
 from test_ui_browser import _login, browser  # noqa: F401  (the browser fixture)
 
+from datamind.agent.protocol import format_answer_turn
 from datamind.assets import DIRS
-from datamind.rollout.protocol import format_answer_turn
 from datamind.schemas import DATASET
 from datamind.shards import write_shard
 from datamind.storage import DataRoot

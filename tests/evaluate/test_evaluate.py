@@ -347,9 +347,9 @@ def test_the_model_as_judge_grades_free_form_answers(root, tmp_path, server, age
 def test_each_trial_keeps_what_the_agent_really_did(status, error, answer, correct, expected):
     """A trial that hit the void-turn limit or a cut reply says so; platform failures are kept apart from the
     agent's behaviour, and every outcome is one the results table's quality suite accepts."""
+    from datamind.agent.loop import AgentResult
     from datamind.evaluate.runner import Trial
     from datamind.evaluate.stage import _outcome
-    from datamind.rollout.agent import AgentResult
     from datamind.vocabulary import EVAL_OUTCOMES
 
     result = None if status is None else AgentResult([], answer, status, 3, 0, error=error)
@@ -360,8 +360,8 @@ def test_each_trial_keeps_what_the_agent_really_did(status, error, answer, corre
 def test_how_the_agent_worked_is_counted_per_turn_and_per_trial():
     """Format, code that ran and answers are read from the turns themselves: a cut reply counts as a void
     turn, code that raised does not count as code that ran, and the report's comparison shows all three."""
+    from datamind.agent import protocol
     from datamind.evaluate.stage import behaviour, render_report
-    from datamind.rollout import protocol
 
     ran = protocol.format_interpreter(protocol.observation_text(True, "42", None))
     raised = protocol.format_interpreter(protocol.observation_text(False, "KeyError: 'x'", "exception"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from datamind.agent import protocol as p
 from datamind.filters import rules
 from datamind.filters.tokenizer import count_tokens_batch
-from datamind.rollout import protocol as p
 
 
 def convo(*turns: tuple[str, str], system: str = "sys", user: str = "How many rows are in sales.csv?") -> list[dict]:
@@ -179,7 +179,7 @@ def test_apply_filters_splits_kept_and_dropped_with_the_first_failing_rule():
 
 
 def test_a_thought_claiming_a_fix_its_output_does_not_show_is_dropped():
-    from datamind.rollout import protocol as p
+    from datamind.agent import protocol as p
 
     before = "shape: (3, 6)\nX  float64\nUnnamed: 5  float64"
     think = "The last column 'Unnamed: 5' has no name; I read it again with separator ','."

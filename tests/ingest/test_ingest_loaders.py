@@ -210,3 +210,31 @@ def test_tidying_decisions_are_recorded_and_a_reload_that_replays_them_gives_the
 @pytest.mark.parametrize("names", [[], ["id"], ["Unnamed: 0", "Köln", "a.1", "名前", "x y"]])
 def test_column_index_is_the_one_pandas_builds_from_the_names(names):
     pd.testing.assert_index_equal(name_index(names), pd.Index(names), exact=True)
+
+
+def test_every_catalogued_format_has_one_registry_entry_that_loads_and_reloads_it(tmp_path):
+    """``loaders.FORMATS`` is the one place a table format is added: the catalog and the quality suites name
+    the same formats, and each entry's reload gives back the frame its load recorded."""
+    import sqlite3
+
+    from datamind.ingest import loaders
+    from datamind.ingest.stage import CATALOG_FORMATS
+    from datamind.quality.suites import TABLE_FORMATS
+
+    assert set(loaders.FORMATS) == set(CATALOG_FORMATS) == set(TABLE_FORMATS)
+    csv = tmp_path / "t.csv"
+    csv.write_text("a,b\n1,x\n2,y\n")
+    db = tmp_path / "t.sqlite"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+        con.executemany("INSERT INTO t VALUES (?, ?)", [(1, "x"), (2, "y")])
+    for path in (csv, db):
+        result = loaders.load_tables(str(path))
+        (table,) = result.tables
+        assert result.format in loaders.FORMATS and table.read_options["format"] == result.format
+        again = loaders.load_table(str(path), table.read_options)
+        assert again.to_dict("list") == table.df.to_dict("list") == {"a": [1, 2], "b": ["x", "y"]}
+        (recorded,) = loaders.load_recorded(str(path), [table.read_options])
+        assert recorded.df.to_dict("list") == {"a": [1, 2], "b": ["x", "y"]}
+    with pytest.raises(ValueError, match="unknown table format 'parquet'"):
+        loaders.load_table(str(csv), {"format": "parquet"})

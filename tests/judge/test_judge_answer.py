@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from datamind.judge.answer import RuleAnswerJudge, parse_score_reply
+from datamind.agent.answer import RuleAnswerJudge, parse_score_reply
 from datamind.llm.tags import TagParseError
 
 CASES = [

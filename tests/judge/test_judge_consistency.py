@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
+from datamind.agent.equivalence import equivalent
 from datamind.judge import selection
-from datamind.judge.consistency import OfflineJudge, equivalent
+from datamind.judge.consistency import OfflineJudge
 from datamind.judge.llm_judge import parse_judge_reply
 from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.tags import TagParseError

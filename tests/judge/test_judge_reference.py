@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from datamind.agent.tasks import QueryTask
 from datamind.judge.stage import CHECK_REFUTED, CHECK_UNVERIFIED, CHECK_VERIFIED, JudgeParams, reference_check
-from datamind.rollout.tasks import QueryTask
 
 
 def task(reference: str | None) -> QueryTask:
@@ -41,4 +41,4 @@ def test_a_set_must_hold_n_trajectories_by_default():
     assert JudgeParams().min_samples is None  # N of the trajectories judged (test_judge_stage shows it)
     assert JudgeParams(rollout={"n_samples": 5}).min_samples is None  # reflection's fallback, not the input's N
     assert JudgeParams(min_samples=2).min_samples == 2
-    assert JudgeParams().fingerprint() != JudgeParams(min_samples=2).fingerprint()
+    assert JudgeParams().fingerprint != JudgeParams(min_samples=2).fingerprint

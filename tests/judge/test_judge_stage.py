@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import pytest
 from rollout.corpus import build_corpus, expected
 
+from datamind.agent import protocol
 from datamind.assets import DIRS
 from datamind.judge.consistency import OfflineJudge
 from datamind.judge.reflection import Round, reflect
 from datamind.judge.stage import JudgeParams, judge_shard, judged_dir, plan_judging
 from datamind.judge.verdict import judge_answers
-from datamind.rollout import protocol
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
@@ -172,10 +172,10 @@ def test_judge_params_from_flat_dag_params():
         "llm_conn_id": "datamind_llm",
         "strategy": "non_select",
     }
-    p = JudgeParams.from_dict(dag)
+    p = JudgeParams.from_form(dag)
     assert p.rollout == {"backend": "llm", "n_samples": 4, "max_turns": 8, "temperature": 0.7, "top_p": 1.0}
     assert (p.shard_size, p.concurrency, p.strategy, p.judge) == (50, 4, "non_select", "llm")
-    assert JudgeParams.from_dict({"judge_backend": "offline", **dag}).judge == "offline"
+    assert JudgeParams.from_form({"judge_backend": "offline", **dag}).judge == "offline"
     # An unset judge backend and the explicit same one are the same configuration (same partition).
     assert JudgeParams().partition == JudgeParams(judge_backend="offline").partition
     assert JudgeParams(strategy="non_con").partition != JudgeParams().partition
@@ -185,8 +185,8 @@ def test_judge_params_from_flat_dag_params():
 def test_judge_params_validation():
     with pytest.raises(ValueError):
         JudgeParams(strategy="best")
-    with pytest.raises(ValueError, match="unknown judge parameters"):
-        JudgeParams.from_dict({"rounds": 2})
+    with pytest.raises(ValueError, match="unknown JudgeParams parameter"):
+        JudgeParams.from_form({"rounds": 2})
     with pytest.raises(ValueError):
         JudgeParams(rollout={"backend": "nope"})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from datamind.judge.answer import LLMAnswerJudge
+from datamind.agent.answer import LLMAnswerJudge
 from datamind.llm import ParseFailure, run_all
 
 

@@ -113,7 +113,7 @@ def _to_regex(gbnf: str) -> re.Pattern:
 
 
 def test_a_turn_the_protocol_writes_is_one_the_turn_grammar_allows():
-    from datamind.rollout import protocol
+    from datamind.agent import protocol
 
     g = _to_regex(grammar("react_turn"))
     code_turn = protocol.format_code_turn(
@@ -154,7 +154,7 @@ def test_a_synthesis_reply_in_the_prompts_format_is_allowed_for_its_type_only(la
 
 
 def test_the_judges_replies_are_allowed_and_bounded_to_the_answers_shown():
-    from datamind.judge.answer import parse_score_reply
+    from datamind.agent.answer import parse_score_reply
     from datamind.judge.llm_judge import parse_judge_reply
 
     three = _to_regex(grammar("judge_consistency", n=3))

@@ -17,8 +17,8 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from review.release_builder import sample_row, write_release, write_run
 
+from datamind.agent.protocol import format_answer_turn, format_code_turn, format_interpreter
 from datamind.quality.report_page import render_report
-from datamind.rollout.protocol import format_answer_turn, format_code_turn, format_interpreter
 from datamind.schemas import DATASET
 from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot

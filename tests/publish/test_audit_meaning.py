@@ -11,9 +11,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "synth"))
 
 from synth_fixtures import catalog_rows, census_csv, write_catalog  # noqa: E402
 
+from datamind.agent import protocol as p  # noqa: E402
 from datamind.publish import meaning  # noqa: E402
 from datamind.publish.audit import THRESHOLDS, audit_rows  # noqa: E402
-from datamind.rollout import protocol as p  # noqa: E402
 from datamind.storage import DataRoot  # noqa: E402
 
 LEAVE_OUT = (

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from datamind.agent import protocol as p
 from datamind.assets import DIRS
 from datamind.publish.stage import dataset_glob, publish_dataset
-from datamind.rollout import protocol as p
 from datamind.schemas import DATASET, REJECTIONS
 from datamind.shards import read_rows, write_shard
 from datamind.storage import DataRoot

@@ -7,12 +7,12 @@ import json
 import random
 from datetime import UTC, datetime
 
+from datamind.agent.protocol import format_answer_turn, format_code_turn, format_interpreter
 from datamind.categories import CATEGORY_IDS
 from datamind.ids import safe_run_id
 from datamind.publish import promotion
 from datamind.publish.audit import AuditTally
 from datamind.review.query import PUBLISH_REJECTIONS
-from datamind.rollout.protocol import format_answer_turn, format_code_turn, format_interpreter
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot

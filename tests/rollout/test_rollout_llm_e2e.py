@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from fakes.openai_server import count_words
 from rollout.corpus import build_corpus, expected, queries
 
+from datamind.agent import protocol
 from datamind.assets import DIRS
 from datamind.judge.stage import judge_shard, plan_judging
 from datamind.llm import LLMClient, LLMConfig, ResponseCache
 from datamind.publish.stage import publish_dataset
-from datamind.rollout import protocol
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
@@ -155,8 +156,8 @@ def test_a_cut_reply_never_becomes_the_final_answer(server, llm_client):
 
     import pytest
 
-    from datamind.rollout.agent import PolicyGaveUp
-    from datamind.rollout.policies.llm_expert import LLMExpertPolicy
+    from datamind.agent.loop import PolicyGaveUp
+    from datamind.agent.policies.llm_expert import LLMExpertPolicy
 
     server.responder = lambda body: "<think>done</think>\n<answer>The result is 1080</answer>"
     policy = LLMExpertPolicy(llm_client, params={"max_tokens": 3}, sample_index=0, template_version="t")
@@ -228,17 +229,21 @@ def test_judging_in_batch_mode_keeps_the_online_verdicts_row_for_row(tmp_path, s
         return root
 
     def rows_of(root):
-        return comparable_rows(root, ((DIRS["judged"], DATASET), ("rejections/judge", REJECTIONS)))
+        # each run stages its own copy of the data file: rows name it under their own folder
+        rows = comparable_rows(root, ((DIRS["judged"], DATASET), ("rejections/judge", REJECTIONS)))
+        home = str(Path(root.root).parent)
+        return {k: [r.replace(home, "<run>") for r in v] for k, v in rows.items()}
 
     online, batched = sampled("online"), sampled("batch")
     (spec,) = plan_judging(online, 10, params)
+    (batch_spec,) = plan_judging(batched, 10, params)  # its hints name the batch run's own files
     judge_shard(online, spec, params, "run", llm_client=client(online), sandbox=sandbox)
     asked_online = server.request_count
     server.reset()
     server.responder = fake_models
     summary = run_batched(
-        lambda r, c: judge_shard(r, spec, params, "run", llm_client=c, sandbox=sandbox), batched, client(batched),
-        spec["shard_id"], poll_s=0.01,
+        lambda r, c: judge_shard(r, batch_spec, params, "run", llm_client=c, sandbox=sandbox), batched,
+        client(batched), batch_spec["shard_id"], poll_s=0.01,
     )  # fmt: skip
     assert server.request_count == 0 and asked_online > 0
     assert rows_of(batched) == rows_of(online) and rows_of(online)[DIRS["judged"]]

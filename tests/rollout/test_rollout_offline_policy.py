@@ -6,10 +6,10 @@ import asyncio
 import re
 import sqlite3
 
-from datamind.rollout import protocol
-from datamind.rollout.agent import run_agent
-from datamind.rollout.policies import narration
-from datamind.rollout.policies.offline_expert import (
+from datamind.agent import protocol
+from datamind.agent.loop import run_agent
+from datamind.agent.policies import narration
+from datamind.agent.policies.offline_expert import (
     HopProgram,
     OfflineExpertPolicy,
     as_python,
@@ -20,7 +20,7 @@ from datamind.rollout.policies.offline_expert import (
     variant_programs,
     without_reading,
 )
-from datamind.synth.offline.source import Source, default_read_suffices, reading_block
+from datamind.data_source import Source, default_read_suffices, reading_block
 
 
 def test_variant_programs_dedupe_and_keep_the_reference_first():
@@ -280,7 +280,7 @@ def test_thoughts_react_to_what_the_last_output_showed_and_never_restate_the_que
     """The first look's shape, types and gaps, then each printed value, are what the next thought reads
     (with what it means: a count against the rows it came from); no thought holds six consecutive words of
     the question; each later cell uses the variable holding the previous result, never its printed text."""
-    from datamind.rollout.policies.measures import copies_question
+    from datamind.agent.policies.measures import copies_question
 
     hops, fixed, reuse, question = _sales_chain(tmp_path)
     policy = OfflineExpertPolicy(

@@ -83,7 +83,7 @@ def test_the_sampling_and_judging_plans_fit_airflows_mapping_limit_at_thousands_
 def test_a_shard_reads_only_the_files_its_tasks_are_in(corpus, monkeypatch):
     """The planner hands each shard the query, ancestor and catalog files of its tasks; loading the tasks
     opens those files only, and gives what a read of the whole tables gives (a stale hint too)."""
-    from datamind.rollout.tasks import load_tasks
+    from datamind.agent.tasks import load_tasks
     from datamind.shards import read_table
 
     root = corpus

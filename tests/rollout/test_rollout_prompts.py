@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from datamind.agent import templates
+from datamind.agent.tasks import QueryTask, build_prompts
 from datamind.categories import CATEGORIES, CATEGORY_IDS
 from datamind.judge.llm_judge import LLMJudge
-from datamind.rollout import templates
-from datamind.rollout.tasks import QueryTask, build_prompts
 
 
 def test_every_category_has_its_own_workflow_file():

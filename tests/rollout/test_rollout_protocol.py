@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from datamind.rollout import protocol
-from datamind.rollout import protocol as react
-from datamind.rollout.agent import PolicyGaveUp, PolicyReply, run_agent
+from datamind.agent import protocol
+from datamind.agent import protocol as react
+from datamind.agent.loop import PolicyGaveUp, PolicyReply, run_agent
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@ problem, so the expert does not 're-read' it and the audit does not count it as 
 
 from __future__ import annotations
 
+from datamind.agent.policies.narration import ReadView, read_problem
 from datamind.publish.audit import sample_figures
-from datamind.rollout.policies.narration import ReadView, read_problem
 
 
 def _view(names):

@@ -7,9 +7,9 @@ import os
 import pytest
 from rollout.corpus import build_corpus, expected, queries
 
+from datamind.agent import protocol
+from datamind.agent.params import RolloutParams
 from datamind.assets import DIRS
-from datamind.rollout import protocol
-from datamind.rollout.params import RolloutParams
 from datamind.rollout.stage import plan_sampling, sample_shard, sampling_state
 from datamind.schemas import REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
@@ -116,10 +116,10 @@ def test_queries_that_cannot_run_are_rejected_with_a_reason(root, tmp_path, sand
 
 
 def test_params_validate_and_round_trip():
-    p = RolloutParams.from_dict({"n_samples": 4, "temperature": 0.5})
-    assert RolloutParams.from_dict(p.to_dict()) == p
-    with pytest.raises(ValueError, match="unknown rollout parameters"):
-        RolloutParams.from_dict({"n_sample": 3})
+    p = RolloutParams.from_form({"n_samples": 4, "temperature": 0.5})
+    assert RolloutParams.from_form(p.to_dict()) == p
+    with pytest.raises(ValueError, match="unknown RolloutParams parameter"):
+        RolloutParams.from_form({"n_sample": 3})
     # The sampling DAG's params pass through as they are (the connection id is the orchestrator's business).
     dag = {
         "backend": "llm",
@@ -131,14 +131,14 @@ def test_params_validate_and_round_trip():
         "concurrency": 4,
         "llm_conn_id": "datamind_llm",
     }
-    assert RolloutParams.from_dict(dag).sampling() == {"temperature": 0.7, "top_p": 1.0, "max_tokens": 2048}
+    assert RolloutParams.from_form(dag).sampling() == {"temperature": 0.7, "top_p": 1.0, "max_tokens": 2048}
     with pytest.raises(ValueError):
         RolloutParams(backend="gpu")
     # Sampling settings do not change an offline replay's identity, but do change an LLM one's.
-    assert RolloutParams(temperature=0.1).fingerprint() == RolloutParams(temperature=0.9).fingerprint()
+    assert RolloutParams(temperature=0.1).fingerprint == RolloutParams(temperature=0.9).fingerprint
     assert (
-        RolloutParams(backend="llm", temperature=0.1).fingerprint()
-        != RolloutParams(backend="llm", temperature=0.9).fingerprint()
+        RolloutParams(backend="llm", temperature=0.1).fingerprint
+        != RolloutParams(backend="llm", temperature=0.9).fingerprint
     )
 
 
@@ -177,7 +177,7 @@ def test_the_offline_policy_runs_live_interpreters_and_writes_the_chunked_transc
 
     assert RolloutParams().resolved_sandbox_mode == "live"
     assert RolloutParams(backend="llm").resolved_sandbox_mode == "chunked"  # a model's turns take seconds
-    assert RolloutParams(sandbox_mode="chunked").fingerprint() != RolloutParams().fingerprint()
+    assert RolloutParams(sandbox_mode="chunked").fingerprint != RolloutParams().fingerprint
     live_root, specs, _ = sampled  # sampled with the defaults: live sessions
     chunked = DataRoot(str(tmp_path / "data"))
     build_corpus(chunked, str(tmp_path))

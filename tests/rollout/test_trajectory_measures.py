@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from datamind.rollout import protocol
-from datamind.rollout.policies import cells
-from datamind.rollout.policies.measures import code_shape, copies_question, frame, sample_measures, summarize
+from datamind.agent import protocol
+from datamind.agent.policies import cells
+from datamind.agent.policies.measures import code_shape, copies_question, frame, sample_measures, summarize
 
 QUESTION = "First, find the region with the highest average price. How many records of that region cost more than 20?"
 

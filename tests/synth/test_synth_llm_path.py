@@ -119,7 +119,7 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     (table,) = catalog
     meta = P.meta_for_prompt(table["meta_info"])
     source, _ = load_view(root, table)
-    params = SynthParams.from_dict(PARAMS)
+    params = SynthParams.from_form(PARAMS)
     roles = table_roles(table, parse_overrides(params.column_roles))
     rules = grounding_context(table, *question_rules(table, source, roles), roles)
     prompt = P.render_query_prompt(meta, "ranking", 0, avoid=[], data=P.program_context(source), rules=rules)

@@ -343,7 +343,7 @@ def test_threshold_checks_are_recognised_in_both_languages_and_nothing_that_read
     """``threshold_check`` finds exactly the hops that compare the previous result with a fixed number (the
     rollout answers those in words), in pandas and in SQL programs, and the numbers it reads back give the
     answer the hop's program printed. Checks that read the data (against a median, half the rows) are not it."""
-    from datamind.synth.offline.steps import threshold_check
+    from datamind.references import threshold_check
 
     fixed = {"chain_fact_diff", "chain_fact_pct", "chain_fact_ratio", "chain_fact_corr", "chain_fact_days"}
     seen_langs, others = set(), 0

@@ -54,7 +54,7 @@ def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(ro
     for s in summaries:  # each shard's commit record names its Parquet shard and carries its summary
         (parquet,) = [root.path(p) for p in s["files"]["queries"]]
         record = json.loads(
-            root.read_text(output_dir(SynthParams.from_dict(PARAMS)), "_commits", f"{s['shard_id']}.json")
+            root.read_text(output_dir(SynthParams.from_form(PARAMS)), "_commits", f"{s['shard_id']}.json")
         )
         assert record["items"] == sorted(s["table_ids"]) and record["n_queries"] == s["n_queries"]
         meta = pq.read_schema(parquet).metadata
@@ -71,7 +71,7 @@ def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(ro
         and run["n_tables"] == 3
         and run["by_category"] == dict(Counter(r["category"] for r in rows))
     )
-    assert os.path.exists(root.path(output_dir(SynthParams.from_dict(PARAMS)), "run-run-1.summary.json"))
+    assert os.path.exists(root.path(output_dir(SynthParams.from_form(PARAMS)), "run-run-1.summary.json"))
 
     # rerun: nothing planned, an explicit shard call reuses its summary and rewrites nothing
     mtimes = {p: os.path.getmtime(p) for p in root.glob("queries", "**", "*")}
@@ -104,7 +104,7 @@ def test_missing_and_unreadable_tables_become_rejections(root, catalog, small_cs
     spec = {
         "shard_id": "s1",
         "table_ids": [gone_row["table_id"], "no-such-table"],
-        "params_fingerprint": SynthParams.from_dict(PARAMS).fingerprint,
+        "params_fingerprint": SynthParams.from_form(PARAMS).fingerprint,
     }
     summary = synthesize_shard(root, spec, PARAMS, "r")
     assert summary["n_queries"] == 0
@@ -123,12 +123,12 @@ def test_missing_and_unreadable_tables_become_rejections(root, catalog, small_cs
         ({"max_hops": 6}, "max_hops"),
         ({"backend": "gpt"}, "backend"),
         ({"queries_per_category": -1}, "queries_per_category"),
-        ({"colour": "red"}, "unknown synthesis parameters"),
+        ({"colour": "red"}, "unknown SynthParams parameter"),
     ],
 )
 def test_bad_parameters_fail_clearly(bad, message):
     with pytest.raises(ValueError, match=message):
-        SynthParams.from_dict(bad)
+        SynthParams.from_form(bad)
 
 
 def test_llm_backend_without_a_client_is_refused(root, catalog):
@@ -136,7 +136,7 @@ def test_llm_backend_without_a_client_is_refused(root, catalog):
     (spec, *_) = plan_synthesis(root, 10, params)
     with pytest.raises(ValueError, match="llm_client"):
         synthesize_shard(root, spec, params, "r")
-    assert json.loads(json.dumps(SynthParams.from_dict(params).to_dict()))["backend"] == "llm"
+    assert json.loads(json.dumps(SynthParams.from_form(params).to_dict()))["backend"] == "llm"
 
 
 def test_a_stored_answer_that_the_standalone_program_does_not_reproduce_is_rejected(root, catalog, monkeypatch):

@@ -16,7 +16,7 @@ import quality_rows as Q  # noqa: E402
 
 from datamind import tables  # noqa: E402
 from datamind.assets import DIRS  # noqa: E402
-from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES  # noqa: E402
+from datamind.schemas import DATASET, QUERIES, REJECTIONS, TRAJECTORIES  # noqa: E402
 from datamind.shards import write_shard  # noqa: E402
 from datamind.storage import DataRoot  # noqa: E402
 
@@ -135,3 +135,73 @@ def test_releases_complete_latest_and_trainable(root):
     assert tables.trainable_manifest(root)["version"] == 2
     tables.mark_latest(root, 3)
     assert root.read_text(DIRS["dataset"], tables.LATEST).strip() == "v3"
+
+
+def test_reading_a_table_by_name_counts_committed_shards_only(root):
+    """``tables.read``: of a partition with markers, the rows of committed shards (queries, sampling's round 0)
+    or of done items (judging, whose migrated partitions name items, not files); rows written beside the
+    partitions and in partitions from before markers all count."""
+    part = tables.queries(root, "abc123")
+    kept = write_shard(root, QUERIES, part.dir, [Q.query_row(1), Q.query_row(2)], "part-s1.parquet")
+    part.commit("s1", ["t1"], {"queries": kept})
+    write_shard(root, QUERIES, part.dir, [Q.query_row(3)], "part-killed.parquet")  # killed before its marker
+    write_shard(root, QUERIES, tables.queries(root, "old").dir, [Q.query_row(4)], "part-0.parquet")
+    write_shard(root, QUERIES, DIRS["queries"], [Q.query_row(5)], "part-loose.parquet")
+    everything = [Q.query_row(i)["query_id"] for i in (1, 2, 4, 5)]
+    assert sorted(tables.read(root, "queries", ["query_id"]).column(0).to_pylist()) == sorted(everything)
+    committed = tables.read(root, "queries", ["query_id"], partition="params=abc123")
+    assert sorted(committed.column(0).to_pylist()) == sorted(everything[:2])
+
+    judged = tables.judged(root, PART)
+    write_shard(root, DATASET, judged.dir, [Q.sample_row(1, query_id="q1")], "part-old.parquet")
+    judged.commit(
+        "s2",
+        ["q2"],
+        {"judged": write_shard(root, DATASET, judged.dir, [Q.sample_row(2, query_id="q2")], "part-s2.parquet")},
+    )
+    write_shard(root, DATASET, judged.dir, [Q.sample_row(3, query_id="q3")], "part-s3.parquet")  # not committed
+    rows = tables.read(root, "judged", ["query_id"], partition=PART)
+    assert sorted(rows.column("query_id").to_pylist()) == ["q1", "q2"]  # q1: the migrated partition's old row
+    assert [sorted(t.column("query_id").to_pylist()) for _, t in tables.each(root, "judged", ["query_id"])] == [
+        ["q1"],
+        ["q2"],
+        [],
+    ]
+
+    traj = tables.trajectories(root)
+    r0 = write_shard(root, TRAJECTORIES, traj.dir, [Q.trajectory_row(1, query_id="q1")], "part-a.parquet")
+    traj.commit("a", ["q1"], {"trajectories": r0})
+    write_shard(
+        root,
+        TRAJECTORIES,
+        tables.reflected_dir(PART),
+        [Q.trajectory_row(2, query_id="q1", reflection_round=1)],
+        "part-r.parquet",
+    )
+    assert tables.read(root, "trajectories", ["reflection_round"]).column(0).to_pylist() == [0]
+
+
+def test_a_hint_is_read_first_and_a_stale_one_costs_no_rows(root):
+    rows = [Q.query_row(i) for i in range(4)]
+    paths = [write_shard(root, QUERIES, DIRS["queries"], [r], f"part-{i}.parquet") for i, r in enumerate(rows)]
+    where = tables.key_paths(root, "queries", "query_id")
+    assert where == {r["query_id"]: {p} for r, p in zip(rows, paths, strict=True)}
+    wanted = {rows[0]["query_id"], rows[3]["query_id"]}
+    # the hint holds one of the two (stale for the other) and names a file of another data root
+    hinted = tables.read(
+        root, "queries", ["query_id"], where=("query_id", wanted), hint=[paths[0], "/elsewhere/x.parquet"]
+    )
+    assert sorted(hinted.column("query_id").to_pylist()) == sorted(wanted)
+    assert tables.read(root, "queries", ["query_id"], where=("query_id", set()), hint=paths).num_rows == 0
+
+
+def test_a_release_is_read_from_the_shards_its_manifest_lists(root):
+    folder = tables.release_dir(1)
+    listed = write_shard(root, DATASET, folder, [Q.sample_row(1)], "part-0.parquet")
+    write_shard(root, DATASET, folder, [Q.sample_row(2)], "part-stray.parquet")
+    assert tables.release_rows(root, folder).num_rows == 2  # no manifest: every shard of the folder
+    root.write_text(
+        posixpath.join(folder, tables.MANIFEST),
+        json.dumps({"version": 1, "shards": [{"name": posixpath.basename(listed)}]}),
+    )
+    assert tables.release_rows(root, folder, ["sample_id"]).column(0).to_pylist() == [Q.sample_row(1)["sample_id"]]

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 from train_helpers import dataset_rows, write_dataset
 
-from datamind.rollout.protocol import split_conversation
+from datamind.agent.protocol import split_conversation
 from datamind.schemas import REJECTIONS
 from datamind.shards import read_rows
 from datamind.storage import DataRoot

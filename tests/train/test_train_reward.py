@@ -1,7 +1,7 @@
 import pytest
 
-from datamind.rollout.protocol import cut_at_stop, final_answer, format_ok
-from datamind.rollout.protocol import strict_turn as parse_turn
+from datamind.agent.protocol import cut_at_stop, final_answer, format_ok
+from datamind.agent.protocol import strict_turn as parse_turn
 from datamind.train.config import RewardConfig
 from datamind.train.reward import MatchJudge, combine_reward, length_factor, score, void_turns
 

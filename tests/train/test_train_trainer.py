@@ -191,3 +191,16 @@ def test_one_update_dapo_value_matches_hand_computation(tiny_model_dir, tokenize
     void_mean = (void[0] * t_alpha + sum(void[1:]) * t_omega) / (t_alpha + 2 * t_omega)
     assert row["clip_frac"] == 0.0
     assert row["dapo_loss"] == pytest.approx(-(2 * plain_mean + void_mean) / 3, abs=1e-4)
+
+
+def test_every_engine_the_config_names_is_run_by_the_built_in_trainer_or_a_registered_one(monkeypatch, tmp_path):
+    from datamind.train import trainer
+    from datamind.train.config import ENGINES
+
+    assert set(trainer.EXTERNAL_ENGINES) | {"builtin"} == set(ENGINES)
+    ran = []
+    monkeypatch.setitem(trainer.EXTERNAL_ENGINES, "verl", lambda cfg, emit: ran.append((cfg.engine, emit)) or "done")
+    cfg = TrainConfig.from_dict(
+        {"base_model_path": str(tmp_path), "export_dir": str(tmp_path), "engine": "verl", "phase": "sft+rl"}
+    )
+    assert train(cfg, emit=print) == "done" and ran == [("verl", print)]

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument("--" + name.replace("_", "-"), type=typ, default=None)
     args = ap.parse_args(argv)
     raw = {k: v for k, v in vars(args).items() if k not in ("root", "suites") and v is not None}
-    p = EvalParams.from_dict({**raw, "suites": json.loads(args.suites)})
+    p = EvalParams.from_form({**raw, "suites": json.loads(args.suites)})
 
     from datamind.evaluate.stage import evaluate
     from datamind.llm import LLMClient, LLMConfig, ResponseCache

@@ -1,9 +1,9 @@
 """Verdicts on an agent's answer, each naming the judge that gave it.
 
 Rule judges need no LLM: DABench's ``@name[value]`` matcher (every sub-answer must match, as InfiAgent
-scores it), the paper's 3% numeric rule for free-form answers (``judge.answer.RuleAnswerJudge``), and
+scores it), the paper's 3% numeric rule for free-form answers (``agent.answer.RuleAnswerJudge``), and
 row-set equality for text-to-SQL (the agent's last query against the gold SQL, both run read-only on
-the benchmark's database). The model-as-judge (``judge.answer.LLMAnswerJudge``) can replace the
+the benchmark's database). The model-as-judge (``agent.answer.LLMAnswerJudge``) can replace the
 free-form rule when a judge endpoint is configured.
 """
 
@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from datamind.rollout import protocol
+from datamind.agent import protocol
 from datamind.sandbox.sqltools import ReadOnlyDatabase, SqlToolError
 
 _AT_ANSWER = re.compile(r"@([A-Za-z_][\w]*)\[(.*?)\]", re.DOTALL)

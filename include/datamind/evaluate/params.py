@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from datamind.ids import stable_id
-from datamind.judge.consistency import REL_TOL
+from datamind.agent.equivalence import REL_TOL
 from datamind.llm.serving import ENGINES as SERVE_ENGINES
-from datamind.stage_params import check_ranges, param
+from datamind.stage_params import StageParams, check_ranges, param
 from datamind.vocabulary import EVAL_SUITES
 
 SUITE_KINDS = EVAL_SUITES
@@ -21,7 +20,7 @@ OFFLINE_AGENT = "offline"
 
 
 @dataclass(frozen=True)
-class EvalParams:
+class EvalParams(StageParams):
     """The form of evaluate_agent (and the Python API): every default lives here."""
 
     agent_conn_id: str = param(
@@ -42,6 +41,7 @@ class EvalParams:
         enum=SERVE_ENGINES,
         description="vllm on a GPU worker, transformers (transformers serve) on a CPU worker, llama.cpp for a "
         ".gguf file; auto picks by the checkpoint and the worker.",
+        fingerprint=False,
     )
     # kind -> folder or file ("heldout" -> a version, "" = latest); its form default comes from the deployment
     suites: dict = param(
@@ -58,9 +58,9 @@ class EvalParams:
     judge_conn_id: str | None = param(None, "Judge Connection", description="Empty: rule-based judges only.")
     limit: int | None = param(None, "Questions per suite (empty = all)", minimum=1)
     rel_tol: float = param(REL_TOL, "Numeric tolerance", minimum=0, maximum=1)  # paper: 3 % for free-form answers
-    concurrency: int = param(8, "Concurrent trials", minimum=1, maximum=64)
-    exec_workers: int = param(2, "Sandbox executions at once", minimum=1, maximum=64)
-    _NOT_IN_ID = ("concurrency", "exec_workers", "serve_engine")
+    concurrency: int = param(8, "Concurrent trials", minimum=1, maximum=64, fingerprint=False)
+    exec_workers: int = param(2, "Sandbox executions at once", minimum=1, maximum=64, fingerprint=False)
+    FINGERPRINT_LENGTH = 12
 
     def __post_init__(self) -> None:
         unknown = set(self.suites) - set(SUITE_KINDS)
@@ -73,20 +73,15 @@ class EvalParams:
             raise ValueError("name at least one suite, e.g. {'dabench': '/data/dabench'}")
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> EvalParams:
-        raw = {k: v for k, v in (raw or {}).items() if v is not None and v != ""}
-        extra = set(raw) - {f.name for f in fields(cls)}
-        if extra:
-            raise ValueError(f"unknown evaluation parameters: {sorted(extra)}")
-        return cls(**raw)
+    def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in raw.items() if v is not None and v != ""}  # a field the form left empty: default
 
     @property
     def offline(self) -> bool:
         return self.agent_conn_id == OFFLINE_AGENT and not self.checkpoint
 
     def eval_id(self) -> str:
-        d = {k: v for k, v in asdict(self).items() if k not in self._NOT_IN_ID}
-        return "eval-" + stable_id(d, length=12)
+        return "eval-" + self.fingerprint
 
 
 def deployment_suites() -> dict:

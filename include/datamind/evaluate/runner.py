@@ -13,13 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from datamind.agent import templates
+from datamind.agent.loop import AgentResult, run_agent
+from datamind.agent.params import RolloutParams
+from datamind.agent.policies.llm_expert import LLMExpertPolicy
+from datamind.agent.runner import SandboxPool, offline_policy
+from datamind.agent.tasks import QueryTask, TaskError, load_tasks
 from datamind.evaluate.suites import EvalItem
-from datamind.rollout import templates
-from datamind.rollout.agent import AgentResult, run_agent
-from datamind.rollout.params import RolloutParams
-from datamind.rollout.policies.llm_expert import LLMExpertPolicy
-from datamind.rollout.runner import SandboxPool, offline_policy
-from datamind.rollout.tasks import QueryTask, TaskError, load_tasks
 
 AGENT_ROLE = "agent"
 

@@ -23,16 +23,16 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from datamind.agent.answer import LLMAnswerJudge, RuleAnswerJudge
+from datamind.agent.loop import STATUS_ERROR, STATUS_MAX_TURNS
+from datamind.agent.protocol import observation_failed, parse_turn
 from datamind.evaluate import judges
 from datamind.evaluate.params import EvalParams
 from datamind.evaluate.runner import Runner, Trial
 from datamind.evaluate.suites import EvalItem, SuiteError, load_suite
 from datamind.ids import stable_id
-from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
 from datamind.llm.errors import BatchPending
 from datamind.quality.validate import validate_table
-from datamind.rollout.agent import STATUS_ERROR, STATUS_MAX_TURNS
-from datamind.rollout.protocol import observation_failed, parse_turn
 from datamind.schemas import EVAL_RESULTS
 from datamind.shards import table_to_parquet_bytes
 from datamind.storage import DataRoot
@@ -206,7 +206,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run, judge, write results + summary + report; returns the summary."""
     root = DataRoot.of(root)
-    p = params if isinstance(params, EvalParams) else EvalParams.from_dict(params)
+    p = params if isinstance(params, EvalParams) else EvalParams.from_form(params)
     if p.offline and set(p.suites) - {"heldout"}:
         raise SuiteError("the offline reference policy has programs only for the held-out split; name an agent_conn_id")
     if p.checkpoint and agent_client is None:

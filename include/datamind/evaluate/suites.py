@@ -22,16 +22,14 @@ def _user_turn(messages) -> str | None:
 
 def load_heldout(root, version: int | None = None) -> Loaded:
     """Test-split samples of a published dataset version (the latest complete one by default)."""
-    from datamind.schemas import DATASET
-    from datamind.shards import read_rows
-    from datamind.tables import read_manifest
+    from datamind.tables import read_manifest, release_dir, release_rows
 
     manifest = read_manifest(root, version)
     if manifest is None:
         raise SuiteError("no published dataset version to take a held-out split from")
-    folder = f"dataset/v{manifest['version']}"
+    folder = release_dir(manifest["version"])
     out = Loaded([])
-    for r in sorted(read_rows(root, DATASET, folder), key=lambda r: r["sample_id"]):
+    for r in sorted(release_rows(root, folder).to_pylist(), key=lambda r: r["sample_id"]):
         if r.get("split") != "test":
             continue
         out.items.append(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from datamind.rollout import protocol
+from datamind.agent import protocol
 
 
 def check(messages: list[dict], final_answer: str | None, *, allow_void_turns: bool = False) -> tuple[str, str] | None:

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from datamind import references
+from datamind.agent.protocol import strict_turn
 from datamind.filters import coherence, linguistic
 from datamind.filters import format as format_rule
 from datamind.filters.tokenizer import count_tokens, count_tokens_batch
-from datamind.rollout.protocol import strict_turn
 
 MAX_ANSWER_TOKENS = 1024  # paper: drop trajectories whose final answer exceeds 1,024 tokens
 

@@ -10,10 +10,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from datamind.agent import templates
 from datamind.judge.verdict import Verdict
 from datamind.llm.grammars import grammar
 from datamind.llm.tags import TagParseError, extract_choice, extract_tag
-from datamind.rollout import templates
 
 TEMPLATE = "judge/consistency.j2"
 

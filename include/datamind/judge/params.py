@@ -5,21 +5,20 @@ Kept free of heavy imports: the DAG file reads the defaults at parse time.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from datamind.ids import stable_id
+from datamind.agent.equivalence import REL_TOL
+from datamind.agent.params import RolloutParams
 from datamind.judge import selection
-from datamind.judge.consistency import REL_TOL
 from datamind.llm.config import CONNECTION_KEYS
-from datamind.rollout.params import RolloutParams
-from datamind.stage_params import check_ranges, param
+from datamind.stage_params import StageParams, check_ranges, param
 
 JUDGE_BACKENDS = ("offline", "llm")
 
 
 @dataclass(frozen=True)
-class JudgeParams:
+class JudgeParams(StageParams):
     judge_backend: str | None = param(
         None, "Judge", enum=(*JUDGE_BACKENDS, None), description="Empty: the rollout backend (one switch for a run)."
     )
@@ -39,8 +38,8 @@ class JudgeParams:
     # Compare the selected answer with the synthesizer's executed reference answer where there is one.
     verify_reference: bool = param(True, "Check against the executed reference answer")
     judge_temperature: float = param(0.0, "Judge temperature", minimum=0, maximum=2, section="LLM")
-    concurrency: int = param(8, "Queries judged at once per task", minimum=1, maximum=64)
-    shard_size: int = param(20, "Queries per task instance", minimum=1, maximum=1000)
+    concurrency: int = param(8, "Queries judged at once per task", minimum=1, maximum=64, fingerprint=False)
+    shard_size: int = param(20, "Queries per task instance", minimum=1, maximum=1000, fingerprint=False)
     seed: int = param(0, "Seed (random selection)")
     # RolloutParams for reflection resampling of trajectories that do not record their own: a query's
     # reflection reuses the parameters its round-0 trajectories were sampled with (trajectories 1.2+).
@@ -48,44 +47,37 @@ class JudgeParams:
 
     def __post_init__(self) -> None:
         check_ranges(self)
-        RolloutParams.from_dict(self.rollout)  # validate early
+        RolloutParams.from_form(self.rollout)  # validate early
+
+    FORM_ONLY = frozenset(CONNECTION_KEYS)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> JudgeParams:
-        """From DAG params: judge fields, plus rollout fields either nested under ``rollout`` or flat
-        (``backend``, ``n_samples``, ``max_turns``, ``temperature``...; flat ones win)."""
-        raw = {k: v for k, v in (raw or {}).items() if k not in CONNECTION_KEYS}
+    def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """Judge fields, plus rollout fields either nested under ``rollout`` or flat (``backend``, ``n_samples``,
+        ``max_turns``, ``temperature``...; flat ones win)."""
         own = {f.name for f in fields(cls)}
         rollout_fields = {f.name for f in fields(RolloutParams)}
         rollout = dict(raw.pop("rollout", None) or {})
         for key in sorted(set(raw) - own):
             if key in rollout_fields:
                 rollout[key] = raw.pop(key)
-        extra = set(raw) - own
-        if extra:
-            raise ValueError(f"unknown judge parameters: {sorted(extra)}")
-        return cls(**raw, rollout=rollout)
+        return {**raw, "rollout": rollout}
 
     @property
     def judge(self) -> str:
         """The judge that runs: ``judge_backend``, or the rollout backend when unset."""
         return self.judge_backend or self.rollout_params.backend
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    _NOT_IN_FINGERPRINT = ("concurrency", "shard_size")
-
-    def fingerprint(self) -> str:
-        d = {k: v for k, v in self.to_dict().items() if k not in self._NOT_IN_FINGERPRINT}
+    def fingerprint_view(self) -> dict[str, Any]:
+        d = super().fingerprint_view()
         d["judge_backend"] = self.judge
-        d["rollout"] = self.rollout_params.fingerprint()
-        return stable_id(d, length=10)
+        d["rollout"] = self.rollout_params.fingerprint
+        return d
 
     @property
     def partition(self) -> str:
-        return f"params={self.fingerprint()}"
+        return f"params={self.fingerprint}"
 
     @property
     def rollout_params(self) -> RolloutParams:
-        return RolloutParams.from_dict(self.rollout)
+        return RolloutParams.from_form(self.rollout)

@@ -30,10 +30,15 @@ from typing import Any
 import pyarrow.compute as pc
 
 from datamind import tables
+from datamind.agent.answer import RuleAnswerJudge
+from datamind.agent.params import RolloutParams
+from datamind.agent.policies.offline_expert import OFFLINE_MODEL
+from datamind.agent.protocol import attempt_digest
+from datamind.agent.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
+from datamind.agent.tasks import QueryTask, TaskSources, load_tasks
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.judge import selection
-from datamind.judge.answer import RuleAnswerJudge
 from datamind.judge.consistency import OfflineJudge
 from datamind.judge.llm_judge import LLMJudge
 from datamind.judge.params import JUDGE_BACKENDS, JudgeParams  # noqa: F401 - part of the stage's API
@@ -41,13 +46,8 @@ from datamind.judge.reflection import Round, reflect
 from datamind.judge.verdict import Verdict, judge_answers
 from datamind.llm.errors import BatchPending, EndpointUnavailable, LLMError, ParseFailure
 from datamind.progress import counted, progress_log
-from datamind.rollout.params import RolloutParams
-from datamind.rollout.policies.offline_expert import OFFLINE_MODEL
-from datamind.rollout.protocol import attempt_digest
-from datamind.rollout.runner import Critique, SandboxPool, n_offline_samples, run_one, trajectory_row
-from datamind.rollout.tasks import QueryTask, TaskSources, load_tasks
 from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES, rejection
-from datamind.shards import chunk, read_table, write_shard
+from datamind.shards import chunk, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
 
@@ -78,7 +78,7 @@ def shard_id(query_ids: list[str]) -> str:
 
 
 def _p(params: dict | JudgeParams | None) -> JudgeParams:
-    return params if isinstance(params, JudgeParams) else JudgeParams.from_dict(params)
+    return params if isinstance(params, JudgeParams) else JudgeParams.from_form(params)
 
 
 def plan_judging(
@@ -502,7 +502,7 @@ def judge_shard(
         else LLMJudge(llm_client, params={"temperature": p.judge_temperature})
     )
     todo = [q for q in qids if q in by_query and q in tasks]
-    with Rescue(p.rollout_params, sandbox, llm_client, run_id, now, p.fingerprint()) as rescue:
+    with Rescue(p.rollout_params, sandbox, llm_client, run_id, now, p.fingerprint) as rescue:
         outcomes = asyncio.run(_decide_all(todo, by_query, tasks, judge, p, rescue, llm_client))
     got = Collected(rejections=rejections)
     version = _judge_version(judge, p)
@@ -535,13 +535,14 @@ def judge_shard(
 def sampled_with(rows0: list[dict], fallback: RolloutParams) -> RolloutParams:
     """The parameters a query's round-0 trajectories recorded (the first one's), else ``fallback``."""
     recorded = next((r.get("sampling_params") for r in rows0 if r.get("sampling_params")), None)
-    return RolloutParams.from_dict(json.loads(recorded)) if recorded else fallback
+    return RolloutParams.from_form(json.loads(recorded)) if recorded else fallback
 
 
 def round0_trajectories(root: DataRoot, query_ids: list[str], sources: list[str] | None = None) -> list[dict]:
-    """Round-0 trajectories of ``query_ids``, read from ``sources`` (the shards the planner found them in) or
-    from every shard (only those holding them are read beyond their query ids)."""
-    t = read_table(root, TRAJECTORIES, DIRS["trajectories"], where=("query_id", query_ids), paths=sources)
+    """Round-0 trajectories of ``query_ids``, the committed ones, read from ``sources`` (the shards the planner
+    found them in) first, then from the other shards for queries they lacked (only those holding them are read
+    beyond their query ids)."""
+    t = tables.read(root, "trajectories", where=("query_id", query_ids), hint=sources)
     return latest_attempts(t.filter(pc.equal(t.column("reflection_round"), 0)).to_pylist())
 
 

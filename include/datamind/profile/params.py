@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from datamind.stage_params import check_ranges, param
+from datamind.stage_params import StageParams, check_ranges, param
 
 
 @dataclass(frozen=True)
-class ProfileParams:
+class ProfileParams(StageParams):
     shard_size: int = param(50, "Files per task instance", minimum=1, maximum=1000)
 
     def __post_init__(self) -> None:

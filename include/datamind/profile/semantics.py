@@ -34,9 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datamind import roles as R
+from datamind.vocabulary import MISSING_TOKENS
 
-# Text that stands for a missing value, compared stripped and lower-cased (what synthesis' programs count too).
-MISSING_TOKENS = ("", "none", "na", "n/a", "null", "nan", "-", "--", "?", "#n/a", "<na>")
 # A whole label that names a total of other rows.
 _TOTAL_WORD = r"(?:grand\s+total|sub-?\s?total|totals?|all|overall|sum|gesamt|insgesamt|gesamtsumme|summe|zusammen)"
 _TOTAL_LABEL = re.compile(rf"^{_TOTAL_WORD}$", re.IGNORECASE)

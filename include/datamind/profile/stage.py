@@ -20,15 +20,16 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from datamind import tables
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest.loaders import LoadedTable
 from datamind.ingest.parse_worker import IsolatedParser, ParserUnavailable
 from datamind.profile.meta import TableToProfile, profile_tables
 from datamind.roles import with_roles
-from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, REJECTIONS, rejection
+from datamind.schemas import CATALOG_TABLES, REJECTIONS, rejection
 from datamind.settings import Limits
-from datamind.shards import chunk, read_hinted, read_table, shard_name, shard_paths, write_shard
+from datamind.shards import chunk, shard_name, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
 
@@ -36,27 +37,26 @@ STAGE = STAGES["profile_files"].rejections
 
 
 def _profile_failures(root: DataRoot) -> set[str]:
-    t = read_table(root, REJECTIONS, DIRS["rejections"], columns=["stage", "file_id"])
+    t = tables.read(root, "rejections", ["stage", "file_id"])
     return set(t.filter(pc.equal(t.column("stage"), STAGE)).column("file_id").to_pylist())
 
 
 def plan_profile(root: DataRoot, shard_size: int, max_shards: int | None = None) -> list[dict[str, Any]]:
     accepted: set[str] = set()
     where: dict[str, set[str]] = {}  # file_id -> the catalog/files shards holding it (handed to the shard)
-    for path in shard_paths(root, DIRS["catalog_files"]):  # one pass over catalog/files: status and location
-        t = read_table(root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "status"], paths=[path])
+    for path, t in tables.each(root, "catalog_files", ["file_id", "status"]):  # one pass: status and location
         for fid, status in zip(t.column("file_id").to_pylist(), t.column("status").to_pylist(), strict=True):
             where.setdefault(fid, set()).add(path)
             if status == "accepted":
                 accepted.add(fid)
-    profiled = read_table(root, CATALOG_TABLES, DIRS["catalog_tables"], columns=["file_id"])
+    profiled = tables.read(root, "catalog_tables", ["file_id"])
     done = set(profiled.column("file_id").to_pylist())
     done |= _profile_failures(root)
     # grouped by the catalog shard holding each file, so a shard reads one or two catalog shards however many
     # the corpus has (sorted by id alone, a shard of 50 files would read 50 of them at 50,000 files)
     todo = sorted(accepted - done, key=lambda f: (min(where[f]), f))
     return [
-        # the catalog files holding the shard's rows travel with it (``read_hinted``)
+        # the catalog files holding the shard's rows travel with it (``tables.read``'s hint)
         {
             "shard_id": stable_id("profile", part),
             "files": part,
@@ -245,7 +245,7 @@ _ROLES_SHOWN = 20  # tables whose column roles a shard's summary lists (the cata
 def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None) -> dict[str, Any]:
     """Profile one shard of accepted files into a catalog/tables shard; failures go to rejections."""
     ids = set(shard_spec["files"])
-    catalog = read_hinted(root, CATALOG_FILES, DIRS["catalog_files"], "file_id", ids, shard_spec.get("sources"))
+    catalog = tables.read(root, "catalog_files", where=("file_id", ids), hint=shard_spec.get("sources"))
     by_id = {r["file_id"]: r for r in catalog.to_pylist()}
     now = dt.datetime.now(dt.UTC)
     rows: list[dict[str, Any]] = []
@@ -253,8 +253,8 @@ def profile_shard(root: DataRoot, shard_spec: dict[str, Any], run_id: str | None
     present = [by_id[fid] for fid in sorted(ids) if fid in by_id]
     profiled = dict(zip((r["file_id"] for r in present), profile_files(root, present, run_id, now), strict=True))
     for fid in sorted(ids):
-        tables, reason = profiled.get(fid, ([], "file_id not found in catalog/files"))
-        rows.extend(tables)
+        table_rows, reason = profiled.get(fid, ([], "file_id not found in catalog/files"))
+        rows.extend(table_rows)
         if reason:
             failures.append(
                 rejection(

@@ -22,12 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from datamind import grounding, references
+from datamind.agent.policies.narration import placeholder_headers, read_view
+from datamind.agent.protocol import strict_turn
 from datamind.categories import CATEGORY_IDS
 from datamind.filters.coherence import unchanged_fix
 from datamind.publish import meaning as semantic
-from datamind.rollout.policies.narration import placeholder_headers, read_view
-from datamind.rollout.protocol import strict_turn
-from datamind.synth.offline.steps import LITERAL_CHECK
 
 # Imports a model cannot have at test time: the pipeline's own code.
 _INTERNAL = re.compile(r"^\s*(?:from|import)\s+(?:datamind|datamind_airflow|airflow)\b", re.MULTILINE)
@@ -143,7 +142,7 @@ def sample_figures(row: dict, context: semantic.AuditContext | None = None) -> S
         error_recovery=recovered,
         repeated_read=_repeats_a_read(codes),
         # a SQL check may sit in a Python string literal with its quotes escaped
-        literal_check=any(LITERAL_CHECK.search(c.replace("\\'", "'")) for c in codes),
+        literal_check=any(references.LITERAL_CHECK.search(c.replace("\\'", "'")) for c in codes),
         first_think=thinks[0] if thinks else "",
         sentences=sentences,
         repeated_word=bool(_REPEATED_WORD.search(row.get("question") or "")),
@@ -447,8 +446,9 @@ def missed_figures(figures: dict) -> list[str]:
 
 def audit_version(root, version: int | None = None) -> dict:
     """Audit a published version under a data root (the newest complete one by default)."""
+    from datamind import tables
     from datamind.assets import DIRS
-    from datamind.schemas import DATASET, QUERIES
+    from datamind.schemas import DATASET
     from datamind.shards import read_rows
     from datamind.storage import DataRoot
     from datamind.tables import read_manifest
@@ -458,8 +458,8 @@ def audit_version(root, version: int | None = None) -> dict:
     if manifest is None:
         raise SystemExit(f"no complete dataset version under {root.url}")
     rows = read_rows(root, DATASET, f"{DIRS['dataset']}/v{manifest['version']}")
-    queries = read_rows(root, QUERIES, DIRS["queries"], columns=["query_id", "category"])
-    figures = audit_rows(rows, dict(Counter(q["category"] for q in queries)), semantic.load_context(root))
+    categories = tables.read(root, "queries", ["category"]).column("category").to_pylist()
+    figures = audit_rows(rows, dict(Counter(categories)), semantic.load_context(root))
     figures["version"] = manifest["version"]
     return figures
 

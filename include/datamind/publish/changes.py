@@ -22,9 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from datamind import tables
 from datamind.assets import DIRS
 from datamind.publish.audit import verdicts
-from datamind.schemas import CATALOG_FILES, DATASET
+from datamind.schemas import DATASET
 from datamind.shards import read_table
 from datamind.storage import DataRoot
 from datamind.tables import read_manifest, release_dir, versions
@@ -60,10 +61,8 @@ def _catalog(root: DataRoot, file_ids: set[str]) -> dict[str, dict[str, str | No
     """file_id -> {"name", "source"} from the catalog, for the given files only."""
     if not file_ids or not root.exists(DIRS["catalog_files"]):
         return {}
-    rows = read_table(
-        root, CATALOG_FILES, DIRS["catalog_files"], columns=["file_id", "source", "rel_path"],
-        where=("file_id", sorted(file_ids)),
-    ).to_pylist()  # fmt: skip
+    cols = ["file_id", "source", "rel_path"]
+    rows = tables.read(root, "catalog_files", cols, where=("file_id", file_ids)).to_pylist()
     return {r["file_id"]: {"name": posixpath.basename(r["rel_path"] or ""), "source": r["source"]} for r in rows}
 
 

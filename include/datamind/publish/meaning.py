@@ -94,16 +94,15 @@ def context_of(tables: Iterator[dict] | list[dict]) -> AuditContext:
 
 def load_context(root) -> AuditContext:
     """The facts of every table in a data root's catalog, read one catalog shard at a time."""
+    from datamind import tables
     from datamind.assets import DIRS
-    from datamind.schemas import CATALOG_TABLES
-    from datamind.shards import read_table, shard_paths
 
     ctx = AuditContext()
     if not root.exists(DIRS["catalog_tables"]):
         return ctx
     cols = ["file_id", "table_name", "column_profiles", "meta_info", "foreign_keys", "primary_key"]
-    for path in shard_paths(root, DIRS["catalog_tables"]):
-        for t in read_table(root, CATALOG_TABLES, DIRS["catalog_tables"], columns=cols, paths=[path]).to_pylist():
+    for _, shard in tables.each(root, "catalog_tables", cols):
+        for t in shard.to_pylist():
             ctx.files.setdefault(str(t.get("file_id")), []).append(facts_of(t))
     return ctx
 

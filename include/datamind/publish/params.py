@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from datamind.filters import linguistic
 from datamind.filters.rules import MAX_ANSWER_TOKENS, FilterConfig
-from datamind.stage_params import check_ranges, param
+from datamind.stage_params import StageParams, check_ranges, param
 
 
 @dataclass(frozen=True)
-class PublishParams:
+class PublishParams(StageParams):
     shard_rows: int = param(500, "Rows per Parquet shard", minimum=1, maximum=100_000)
     judged_partition: str | None = param(
         None,

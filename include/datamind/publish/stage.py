@@ -44,10 +44,9 @@ from datamind.publish import card, changes, meaning, promotion
 from datamind.publish.audit import AuditTally
 from datamind.publish.cost import release_cost
 from datamind.publish.params import PublishParams
-from datamind.schemas import ALL, CATALOG_FILES, DATASET, QUERIES, REJECTIONS, rejection
-from datamind.shards import column_counts, read_rows, read_table, shard_paths, table_to_parquet_bytes
-from datamind.stage_params import from_params
-from datamind.stages import ITEM_COLUMN, PIPELINE, STAGES, contract
+from datamind.schemas import DATASET, REJECTIONS, rejection
+from datamind.shards import column_counts, read_table, table_to_parquet_bytes
+from datamind.stages import ITEM_COLUMN, PIPELINE, STAGES
 from datamind.storage import DataRoot
 from datamind.tables import CARD, MANIFEST, judged_partitions, read_manifest, versions
 
@@ -160,14 +159,13 @@ def _screen(
     """Screen the judged rows of one partition a few shards at a time: the committed ones not seen before
     (reruns of a judging shard rewrite identical ids)."""
     src, partition = source
-    # rows of a judging shard killed before it committed are out
-    committed = tables.judged(root, partition).done() if partition else None
     screener = _Screener(root, config, spill, run_id, now)
     seen: set[str] = set()
     batch: list[dict] = []
-    for path in shard_paths(root, src):
-        for row in read_table(root, DATASET, src, paths=[path]).to_pylist():
-            if (committed is None or row["query_id"] in committed) and row["sample_id"] not in seen:
+    # the committed rows only: those of a judging shard killed before it committed are out
+    for _, shard in tables.each(root, "judged", partition=partition):
+        for row in shard.to_pylist():
+            if row["sample_id"] not in seen:
                 seen.add(row["sample_id"])
                 batch.append(row)
         if len(batch) >= _SCREEN_ROWS:
@@ -243,7 +241,7 @@ def publish_dataset(
     ``params`` (or keyword overrides of its fields, e.g. ``shard_rows=100``): ``judged_partition`` picks one
     judging configuration (``params=<fp>``); it may be omitted when there is only one.
     """
-    p = params if isinstance(params, PublishParams) else from_params(PublishParams, params)
+    p = params if isinstance(params, PublishParams) else PublishParams.from_form(params)
     p = replace(p, **overrides) if overrides else p
     root = DataRoot.of(root)
     t0 = time.perf_counter()
@@ -391,7 +389,7 @@ def _queries_by_category(root: DataRoot) -> dict[str, int]:
     query, never a Python object per query."""
     if not root.exists(DIRS["queries"]):
         return {}
-    return column_counts(read_table(root, QUERIES, DIRS["queries"], columns=["category"]), "category")
+    return column_counts(tables.read(root, "queries", ["category"]), "category")
 
 
 class NothingToPublish(ValueError):
@@ -433,7 +431,7 @@ def why_nothing(root: DataRoot, screened: _Screened) -> str:
             f"by reason: {_by_reason(Counter(column_counts(screened.rejections, 'reason_code')))}"
         )
     rejected: dict[str, Counter] = {}
-    for r in read_rows(root, REJECTIONS, DIRS["rejections"], columns=["stage", "reason_code"]):
+    for r in tables.read(root, "rejections", ["stage", "reason_code"]).to_pylist():
         rejected.setdefault(r["stage"], Counter())[r["reason_code"]] += 1
     upstream = PIPELINE[: PIPELINE.index(STAGES["publish_dataset"])]
     for stage in reversed([s for s in upstream if s.reads in ITEM_COLUMN]):
@@ -449,7 +447,7 @@ def why_nothing(root: DataRoot, screened: _Screened) -> str:
             f"{judged}/ is empty: {stage.dag_id} wrote no row to {DIRS[stage.writes]}/ from the "
             f"{_plural(len(items), stage.item)} in {DIRS[stage.reads]}/; {why}"
         )
-    files = read_rows(root, CATALOG_FILES, DIRS["catalog_files"], columns=["status", "reason_code"])
+    files = tables.read(root, "catalog_files", ["status", "reason_code"]).to_pylist()
     if files:
         return (
             f"{judged}/ is empty: ingestion accepted none of the {_plural(len(files), 'file')} in "
@@ -462,9 +460,9 @@ def _items(root: DataRoot, table: str) -> set[str]:
     """The items of ``table`` its reading stage plans over (of catalog/files, the accepted files only)."""
     column = ITEM_COLUMN[table]
     if table == "catalog_files":
-        rows = read_rows(root, CATALOG_FILES, DIRS[table], columns=[column, "status"])
+        rows = tables.read(root, table, [column, "status"]).to_pylist()
         return {r[column] for r in rows if r["status"] == "accepted"}
-    return set(read_table(root, ALL[contract(table)], DIRS[table], columns=[column]).column(column).to_pylist())
+    return set(tables.read(root, table, [column]).column(column).to_pylist())
 
 
 def _synthesis_skips(root: DataRoot) -> Counter:
@@ -536,7 +534,7 @@ def _carry_files(root: DataRoot, vdir: str, kept: pa.Table) -> list[dict]:
     """Copy each data file the kept rows analyse into the version folder; one entry per file, by file id."""
     catalog = {}
     if root.exists(DIRS["catalog_files"]):
-        for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"]):
+        for r in tables.read(root, "catalog_files").to_pylist():
             catalog[r["file_id"]] = r
     with_data = kept.filter(pc.fill_null(pc.not_equal(kept["data_uri"], ""), False))
     # in sample_id order, so a file's first row names it as before the rows were a table
@@ -598,11 +596,11 @@ def decontamination_counts(root: DataRoot) -> dict:
     """What decontamination kept out of the data root: benchmark files at ingest, questions at synthesis."""
     out: dict = {"files": {}, "questions": 0}
     if root.exists(DIRS["catalog_files"]):
-        for r in read_rows(root, CATALOG_FILES, DIRS["catalog_files"], columns=["rel_path", "reason_code", "reason"]):
+        for r in tables.read(root, "catalog_files", ["rel_path", "reason_code", "reason"]).to_pylist():
             if r["reason_code"] == "benchmark_overlap":
                 out["files"][r["rel_path"]] = r["reason"]
     if root.exists(DIRS["rejections"]):
-        codes = read_rows(root, REJECTIONS, DIRS["rejections"], columns=["reason_code"])
-        out["questions"] = sum(1 for r in codes if r["reason_code"] == "benchmark_question_overlap")
+        codes = tables.read(root, "rejections", ["reason_code"]).column("reason_code").to_pylist()
+        out["questions"] = sum(1 for code in codes if code == "benchmark_question_overlap")
     out["n_files"] = len(out["files"])
     return out

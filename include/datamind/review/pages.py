@@ -13,10 +13,10 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from datamind.agent.protocol import interpreter_body, parse_turn, strip_code_fences
 from datamind.publish.promotion import release_summary
 from datamind.quality.viewer_links import Links
 from datamind.review.query import NOT_SELECTED, Page, Source
-from datamind.rollout.protocol import interpreter_body, parse_turn, strip_code_fences
 from datamind.templating import render
 
 

@@ -1,6 +1,3 @@
-"""Trajectory sampling: a ReAct agent (``<think>``, ``<code>``, ``<interpreter>``, ``<answer>``) run N times a query.
-
-``protocol`` formats and parses turns, ``agent`` drives any policy through a sandbox session,
-``policies`` holds the offline expert (replays reference solution variants) and the LLM expert,
-``stage`` plans shards over the ``queries`` table and writes ``trajectories`` shards.
+"""Trajectory sampling: ``stage`` plans shards over the ``queries`` table and writes ``trajectories`` shards,
+running N agents (``datamind.agent``) per query.
 """

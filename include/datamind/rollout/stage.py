@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from datamind import tables
+from datamind.agent.params import RolloutParams
+from datamind.agent.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
+from datamind.agent.tasks import TaskError, TaskSources, load_tasks
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.llm.errors import EndpointUnavailable
 from datamind.progress import counted, progress_log
-from datamind.rollout.params import RolloutParams
-from datamind.rollout.runner import SandboxPool, n_offline_samples, run_one, trajectory_row
-from datamind.rollout.tasks import TaskError, TaskSources, load_tasks
 from datamind.schemas import REJECTIONS, TRAJECTORIES, rejection
 from datamind.shards import chunk, fit_shard_size, write_shard
 from datamind.stages import STAGES
@@ -62,7 +62,7 @@ def plan_sampling(
     taken by the file they are in, then by id: a shard's tasks come from a few query files rather than one
     file each (ids are hashes, so id order alone scatters a shard over the whole table)."""
     root = DataRoot.of(root)
-    p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
+    p = params if isinstance(params, RolloutParams) else RolloutParams.from_form(params)
     index = TaskSources.build(root)  # one pass over the inputs: each shard reads only the files its tasks are in
     ids = sorted(index.query_path, key=lambda q: (index.query_path[q], q))
     tables.trajectories(root).migrate()
@@ -127,7 +127,7 @@ def sample_shard(
 ) -> dict:
     """Sample N trajectories for each query of ``spec``; returns a JSON-able summary."""
     root = DataRoot.of(root)
-    p = params if isinstance(params, RolloutParams) else RolloutParams.from_dict(params)
+    p = params if isinstance(params, RolloutParams) else RolloutParams.from_form(params)
     if p.backend == "llm" and llm_client is None:
         raise ValueError("backend='llm' needs an llm_client")
     t0 = time.perf_counter()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 
+from datamind.data_source import Source
 from datamind.sandbox.sqltools import ReadOnlyDatabase, SqlToolError
 from datamind.synth.offline.engine import DEGENERATE, MAX_ANSWER_CHARS
 from datamind.synth.offline.execute import ExecutionError, format_rows
-from datamind.synth.offline.source import Source
 
 _FENCE = re.compile(r"^\s*```[\w+-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 MAX_ERROR_CHARS = 1500

@@ -28,8 +28,8 @@ from datamind import tables
 from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.ingest.decontam import BenchmarkIndex, load_index
-from datamind.schemas import CATALOG_TABLES, QUERIES, REJECTIONS
-from datamind.shards import chunk, key_paths, read_hinted, read_rows, write_shard
+from datamind.schemas import QUERIES, REJECTIONS
+from datamind.shards import chunk, write_shard
 from datamind.storage import DataRoot
 from datamind.synth import rows as R
 from datamind.synth.params import SynthParams
@@ -47,7 +47,7 @@ def rejections_dir(params: SynthParams) -> str:
 
 
 def _params(params: SynthParams | dict | None) -> SynthParams:
-    return params if isinstance(params, SynthParams) else SynthParams.from_dict(params)
+    return params if isinstance(params, SynthParams) else SynthParams.from_form(params)
 
 
 def catalog_by_id(
@@ -56,10 +56,8 @@ def catalog_by_id(
     """Latest catalog row per table_id (a re-profiled table supersedes its older row), of ``table_ids`` only
     when given, read from ``sources`` (the shards the planner found them in) first."""
     latest: dict[str, dict] = {}
-    if table_ids is None:
-        rows = read_rows(root, CATALOG_TABLES, DIRS["catalog_tables"])
-    else:
-        rows = read_hinted(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id", table_ids, sources).to_pylist()
+    where = None if table_ids is None else ("table_id", table_ids)
+    rows = tables.read(root, "catalog_tables", where=where, hint=sources).to_pylist()
     for row in rows:
         old = latest.get(row["table_id"])
         if old is None or (row["profiled_at"] or 0) >= (old["profiled_at"] or 0):
@@ -73,7 +71,7 @@ def plan_synthesis(
     """Shard specs over catalog tables not yet synthesized with these parameters (at most ``max_shards``)."""
     params = _params(params)
     done = tables.queries(root, params.fingerprint).migrate().done()
-    where = key_paths(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id")  # every shard of each table
+    where = tables.key_paths(root, "catalog_tables", "table_id")  # every shard of each table
     todo = sorted(set(where) - done, key=lambda t: (min(where[t]), t))  # by location, as profiling plans
     return [
         {

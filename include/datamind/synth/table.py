@@ -20,6 +20,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from datamind.data_source import (
+    READERS,
+    Exclusion,
+    Source,
+    UnsupportedSource,
+    open_source,
+    parse_read_options,
+)
 from datamind.ingest.parse_worker import IsolatedParser, ParseLimit, ParserUnavailable
 from datamind.roles import parse_overrides, table_roles
 from datamind.settings import Limits
@@ -32,14 +40,6 @@ from datamind.synth.offline.engine import Rejected, Skip, synthesize_offline
 from datamind.synth.offline.execute import ExecutionError, run_in_subprocess, run_solution
 from datamind.synth.offline.generators import OFFLINE_TEMPLATES_VERSION
 from datamind.synth.offline.phrasing import glossary, polish_question, scope_question
-from datamind.synth.offline.source import (
-    READERS,
-    Exclusion,
-    Source,
-    UnsupportedSource,
-    open_source,
-    parse_read_options,
-)
 from datamind.synth.offline.variants import runnable_variants
 from datamind.synth.params import SynthParams
 

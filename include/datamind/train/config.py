@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args, get_type_hints
 
 from datamind.ids import stable_id
-from datamind.stage_params import check_ranges, param
+from datamind.stage_params import StageParams, check_ranges, param
 
 Phase = Literal["sft", "sft+rl"]
 PHASES: tuple[str, ...] = get_args(Phase)
@@ -240,7 +240,7 @@ LAUNCHERS = ("local", "kubernetes", "ssh")
 
 
 @dataclass(frozen=True)
-class LaunchParams:
+class LaunchParams(StageParams):
     """train_agent's form: which model, phase and engine, the Table 2 overrides, and where the run goes. The
     deployment's defaults (``from_env``) are what the form shows; the run builds its ``TrainConfig`` from them."""
 

@@ -23,13 +23,14 @@ import posixpath
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from datamind.agent.protocol import split_conversation
 from datamind.assets import DIRS
 from datamind.ids import sha256_bytes, stable_id
-from datamind.rollout.protocol import split_conversation
-from datamind.schemas import DATASET, REJECTIONS, RL_EXPORT, rejection
-from datamind.shards import read_rows, table_to_parquet_bytes, write_shard
+from datamind.schemas import REJECTIONS, RL_EXPORT, rejection
+from datamind.shards import table_to_parquet_bytes, write_shard
 from datamind.stages import STAGES
 from datamind.storage import DataRoot
+from datamind.tables import release_rows
 
 SFT_DATASET_NAME = "datamind_sft"
 SFT_FILE = "sft/datamind_sft.jsonl"
@@ -138,7 +139,7 @@ def export(
             )
         version = version or manifest.get("version_id") or f"v{manifest['version']}"
         dataset_dir = posixpath.join(DIRS["dataset"], f"v{manifest['version']}")
-    rows = [r for r in read_rows(root, DATASET, dataset_dir) if r.get("split") != "test"]
+    rows = [r for r in release_rows(root, dataset_dir).to_pylist() if r.get("split") != "test"]
     if not rows:
         raise ValueError(f"no training rows under {root.uri(dataset_dir)}; nothing to export")
     for r in rows:  # data files travel with the release: make their location relative to the data root

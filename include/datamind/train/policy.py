@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from datamind.rollout.protocol import STOP_STRINGS
+from datamind.agent.protocol import STOP_STRINGS
 from datamind.train.tokenization import render
 
 

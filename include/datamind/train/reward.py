@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from datamind.judge.answer import LLMAnswerJudge, RuleAnswerJudge
-from datamind.judge.consistency import REL_TOL
+from datamind.agent.answer import LLMAnswerJudge, RuleAnswerJudge
+from datamind.agent.equivalence import REL_TOL
+from datamind.agent.protocol import final_answer, format_ok
+from datamind.agent.protocol import strict_turn as parse_turn
 from datamind.llm.errors import LLMError
-from datamind.rollout.protocol import final_answer, format_ok
-from datamind.rollout.protocol import strict_turn as parse_turn
 from datamind.train.config import DEFAULT_REWARD, RewardConfig
 
 

@@ -1,9 +1,11 @@
 """Multi-turn agent rollouts: the policy writes a turn, ``<code>`` runs, ``<interpreter>`` output comes back.
 
-``Rollout`` is the seam the trainer depends on. ``AgentLoopRollout`` is the built-in loop, running
-code through any ``Executor``; the trainer's is ``datamind.train.sandbox_exec.SandboxExecutor``, the
-trajectory stage's sandbox (one session per trajectory, closed through ``end_trajectory``), so RL
-rollouts run model-written code under the same isolation as every other trajectory.
+``Rollout`` is the seam the trainer depends on. ``AgentLoopRollout`` runs each trajectory through the
+package's one agent loop (``datamind.agent.loop.run_agent``, with training's ``TurnRules``), its policy a
+batched ``GenerateFn`` and its code going to any ``Executor``; the trainer's is
+``datamind.train.sandbox_exec.SandboxExecutor``, the trajectory stage's sandbox (one session per trajectory,
+closed through ``end_trajectory``), so RL rollouts run model-written code under the same isolation as every
+other trajectory.
 
 The loop keeps each trajectory's successful cells (``ExecRequest.history``) so the executor can check that
 its session holds the same state (the paper's "chunked code maintenance": the sandbox's chunked mode
@@ -12,19 +14,29 @@ re-executes them before each new cell).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import posixpath
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Executor as ConcurrentExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from datamind.rollout.protocol import cut_at_stop
-from datamind.rollout.protocol import strict_turn as parse_turn
+from datamind.agent.loop import PolicyReply, TurnRules, run_agent
+from datamind.agent.protocol import (
+    VOID_BAD_CODE,
+    VOID_NO_ACTION,
+    ParsedTurn,
+    cut_at_stop,
+    format_interpreter,
+    strict_turn,
+)
 
 Message = dict[str, str]
 
@@ -92,34 +104,41 @@ class Rollout(Protocol):
 
 def interpreter_message(output: str) -> Message:
     # A closing tag printed by the program would end the block early for every reader of the trajectory.
-    body = output.replace("</interpreter>", "</ interpreter>").rstrip()
-    return {"role": "tool", "content": f"<interpreter>\n{body}\n</interpreter>"}
+    return {"role": "tool", "content": format_interpreter(output)}
+
+
+def read_turn(text: str) -> ParsedTurn:
+    """A generated turn as the trainer reads it (``strict_turn``: a malformed turn still has its code run or
+    its answer read; the format reward punishes it): an answer when it holds answer text, void when it holds
+    neither runnable code nor an answer, else code to run."""
+    turn = strict_turn(text)
+    if turn.answer is not None and turn.answer.strip():
+        return ParsedTurn(turn.think, None, turn.answer, None)
+    if turn.is_void:
+        # The trajectory is masked out of the loss anyway; stop spending compute on it.
+        reason = VOID_NO_ACTION if turn.code is None else VOID_BAD_CODE
+        return ParsedTurn(turn.think, turn.code, turn.answer, reason)
+    return ParsedTurn(turn.think, turn.code, None, None)
+
+
+# Training's conventions in the one agent loop: a turn is cut at its stop string as generation cut it, the
+# first void turn ends the trajectory, and the executor's output is shown as it is (the sandbox executor
+# labels failures itself).
+TRAINING = TurnRules(clip=cut_at_stop, parse=read_turn, observation=lambda result: result.output, void_ends=True)
 
 
 @dataclass
 class _State:
+    index: int  # of its prompt in the batch
     workdir: str
     language: str = "python"
-    messages: list[Message] = field(default_factory=list)
-    history: list[str] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)  # cells that ran without error
     tokens: int = 0
-    n_void: int = 0
-    status: str | None = None
-    code: str | None = None  # this turn's cell, until it is submitted
-
-
-@dataclass
-class _Group:
-    """One prompt's G trajectories; they take their turns together (one generation per turn)."""
-
-    index: int
-    prompt: RolloutPrompt
-    states: list[_State]
-    turns: int = 0
-    running: int = 0  # cells of this turn still executing
-
-    def active(self) -> list[_State]:
-        return [s for s in self.states if s.status is None]
+    counted: int = 0  # generated messages already in ``tokens``
+    phase: str = "transit"  # transit (between two of the states below) | waiting (a turn) | cell | done
+    conversation: list[Message] = field(default_factory=list)
+    turn: asyncio.Future | None = None
+    failure: BaseException | None = None  # what the executor raised: it ends the batch
 
 
 @dataclass
@@ -134,11 +153,85 @@ class RolloutStats:
     wall_s: float = 0.0
 
 
+class _Cells(ConcurrentExecutor):
+    """The thread pool as one trajectory's agent loop submits its cell to it: the submission tells the turn
+    scheduler that the trajectory now waits for its cell, not for a turn."""
+
+    def __init__(self, pool: ThreadPoolExecutor, submitted: Callable[[], None]) -> None:
+        self.pool, self.submitted = pool, submitted
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted()
+        return self.pool.submit(fn, *args, **kwargs)
+
+
+class _Turns:
+    """Hands out turns: a prompt's G trajectories take their turns together, and one ``generate`` call serves
+    every prompt whose trajectories are all waiting, once no trajectory is between two states (so a batch
+    holds everything ready at that moment, as a loop that stepped the prompts by hand would batch it)."""
+
+    def __init__(self, loop_: AgentLoopRollout, states: list[list[_State]], generate: GenerateFn, stats) -> None:
+        self.cfg, self.groups, self.generate, self.stats = loop_, states, generate, stats
+        self.ready: set[int] = set()
+        self.transit = sum(len(g) for g in states)
+        self.live = self.transit
+        self.changed = asyncio.Event()
+
+    def count(self, state: _State, generated: list[Message]) -> None:
+        for m in generated[state.counted :]:
+            state.tokens += self.cfg.count_tokens(m["content"])
+        state.counted = max(state.counted, len(generated))
+
+    def move(self, state: _State, phase: str) -> None:
+        self.transit += (phase == "transit") - (state.phase == "transit")
+        self.live -= phase == "done"
+        state.phase = phase
+        group = self.groups[state.index]
+        if all(s.phase in ("waiting", "done") for s in group) and any(s.phase == "waiting" for s in group):
+            self.ready.add(state.index)
+        self.changed.set()
+
+    async def turn(self, state: _State, conversation: list[Message]) -> str:
+        state.conversation = conversation
+        state.turn = asyncio.get_running_loop().create_future()
+        self.move(state, "waiting")
+        return await state.turn
+
+    async def serve(self) -> None:
+        while self.live:
+            await self.changed.wait()
+            self.changed.clear()
+            if self.transit or not self.ready:
+                continue
+            batch, self.ready = sorted(self.ready), set()
+            active = [s for i in batch for s in self.groups[i] if s.phase == "waiting"]
+            budget = min(self.cfg.max_response_tokens - s.tokens for s in active)
+            t0 = time.perf_counter()
+            texts = self.generate([s.conversation for s in active], min(self.cfg.max_turn_tokens, budget))
+            self.stats.generate_calls += 1
+            self.stats.generate_s += time.perf_counter() - t0
+            for state, text in zip(active, texts, strict=True):
+                self.move(state, "transit")
+                state.turn.set_result(text)
+
+
+class _TurnPolicy:
+    name = "train"
+
+    def __init__(self, turns: _Turns, state: _State, n_prompt: int) -> None:
+        self.turns, self.state, self.n_prompt = turns, state, n_prompt
+
+    async def next_turn(self, messages: list[Message], last_observation: object | None) -> PolicyReply:
+        self.turns.count(self.state, messages[self.n_prompt :])
+        return PolicyReply(await self.turns.turn(self.state, messages))
+
+
 @dataclass
 class AgentLoopRollout:
-    """The ReAct loop. A prompt's G trajectories take their turns together; prompts of a batch run
-    asynchronously: while one prompt's cells execute (up to ``exec_workers`` at once), the prompts whose
-    cells are done are already generating their next turn, so the policy does not wait for the slowest cell."""
+    """The ReAct loop (the package's one agent loop, ``datamind.agent.loop.run_agent``, per trajectory). A
+    prompt's G trajectories take their turns together; prompts of a batch run asynchronously: while one
+    prompt's cells execute (up to ``exec_workers`` at once), the prompts whose cells are done are already
+    generating their next turn, so the policy does not wait for the slowest cell."""
 
     count_tokens: Callable[[str], int]
     max_turns: int = 10
@@ -160,31 +253,19 @@ class AgentLoopRollout:
         """G trajectories for each prompt, in the prompts' order."""
         t0 = time.perf_counter()
         self.last_stats = stats = RolloutStats(prompts=len(prompts))
-        groups: list[_Group] = []
+        groups: list[list[_State]] = []
         try:
             for i, prompt in enumerate(prompts):
-                groups.append(_Group(i, prompt, []))
+                groups.append([])
                 for _ in range(group_size):
-                    groups[-1].states.append(_State(self._workdir(prompt), exec_language(prompt.data_format)))
+                    groups[-1].append(_State(i, self._workdir(prompt), exec_language(prompt.data_format)))
             with ThreadPoolExecutor(max(1, self.exec_workers), thread_name_prefix="rollout-exec") as pool:
-                self._run(groups, generate, execute, pool, stats)
+                out = asyncio.run(self._run(prompts, groups, generate, execute, pool, stats))
             stats.wall_s = time.perf_counter() - t0
-            return [
-                [
-                    Trajectory(
-                        s.messages,
-                        s.status or "max_turns",
-                        sum(m["role"] == "assistant" for m in s.messages),
-                        s.n_void,
-                        s.tokens,
-                    )
-                    for s in g.states
-                ]
-                for g in groups
-            ]
+            return out
         finally:
             end = getattr(execute, "end_trajectory", None)  # executors holding per-trajectory state
-            for s in (s for g in groups for s in g.states):
+            for s in (s for g in groups for s in g):
                 if end is not None:
                     try:
                         end(s.workdir)
@@ -192,87 +273,66 @@ class AgentLoopRollout:
                         log.exception("closing the executor state of trajectory %s failed", s.workdir)
                 shutil.rmtree(s.workdir, ignore_errors=True)
 
-    def _run(self, groups: list[_Group], generate: GenerateFn, execute: Executor, pool, stats: RolloutStats) -> None:
-        ready = [g for g in groups if g.active()]
-        cells: dict[Future, tuple[_Group, _State, ExecRequest]] = {}
+    async def _run(self, prompts, groups, generate, execute, pool, stats) -> list[list[Trajectory]]:
+        turns = _Turns(self, groups, generate, stats)
+        lock = threading.Lock()
         try:
-            while ready or cells:
-                if ready:
-                    for g in self._generate(ready, generate, stats):
-                        for state, req in self._requests(g):
-                            cells[pool.submit(_timed, execute, req)] = (g, state, req)
-                        if not g.running and self._continues(g):
-                            ready.append(g)
-                    continue
-                done, _ = wait(cells, return_when=FIRST_COMPLETED)
-                for fut in sorted(done, key=lambda f: cells[f][0].index):
-                    g, state, req = cells.pop(fut)
-                    result, seconds = fut.result()  # an executor that raises ends the batch, as it would alone
-                    stats.cells += 1
-                    stats.execute_s += seconds
-                    self._observe(state, req, result)
-                    g.running -= 1
-                    if not g.running and self._continues(g):
-                        ready.append(g)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(turns.serve())
+                runs = [
+                    [tg.create_task(self._trajectory(prompts[i], s, turns, execute, pool, stats, lock)) for s in g]
+                    for i, g in enumerate(groups)
+                ]
+        except BaseExceptionGroup as group:  # the first failure ends the batch, as it would alone
+            raise group.exceptions[0] from None
+        return [[r.result() for r in g] for g in runs]
+
+    async def _trajectory(self, prompt, state: _State, turns: _Turns, execute, pool, stats, lock) -> Trajectory:
+        def run_cell(code: str) -> ExecResult:
+            req = ExecRequest(code, tuple(state.history), state.workdir, self.exec_timeout_s, state.language)
+            t0 = time.perf_counter()
+            try:
+                result = execute(req)
+            except BaseException as exc:
+                state.failure = exc
+                raise
+            with lock:
+                stats.cells += 1
+                stats.execute_s += time.perf_counter() - t0
+            if result.ok:
+                state.history.append(code)
+            return result
+
+        n_prompt = len(prompt.messages)
+
+        def budget_spent(messages: list[Message]) -> str | None:
+            turns.move(state, "transit")  # the cell is back
+            turns.count(state, messages[n_prompt:])
+            return "length" if state.tokens >= self.max_response_tokens else None
+
+        try:
+            result = await run_agent(
+                _TurnPolicy(turns, state, n_prompt),
+                run_cell,
+                prompt=prompt.messages,
+                max_turns=self.max_turns,
+                executor=_Cells(pool, lambda: turns.move(state, "cell")),
+                rules=TRAINING,
+                stop=budget_spent,
+            )
         finally:
-            for fut in cells:
-                fut.cancel()
-
-    def _generate(self, ready: list[_Group], generate: GenerateFn, stats: RolloutStats) -> list[_Group]:
-        """One batched generation over the active trajectories of the ready prompts (in prompt order)."""
-        batch = sorted(ready, key=lambda g: g.index)
-        ready.clear()
-        active = [(g, s) for g in batch for s in g.active()]
-        budget = min(self.max_response_tokens - s.tokens for _, s in active)
-        t0 = time.perf_counter()
-        texts = generate([g.prompt.messages + s.messages for g, s in active], min(self.max_turn_tokens, budget))
-        stats.generate_calls += 1
-        stats.generate_s += time.perf_counter() - t0
-        for (_, state), raw in zip(active, texts, strict=True):
-            self._turn(state, cut_at_stop(raw))
-        for g in batch:
-            g.turns += 1
-        return batch
-
-    def _requests(self, g: _Group) -> list[tuple[_State, ExecRequest]]:
-        out = []
-        for state in g.active():
-            code, state.code = state.code, None
-            if code is not None:
-                req = ExecRequest(code, tuple(state.history), state.workdir, self.exec_timeout_s, state.language)
-                out.append((state, req))
-        g.running = len(out)
-        return out
-
-    def _continues(self, g: _Group) -> bool:
-        if g.turns < self.max_turns and g.active():
-            return True
-        for s in g.states:
-            s.status = s.status or "max_turns"
-        return False
-
-    def _turn(self, state: _State, text: str) -> None:
-        state.messages.append({"role": "assistant", "content": text})
-        state.tokens += self.count_tokens(text)
-        turn = parse_turn(text)
-        if turn.answer is not None and turn.answer.strip():
-            state.status = "answered"
-            return
-        if turn.is_void:
-            # The trajectory is masked out of the loss anyway; stop spending compute on it.
-            state.n_void += 1
-            state.status = "void"
-            return
-        state.code = turn.code
-
-    def _observe(self, state: _State, req: ExecRequest, result: ExecResult) -> None:
-        if result.ok:
-            state.history.append(req.code)
-        obs = interpreter_message(result.output)
-        state.messages.append(obs)
-        state.tokens += self.count_tokens(obs["content"])
-        if state.tokens >= self.max_response_tokens:
-            state.status = "length"
+            turns.move(state, "done")
+        if state.failure is not None:
+            raise state.failure
+        generated = result.messages[n_prompt:]
+        turns.count(state, generated)
+        return Trajectory(
+            generated,
+            result.status,
+            sum(m["role"] == "assistant" for m in generated),
+            result.n_void_turns,
+            state.tokens,
+        )
 
     def _workdir(self, prompt: RolloutPrompt) -> str:
         workdir = tempfile.mkdtemp(prefix="datamind-rollout-", dir=self.workdir_root)
@@ -289,11 +349,6 @@ class AgentLoopRollout:
             if name != "data":  # (a file called "data" stays reachable under data/files/ only)
                 os.symlink(os.path.join(DATA_SUBDIR, name), os.path.join(workdir, name))
         return workdir
-
-
-def _timed(execute: Executor, req: ExecRequest) -> tuple[ExecResult, float]:
-    t0 = time.perf_counter()
-    return execute(req), time.perf_counter() - t0
 
 
 def _stage(uri: str, dest: str) -> None:

@@ -63,9 +63,9 @@ class SandboxExecutor:
                 f"session ran {len(session.history)}; one SandboxExecutor session serves one trajectory"
             )
         obs = session.run(req.code)
-        # Imported here: datamind.rollout pulls in the LLM client (openai), ~1.5 s the trainer pays only
+        # Imported here: datamind.agent pulls in the LLM client (openai), ~1.5 s the trainer pays only
         # once a cell actually runs.
-        from datamind.rollout.protocol import observation_text
+        from datamind.agent.protocol import observation_text
 
         return ExecResult(observation_text(obs.ok, obs.output, obs.error_kind), obs.ok, obs.error_kind)
 

@@ -80,12 +80,10 @@ def build_tiny_model(out_dir: str, texts: Iterable[str], *, layers: int = 2, hid
 
 def dataset_texts(data_root: str, limit: int = 200) -> list[str]:
     """Message texts of the published dataset, to train the tiny tokenizer on realistic content."""
-    from datamind.assets import DIRS
-    from datamind.schemas import DATASET
-    from datamind.shards import read_table
+    from datamind import tables
     from datamind.storage import DataRoot
 
-    table = read_table(DataRoot(data_root), DATASET, DIRS["dataset"], columns=["messages"])
+    table = tables.read(DataRoot(data_root), "dataset", ["messages"])
     texts: list[str] = []
     for messages in table.column("messages").to_pylist()[:limit]:
         texts.extend(m["content"] for m in messages or [])

@@ -282,13 +282,23 @@ class Trainer:
         return min(total, max_steps) if max_steps else total
 
 
+def _llamafactory(cfg: TrainConfig, emit) -> RunResult:
+    from datamind.train.llamafactory import run_sft  # imported when used: it brings its own stack
+
+    return run_sft(cfg, emit=emit)
+
+
+def _verl(cfg: TrainConfig, emit) -> RunResult:
+    from datamind.train.verl_engine import run_rl
+
+    return run_rl(cfg, emit=emit)
+
+
+# The engines besides the built-in trainer: config.Engine names them, and a new one is an entry here.
+EXTERNAL_ENGINES: dict[str, Callable[..., RunResult]] = {"llamafactory": _llamafactory, "verl": _verl}
+
+
 def train(cfg: TrainConfig, **kwargs) -> RunResult:
-    if cfg.engine == "llamafactory":
-        from datamind.train.llamafactory import run_sft
-
-        return run_sft(cfg.validate(), emit=kwargs.get("emit") or print)
-    if cfg.engine == "verl":
-        from datamind.train.verl_engine import run_rl
-
-        return run_rl(cfg.validate(), emit=kwargs.get("emit") or print)
+    if cfg.engine in EXTERNAL_ENGINES:
+        return EXTERNAL_ENGINES[cfg.engine](cfg.validate(), kwargs.get("emit") or print)
     return Trainer(cfg, **kwargs).run()

@@ -39,7 +39,7 @@ from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from datamind.rollout.protocol import strict_turn
+from datamind.agent.protocol import strict_turn
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class SandboxCodeTool(BaseTool):
 
     # -- internals ----------------------------------------------------------------------------------
     def _run(self, key: str, create: dict[str, Any], code: str) -> tuple[bool, str, str | None]:
-        from datamind.rollout.protocol import observation_text
+        from datamind.agent.protocol import observation_text
 
         session = self._session(key, create)
         obs = session.run(code)

@@ -33,7 +33,9 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+from collections.abc import Callable
 from contextlib import closing
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -49,9 +51,6 @@ from datamind.ingest.loaders.workbook import _load_workbook, _sheet_frame
 from datamind.settings import Limits
 
 log = logging.getLogger(__name__)
-
-
-FORMATS = ("csv", "xlsx", "sqlite")  # what load_tables turns into tables
 
 
 def load_tables(
@@ -86,24 +85,10 @@ def load_tables(
                 t.read_options["compression"] = "gzip"
             result.declared_format = declared
             return result
-        if fmt == "csv":
-            result = _load_csv(data, limits, _stem(filename or local_path))
-        elif fmt == "xlsx":
-            result = _load_workbook(local_path, data, fmt, limits)
-        elif fmt == "xls":
-            # Downstream stages (and the agents' sandboxes) handle csv, xlsx and SQLite only.
-            raise LoadError(
-                "unsupported_format",
-                "legacy Excel 97-2003 (OLE2) workbook, or a password-protected xlsx: save it as xlsx",
-            )
-        elif fmt == "sqlite":
-            result = _load_sqlite(local_path, limits)
-        elif fmt == "zip":
-            raise LoadError(
-                "unsupported_format", "a zip archive inside the source: point source_uri at the archive itself"
-            )
-        elif fmt in ("json", "sql"):
-            raise LoadError("unsupported_format", f"content is a {fmt.upper()} document, not a table")
+        if fmt in FORMATS:
+            result = FORMATS[fmt].load(local_path, data, limits, _stem(filename or local_path))
+        elif fmt in _REFUSED:
+            raise LoadError("unsupported_format", _REFUSED[fmt])
         else:
             raise LoadError(*sniff.describe_unknown(data))
     except LoadError as exc:
@@ -119,28 +104,7 @@ def load_tables(
 
 def load_table(local_path: str, read_options: dict[str, Any]) -> pd.DataFrame:
     """Reload exactly one table from the ``read_options`` recorded by ``load_tables`` (deterministic)."""
-    fmt = read_options["format"]
-    if fmt == "csv":
-        data = _csv_file_bytes(local_path, read_options)
-        fast = _read_csv_bytes(data, read_options)
-        if fast is not None:
-            return fast[0]
-        return read_csv_text(decode_text(data, read_options["encoding"]), read_options)[0]
-    if fmt == "xlsx":
-        from python_calamine import CalamineWorkbook
-
-        wb = CalamineWorkbook.from_path(local_path)
-        return _sheet_frame(wb.get_sheet_by_name(read_options["sheet"]), read_options)[0]
-    if fmt == "sqlite":
-        with closing(_connect_ro(local_path)) as con:
-            return pd.read_sql_query(f"SELECT * FROM {_qident(read_options['table'])}", con)
-    raise ValueError(f"unknown table format {fmt!r}")
-
-
-def _csv_file_bytes(local_path: str, read_options: dict[str, Any]) -> bytes:
-    with open(local_path, "rb") as fh:
-        data = fh.read()
-    return gzip.decompress(data) if read_options.get("compression") == "gzip" else data
+    return _format(read_options["format"]).reload(local_path, read_options)
 
 
 def load_recorded(local_path: str, read_options: list[dict[str, Any]], frames: bool = True) -> list[LoadedTable]:
@@ -151,51 +115,131 @@ def load_recorded(local_path: str, read_options: list[dict[str, Any]], frames: b
     delimited table with recorded ``column_types`` comes back as ``columns`` (Arrow's reader, no frame)."""
     if not read_options:
         return []
-    fmt = read_options[0]["format"]
-    out: list[LoadedTable] = []
-    if fmt == "csv":
-        for opts in read_options:
-            name = opts.get("table", "data")
-            if not frames and opts.get("column_types"):
-                columns = _recorded_csv_columns(local_path, opts)
-                if columns is not None:
-                    out.append(LoadedTable(name, None, columns.n_rows, len(columns.values), opts, columns=columns))
-                    continue
-            df = load_table(local_path, opts)
-            out.append(LoadedTable(name, df, len(df), df.shape[1], opts))
-    elif fmt == "xlsx":
-        from python_calamine import CalamineWorkbook
+    return _format(read_options[0]["format"]).reload_all(local_path, read_options, frames)
 
-        wb = CalamineWorkbook.from_path(local_path)
-        for opts in read_options:
-            df = _sheet_frame(wb.get_sheet_by_name(opts["sheet"]), opts)[0]
-            out.append(LoadedTable(opts["sheet"], df, len(df), df.shape[1], opts))
-    elif fmt == "sqlite":
-        with closing(_connect_ro(local_path)) as con:
-            for opts in read_options:
-                name = opts["table"]
-                q = _qident(name)
-                ddl = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
-                fks = [
-                    {"from_table": name, "from_column": r[3], "to_table": r[2], "to_column": r[4]}
-                    for r in con.execute(f"PRAGMA foreign_key_list({q})")
-                ]
-                df = pd.read_sql_query(f"SELECT * FROM {q}", con)
-                out.append(
-                    LoadedTable(
-                        name,
-                        df,
-                        len(df),
-                        df.shape[1],
-                        opts,
-                        ddl=ddl[0] if ddl else None,
-                        foreign_keys=fks,
-                        primary_key=_primary_key(con, q),
-                    )
-                )
-    else:
-        raise ValueError(f"unknown table format {fmt!r}")
+
+# -- the formats ----------------------------------------------------------------------------------------------
+def _csv_reload(local_path: str, read_options: dict[str, Any]) -> pd.DataFrame:
+    data = _csv_file_bytes(local_path, read_options)
+    fast = _read_csv_bytes(data, read_options)
+    if fast is not None:
+        return fast[0]
+    return read_csv_text(decode_text(data, read_options["encoding"]), read_options)[0]
+
+
+def _csv_file_bytes(local_path: str, read_options: dict[str, Any]) -> bytes:
+    with open(local_path, "rb") as fh:
+        data = fh.read()
+    return gzip.decompress(data) if read_options.get("compression") == "gzip" else data
+
+
+def _csv_reload_all(local_path: str, read_options: list[dict[str, Any]], frames: bool) -> list[LoadedTable]:
+    out: list[LoadedTable] = []
+    for opts in read_options:
+        name = opts.get("table", "data")
+        if not frames and opts.get("column_types"):
+            columns = _recorded_csv_columns(local_path, opts)
+            if columns is not None:
+                out.append(LoadedTable(name, None, columns.n_rows, len(columns.values), opts, columns=columns))
+                continue
+        df = _csv_reload(local_path, opts)
+        out.append(LoadedTable(name, df, len(df), df.shape[1], opts))
     return out
+
+
+def _xlsx_reload(local_path: str, read_options: dict[str, Any]) -> pd.DataFrame:
+    return _xlsx_reload_all(local_path, [read_options], True)[0].df
+
+
+def _xlsx_reload_all(local_path: str, read_options: list[dict[str, Any]], frames: bool) -> list[LoadedTable]:
+    from python_calamine import CalamineWorkbook
+
+    wb = CalamineWorkbook.from_path(local_path)
+    out: list[LoadedTable] = []
+    for opts in read_options:
+        df = _sheet_frame(wb.get_sheet_by_name(opts["sheet"]), opts)[0]
+        out.append(LoadedTable(opts["sheet"], df, len(df), df.shape[1], opts))
+    return out
+
+
+def _sqlite_reload(local_path: str, read_options: dict[str, Any]) -> pd.DataFrame:
+    with closing(_connect_ro(local_path)) as con:
+        return pd.read_sql_query(f"SELECT * FROM {_qident(read_options['table'])}", con)
+
+
+def _sqlite_reload_all(local_path: str, read_options: list[dict[str, Any]], frames: bool) -> list[LoadedTable]:
+    out: list[LoadedTable] = []
+    with closing(_connect_ro(local_path)) as con:
+        for opts in read_options:
+            name = opts["table"]
+            q = _qident(name)
+            ddl = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+            fks = [
+                {"from_table": name, "from_column": r[3], "to_table": r[2], "to_column": r[4]}
+                for r in con.execute(f"PRAGMA foreign_key_list({q})")
+            ]
+            df = pd.read_sql_query(f"SELECT * FROM {q}", con)
+            out.append(
+                LoadedTable(
+                    name,
+                    df,
+                    len(df),
+                    df.shape[1],
+                    opts,
+                    ddl=ddl[0] if ddl else None,
+                    foreign_keys=fks,
+                    primary_key=_primary_key(con, q),
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Format:
+    """One table format, in one entry: ``sniff.detect_format`` names it from a file's bytes, ``load`` detects
+    and loads its tables at ingestion (path, bytes, limits, file stem -> ``LoadResult`` with each table's
+    ``read_options``), ``reload`` replays one table from those options and ``reload_all`` several tables of one
+    file (what profiling and later stages read; ``frames=False`` may return columns instead of a frame)."""
+
+    name: str
+    load: Callable[[str, bytes, Limits, str], LoadResult]
+    reload: Callable[[str, dict[str, Any]], pd.DataFrame]
+    reload_all: Callable[[str, list[dict[str, Any]], bool], list[LoadedTable]]
+
+
+# What load_tables turns into tables. A new format is a module beside these and one entry here.
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("csv", lambda path, data, limits, stem: _load_csv(data, limits, stem), _csv_reload, _csv_reload_all),
+        Format(
+            "xlsx",
+            lambda path, data, limits, stem: _load_workbook(path, data, "xlsx", limits),
+            _xlsx_reload,
+            _xlsx_reload_all,
+        ),
+        Format(
+            "sqlite",
+            lambda path, data, limits, stem: _load_sqlite(path, limits),
+            _sqlite_reload,
+            _sqlite_reload_all,
+        ),
+    )
+}
+# Formats detection names that are refused, with why. Downstream stages (and the agents' sandboxes) handle
+# csv, xlsx and SQLite only.
+_REFUSED = {
+    "xls": "legacy Excel 97-2003 (OLE2) workbook, or a password-protected xlsx: save it as xlsx",
+    "zip": "a zip archive inside the source: point source_uri at the archive itself",
+    "json": "content is a JSON document, not a table",
+    "sql": "content is a SQL document, not a table",
+}
+
+
+def _format(name: str) -> Format:
+    if name not in FORMATS:
+        raise ValueError(f"unknown table format {name!r}")
+    return FORMATS[name]
 
 
 def _recorded_csv_columns(local_path: str, opts: dict[str, Any]) -> TableColumns | None:

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from datamind import references
+from datamind.data_source import Source
 from datamind.ids import stable_id
 from datamind.synth.offline import templates  # noqa: F401 - registers every template in REGISTRY
 from datamind.synth.offline.columns import TableView
 from datamind.synth.offline.execute import ExecutionError, run_body_on_frame, run_solution
 from datamind.synth.offline.generators import REGISTRY, Task, task_text
-from datamind.synth.offline.source import Source
 
 MAX_ANSWER_CHARS = 500
 _COUNTS = re.compile(r"\bhow many\b", re.IGNORECASE)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from datamind.profile.semantics import MISSING_TOKENS
 from datamind.synth.offline.columns import TableView, python_scalar
+from datamind.vocabulary import MISSING_TOKENS
 
 OFFLINE_TEMPLATES_VERSION = "offline-1.0"
 MAX_COMBOS = 4  # column choices tried per template, after a seeded shuffle

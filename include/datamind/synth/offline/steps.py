@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from datamind.data_source import qi, ql
 from datamind.synth.offline.columns import TableView
 from datamind.synth.offline.generators import Task, an, c, unique_top
-from datamind.synth.offline.source import qi, ql
 
 NP = ("import numpy as np",)
 
@@ -797,8 +796,8 @@ def diff_pct(view, prev: Value, rng):
 
 
 def _threshold_fact(name: str, question: str, threshold: float):
-    """A yes/no claim comparing the previous number with a fixed threshold (``threshold_check`` reads the
-    comparison back out of its programs)."""
+    """A yes/no claim comparing the previous number with a fixed threshold (``references.threshold_check``
+    reads the comparison back out of its programs)."""
 
     def step(view, prev: Value, rng):
         x = prev.value
@@ -822,36 +821,6 @@ def _threshold_fact(name: str, question: str, threshold: float):
 
     step.__name__ = name
     return step
-
-
-_LITERAL = r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-
-
-_PY_CHECK = rf"answer = 'Yes' if {_LITERAL} > {_LITERAL} else 'No'"
-
-
-_SQL_CHECK = rf"SELECT CASE WHEN {_LITERAL} > {_LITERAL} THEN 'Yes' ELSE 'No' END"
-
-
-# Anywhere in a cell: what the release audit counts (a comparison of two numbers run as code).
-LITERAL_CHECK = re.compile(rf"{_PY_CHECK}|{_SQL_CHECK}")
-
-
-_ENDS_WITH_CHECK = (
-    re.compile(rf"^{_PY_CHECK}\nprint\(answer\)\s*\Z", re.MULTILINE),
-    re.compile(rf"\b{_SQL_CHECK}\s*\Z"),
-)
-
-
-def threshold_check(program: str) -> tuple[float, float] | None:
-    """(value, threshold) when ``program`` ends by answering Yes/No on whether one number literal exceeds
-    another, as the threshold checks above are written (Python, or SQL whose relation it never reads): the
-    answer then follows from the previous result alone, and an analyst settles it without running code."""
-    for pattern in _ENDS_WITH_CHECK:
-        m = pattern.search(program)
-        if m:
-            return float(m.group(1)), float(m.group(2))
-    return None
 
 
 diff_fact = _threshold_fact("chain_fact_diff", "Is {ref} positive?", 0.0)

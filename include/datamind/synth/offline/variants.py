@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from datamind.data_source import Source
 from datamind.sandbox.sqltools import ReadOnlyDatabase
 from datamind.synth.offline.execute import ExecutionError, run_python
 from datamind.synth.offline.generators import Task, task_text
-from datamind.synth.offline.source import Source
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from datamind.data_source import qi, ql
 from datamind.synth.offline.columns import TableView
 from datamind.synth.offline.generators import (
     Task,
@@ -20,7 +21,6 @@ from datamind.synth.offline.generators import (
     template,
     unique_top,
 )
-from datamind.synth.offline.source import qi, ql
 
 # -- domain specific ---------------------------------------------------------------------------
 

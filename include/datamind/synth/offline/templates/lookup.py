@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from datamind.data_source import qi, ql
 from datamind.synth.offline.columns import python_scalar
 from datamind.synth.offline.generators import (
     GROUP_MEAN_SORT,
@@ -23,7 +24,6 @@ from datamind.synth.offline.generators import (
     two_values,
     unique_top,
 )
-from datamind.synth.offline.source import qi, ql
 
 # -- aggregation -------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import itertools
 
 import pandas as pd
 
+from datamind.data_source import qi, ql
 from datamind.synth.offline.generators import (
     Task,
     an,
@@ -16,7 +17,6 @@ from datamind.synth.offline.generators import (
     two_values,
     unique_top,
 )
-from datamind.synth.offline.source import qi, ql
 
 NP = ("import numpy as np",)
 

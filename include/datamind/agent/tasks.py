@@ -6,11 +6,8 @@ import json
 import posixpath
 from dataclasses import dataclass, field
 
-from datamind import categories
-from datamind.assets import DIRS
-from datamind.rollout import templates
-from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES
-from datamind.shards import key_paths, read_hinted, read_table, shard_paths
+from datamind import categories, tables
+from datamind.agent import templates
 from datamind.storage import DataRoot
 from datamind.synth.offline.source import UnsupportedSource, pandas_kwargs
 
@@ -97,14 +94,13 @@ class TaskSources:
     def build(cls, root: DataRoot) -> TaskSources:
         out = cls()
         cols = ["query_id", "parent_query_ids", "table_id", "file_id"]
-        for path in shard_paths(root, DIRS["queries"]):
-            t = read_table(root, QUERIES, DIRS["queries"], columns=cols, paths=[path])
+        for path, t in tables.each(root, "queries", cols):
             for q, parents, table_id, file_id in zip(*(t.column(c).to_pylist() for c in cols), strict=True):
                 out.query_path[q] = path
                 out.parents[q] = parents or []
                 out.table_of[q], out.file_of[q] = table_id, file_id
-        out.table_paths = key_paths(root, CATALOG_TABLES, DIRS["catalog_tables"], "table_id")
-        out.file_paths = key_paths(root, CATALOG_FILES, DIRS["catalog_files"], "file_id")
+        out.table_paths = tables.key_paths(root, "catalog_tables", "table_id")
+        out.file_paths = tables.key_paths(root, "catalog_files", "file_id")
         return out
 
     def of(self, query_ids: list[str]) -> dict[str, list[str]]:
@@ -132,7 +128,7 @@ def load_tasks(
     by_id = _queries_with_ancestors(root, query_ids, sources.get("queries"))
     by_table = _rows_by(
         root,
-        CATALOG_TABLES,
+        "catalog_tables",
         "table_id",
         ["table_id", "file_id", "format", "staged_uri", "read_options"],
         {r["table_id"] for r in by_id.values() if r.get("table_id")},
@@ -140,7 +136,7 @@ def load_tasks(
     )
     file_ids = {r["file_id"] for r in by_id.values()} | {r["file_id"] for r in by_table.values()}
     by_file = _rows_by(
-        root, CATALOG_FILES, "file_id", ["file_id", "format", "staged_uri"], file_ids, sources.get("catalog_files")
+        root, "catalog_files", "file_id", ["file_id", "format", "staged_uri"], file_ids, sources.get("catalog_files")
     )
     tasks: dict[str, QueryTask] = {}
     errors: dict[str, TaskError] = {}
@@ -161,17 +157,17 @@ def _queries_with_ancestors(root: DataRoot, query_ids: list[str], paths: list[st
     by_id: dict[str, dict] = {}
     missing = set(query_ids)
     while missing:
-        rows = _rows_by(root, QUERIES, "query_id", None, missing, paths)
+        rows = _rows_by(root, "queries", "query_id", None, missing, paths)
         by_id.update(rows)
         missing = {p for r in rows.values() for p in (r.get("parent_query_ids") or [])} - set(by_id)
     return by_id
 
 
 def _rows_by(
-    root: DataRoot, schema, key: str, columns: list[str] | None, ids: set, paths: list[str] | None
+    root: DataRoot, table: str, key: str, columns: list[str] | None, ids: set, paths: list[str] | None
 ) -> dict[str, dict]:
-    """Rows whose ``key`` is in ``ids``, by key (``read_hinted``: the hinted files, then the rest of the table)."""
-    return {r[key]: r for r in read_hinted(root, schema, DIRS[schema.name], key, ids, paths, columns).to_pylist()}
+    """Rows whose ``key`` is in ``ids``, by key (the hinted files, then the rest of the table)."""
+    return {r[key]: r for r in tables.read(root, table, columns, where=(key, ids), hint=paths).to_pylist()}
 
 
 def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict) -> QueryTask:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from datamind.agent import protocol
+from datamind.agent.loop import PolicyGaveUp, PolicyReply
 from datamind.llm.errors import EndpointUnavailable, LLMCallError
 from datamind.llm.grammars import grammar
 from datamind.llm.usage import cached_part
-from datamind.rollout import protocol
-from datamind.rollout.agent import PolicyGaveUp, PolicyReply
 
 
 def to_chat(messages: list[dict]) -> list[dict]:

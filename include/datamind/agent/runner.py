@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from datamind.ids import stable_id
-from datamind.rollout import templates
-from datamind.rollout.agent import AgentResult, run_agent
-from datamind.rollout.params import RolloutParams
-from datamind.rollout.policies.llm_expert import LLMExpertPolicy
-from datamind.rollout.policies.offline_expert import (
+from datamind.agent import templates
+from datamind.agent.loop import AgentResult, run_agent
+from datamind.agent.params import RolloutParams
+from datamind.agent.policies.llm_expert import LLMExpertPolicy
+from datamind.agent.policies.offline_expert import (
     HopProgram,
     OfflineExpertPolicy,
     as_python,
@@ -32,9 +31,10 @@ from datamind.rollout.policies.offline_expert import (
     localize,
     variant_programs,
 )
-from datamind.rollout.tasks import QueryTask, TaskError, build_prompts
-from datamind.synth.offline.source import default_read_suffices, reading_block
-from datamind.synth.offline.steps import threshold_check
+from datamind.agent.tasks import QueryTask, TaskError, build_prompts
+from datamind.data_source import default_read_suffices, reading_block
+from datamind.ids import stable_id
+from datamind.references import threshold_check
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def trajectory_row(
     r = s.result
     return {
         "trajectory_id": trajectory_id(
-            s.task.query_id, s.sample_index, s.reflection_round, params.fingerprint(), id_salt
+            s.task.query_id, s.sample_index, s.reflection_round, params.fingerprint, id_salt
         ),
         "query_id": s.task.query_id,
         "sample_index": s.sample_index,

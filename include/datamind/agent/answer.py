@@ -3,7 +3,7 @@
 One module serves the RL reward, the evaluation DAG and verification of sampled answers against the
 synthesizer's executed reference, so all three grade the same way:
 
-* :class:`RuleAnswerJudge` needs no LLM: the offline equivalence of :mod:`datamind.judge.consistency`
+* :class:`RuleAnswerJudge` needs no LLM: the offline equivalence of :mod:`datamind.agent.equivalence`
   (numbers within a relative tolerance, 3 % by default as in the paper's judge prompt; several values
   matched element-wise; text normalised).  It cannot recognise paraphrases.
 * :class:`LLMAnswerJudge` is the paper's model-as-judge (appendix G.4: the 3 % relative rule, a binary
@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from datamind.judge.consistency import REL_TOL, equivalent
+from datamind.agent import templates
+from datamind.agent.equivalence import REL_TOL, equivalent
 from datamind.llm.grammars import grammar
 from datamind.llm.tags import TagParseError, extract_choice, extract_tag
-from datamind.rollout import templates
 
 TEMPLATE = "judge/answer.j2"
 RULE_JUDGE = "rule"

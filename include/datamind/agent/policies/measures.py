@@ -1,7 +1,7 @@
 """How a set of trajectories reads to the model that trains on it: the figures of issue 46 about the thoughts
 and the code, computed per sample and summarised.
 
-    python -m datamind.rollout.policies.measures <data root | parquet file or glob> [--json PATH]
+    python -m datamind.agent.policies.measures <data root | parquet file or glob> [--json PATH]
 
 * ``question_copy_share``: thoughts (``<think>`` blocks) holding 6 or more consecutive words of the question;
 * ``first_frames`` / ``last_frames``: distinct frames of the first and last thoughts (their first 4 words, numbers
@@ -28,7 +28,7 @@ import tokenize
 from collections import Counter
 from dataclasses import dataclass
 
-from datamind.rollout.protocol import strict_turn
+from datamind.agent.protocol import strict_turn
 
 COPY_RUN = 6  # consecutive question words that count as a copy
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)

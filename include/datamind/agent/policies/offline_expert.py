@@ -30,9 +30,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from datamind.rollout import protocol
-from datamind.rollout.agent import PolicyGaveUp, PolicyReply
-from datamind.rollout.policies import cells, narration
+from datamind.agent import protocol
+from datamind.agent.loop import PolicyGaveUp, PolicyReply
+from datamind.agent.policies import cells, narration
 
 OFFLINE_MODEL = "offline-expert"
 

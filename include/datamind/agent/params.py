@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from datamind.ids import stable_id
 from datamind.llm.config import CONNECTION_KEYS
-from datamind.stage_params import check_ranges, param
+from datamind.stage_params import StageParams, check_ranges, param
 
 BACKENDS = ("offline", "llm")
 SANDBOX_MODES = ("auto", "chunked", "live")
@@ -16,7 +15,7 @@ SANDBOX_MODES = ("auto", "chunked", "live")
 
 
 @dataclass(frozen=True)
-class RolloutParams:
+class RolloutParams(StageParams):
     backend: str = param("offline", "Expert policy", enum=BACKENDS)
     n_samples: int = param(3, "Trajectories per query (N)", minimum=1, maximum=8)  # paper: N = 3
     max_turns: int = param(10, "Maximum turns", minimum=1, maximum=50)  # assistant turns per trajectory
@@ -28,13 +27,15 @@ class RolloutParams:
     seed: int | None = param(None, "Sampling seed", description="Empty: unseeded.", section="LLM")
     # Each task instance starts its own sandbox (an interpreter with pandas, scipy.stats, polars and duckdb
     # imported: ~2 s of CPU): sampling the 52 DABench tables 20 queries per task took 14% longer than 50.
-    shard_size: int = param(50, "Queries per task instance", minimum=1, maximum=1000)
+    shard_size: int = param(50, "Queries per task instance", minimum=1, maximum=1000, fingerprint=False)
     concurrency: int = param(
-        8, "Concurrent rollouts per task", minimum=1, maximum=64, description="Trajectories in flight per shard."
-    )
+        8, "Concurrent rollouts per task", minimum=1, maximum=64, description="Trajectories in flight per shard.",
+        fingerprint=False,
+    )  # fmt: skip
     exec_workers: int = param(
-        2, "Sandbox executions at once", minimum=1, maximum=64, section="Sandbox", description="Per shard."
-    )
+        2, "Sandbox executions at once", minimum=1, maximum=64, section="Sandbox", description="Per shard.",
+        fingerprint=False,
+    )  # fmt: skip
     sandbox_mode: str = param(
         "auto",
         "Sandbox mode",
@@ -49,29 +50,16 @@ class RolloutParams:
     )  # fmt: skip
     # A trajectory that failed for a transient cause (the endpoint gave up, rate limits) is sampled again by
     # later runs, up to this many attempts in all; until then its query is not handed to the judge.
-    max_attempts: int = param(3, "Attempts per trajectory", minimum=1, maximum=20, section="LLM")
-    _NOT_IN_FINGERPRINT = ("concurrency", "exec_workers", "shard_size", "max_attempts")
+    max_attempts: int = param(3, "Attempts per trajectory", minimum=1, maximum=20, section="LLM", fingerprint=False)
+    FORM_ONLY = frozenset(CONNECTION_KEYS)  # the orchestrator's (e.g. ``llm_conn_id``)
 
     def __post_init__(self) -> None:
         check_ranges(self)
 
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> RolloutParams:
-        """From DAG params; keys that only the orchestrator reads (e.g. ``llm_conn_id``) are ignored."""
-        raw = {k: v for k, v in (raw or {}).items() if k not in CONNECTION_KEYS}
-        known = {f.name for f in fields(cls)}
-        extra = set(raw) - known
-        if extra:
-            raise ValueError(f"unknown rollout parameters: {sorted(extra)}")
-        return cls(**raw)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @staticmethod
     def attempts_allowed(recorded: str | None) -> int:
         """``max_attempts`` of the parameters a trajectory row recorded (``sampling_params`` JSON)."""
-        return (RolloutParams.from_dict(json.loads(recorded)) if recorded else RolloutParams()).max_attempts
+        return (RolloutParams.from_form(json.loads(recorded)) if recorded else RolloutParams()).max_attempts
 
     def sampling(self) -> dict[str, Any]:
         """The parameters sent to the expert model."""
@@ -89,10 +77,10 @@ class RolloutParams:
             return self.sandbox_mode
         return "live" if self.backend == "offline" else "chunked"
 
-    def fingerprint(self) -> str:
-        d = {k: v for k, v in self.to_dict().items() if k not in self._NOT_IN_FINGERPRINT}
+    def fingerprint_view(self) -> dict[str, Any]:
+        d = super().fingerprint_view()
         d["sandbox_mode"] = self.resolved_sandbox_mode
         if self.backend == "offline":  # sampling parameters do not influence a replay
             for k in ("temperature", "top_p", "max_tokens", "seed"):
                 d.pop(k)
-        return stable_id(d, length=10)
+        return d
