@@ -87,6 +87,17 @@ def test_a_later_cell_takes_the_variable_where_the_literal_is_unambiguous():
     assert cells.use_variable(sql, "Lyon", "top_city", "value") == (
         'rows = duckdb.sql(f"""SELECT COUNT(*) FROM df WHERE "city" = \'{top_city}\'""").fetchall()'
     )
+    # the SQL the database tool runs binds the value (both places it occurs), cast where it was read as text
+    tool = "execute_sql(sql='SELECT COUNT(*) FROM t WHERE city = \\'Lyon\\' OR hub = \\'Lyon\\'', output_path='n.csv')"
+    assert cells.use_variable(tool, "Lyon", "top_city", "value") == (
+        'execute_sql(sql="""SELECT COUNT(*) FROM t WHERE city = :top_city OR hub = :top_city""", '
+        "output_path='n.csv', params={'top_city': top_city})"
+    )
+    query = 'query = """SELECT COUNT(*) FROM t\nWHERE "v" > 7.5"""\nexecute_sql(sql=query, output_path="n.csv")'
+    assert cells.use_variable(query, "7.5", "avg_v", "text") == (
+        'query = """SELECT COUNT(*) FROM t\nWHERE "v" > :avg_v"""\n'
+        "execute_sql(sql=query, output_path=\"n.csv\", params={'avg_v': float(avg_v)})"
+    )
     # a value that is also a column name, or that holds a quote, is left as a literal
     assert cells.use_variable("df['Lyon'] == 'Lyon'", "Lyon", "v", "value", ["Lyon"]) == "df['Lyon'] == 'Lyon'"
     quoted = "x = \"SELECT 1 FROM t WHERE a = 'O''Hara'\""
