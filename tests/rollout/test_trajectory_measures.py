@@ -139,3 +139,48 @@ def test_a_column_name_does_not_decide_what_a_value_is_called():
     sql = 'SELECT ROUND(AVG("Percentage"), 4) FROM "countrylanguage"'
     assert cells.variable_name("Mean of Percentage.", sql, ["Percentage"], "29.2683", set()) == "avg_percentage"
     assert cells.variable_name("Mean of a.", "x = df['a'].mean()", ["a"], "2.5", set()) == "avg_a"
+
+
+def _synth_descriptions() -> list[str]:
+    """Every step description the offline synthesizer writes (the 4th argument of each ``Task(...)`` in its
+    templates and chain steps), with each column slot filled by a one-word name."""
+    import ast
+    from pathlib import Path
+
+    import datamind.synth.offline as offline
+
+    base = Path(offline.__file__).parent
+    out = []
+    for path in [base / "steps.py", *sorted((base / "templates").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Task" and len(node.args) >= 4:
+                d = node.args[3]
+                if isinstance(d, ast.JoinedStr):
+                    out.append("".join(v.value if isinstance(v, ast.Constant) else "price" for v in d.values))
+                elif isinstance(d, ast.Constant) and d.value:
+                    out.append(d.value)
+    return out
+
+
+def test_every_step_description_reads_as_a_plan_in_other_words():
+    """A thought plans a step in its own words: each description the synthesizer writes has a phrasing, and no
+    phrasing repeats four consecutive words of the description it stands for (the wording the read found
+    pasted into first thoughts) nor leaves a slot unfilled."""
+    from datamind.rollout.policies.measures import words
+    from datamind.rollout.policies.narration import plan_text
+
+    descriptions = _synth_descriptions()
+    assert len(descriptions) > 60  # the catalogue was read, not an empty list
+    for d in descriptions:
+        for seed in ("a", "b", "c", "d"):
+            plan = plan_text(d + " Builds on the previous question: find x.", "top_region", seed)
+            assert plan is not None, d
+            assert "{" not in plan and "previous" not in plan, (d, plan)
+            dw, pw = words(d), words(plan)
+            runs = {tuple(dw[i : i + 4]) for i in range(len(dw) - 3)}
+            assert not any(tuple(pw[i : i + 4]) in runs for i in range(len(pw) - 3)), (d, plan)
+    assert plan_text("Count the rows of the region group found by the previous step.", "top_region", "a") in (
+        "count the rows whose `region` is `top_region`",
+        "see how many records carry `top_region` in `region`",
+    )
+    assert plan_text("Something no template writes.", None, "a") is None
