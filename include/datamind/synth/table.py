@@ -341,7 +341,7 @@ def _offline_rows(out: TableOutput, job: _OfflineJob) -> None:
                         table=table,
                         tables=tables,
                         category=category,
-                        hop=1,
+                        hop=cand.task.hops,
                         parents=[],
                         root_id=None,
                         question=polish_question(scoped(cand.task.question), cand.answer, terms, cand.solution),

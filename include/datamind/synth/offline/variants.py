@@ -70,7 +70,9 @@ def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
     """Alternative programs for ``task`` besides the reference written in ``lang``."""
     out: list[str] = []
     source = source.narrowed(task_text(task))
-    duck_sql = task.sql or task.duck  # SQLite's dialect is a subset of what DuckDB runs here
+    # DuckDB's own formulation where a task has one (date functions differ: strftime's arguments are swapped),
+    # else the SQLite statement, which DuckDB runs as written
+    duck_sql = task.duck or task.sql
     if source.fmt == "sqlite":
         if lang == "sql":
             preamble = source.python_preamble(task.imports)
