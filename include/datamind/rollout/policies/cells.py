@@ -198,7 +198,8 @@ def rename_result(code: str, new: str, old: str = "answer") -> str:
 
 _PRINT_ROWS_TAIL = re.compile(
     r"\n*def _cell\(v\):\n    return repr\(round\(v, 4\)\) if isinstance\(v, float\) else str\(v\)\n\n"
-    r"if len\(rows\) == 1 and len\(rows\[0\]\) == 1:\n    print\(_cell\(rows\[0\]\[0\]\)\)\nelse:\n"
+    r"if len\(rows\) == 1 and len\(rows\[0\]\) == 1:\n    print\(_cell\(rows\[0\]\[0\]\)\)\n"
+    r"elif all\(len\(r\) == 1 for r in rows\):\n    print\(\", \"\.join\(_cell\(r\[0\]\) for r in rows\)\)\nelse:\n"
     r"    print\(\"; \"\.join\(\", \"\.join\(_cell\(v\) for v in r\) for r in rows\)\)\n?$"
 )
 
@@ -440,9 +441,13 @@ def sql_cell(sql: str, name: str, expected: str | None, *, import_pandas: bool) 
     elif single:
         read = f"{name} = pd.read_csv({path!r}, dtype=str, keep_default_na=False).iat[0, 0]\nprint({name})"
     else:
+        # one column is a list of values, several are rows of cells (as ``format_rows`` writes answers)
         read = (
             f"{name} = pd.read_csv({path!r}, dtype=str, keep_default_na=False)\n"
-            f'print("; ".join(", ".join(row) for row in {name}.itertuples(index=False)))'
+            f"if {name}.shape[1] == 1:\n"
+            f'    print(", ".join({name}.iloc[:, 0]))\n'
+            "else:\n"
+            f'    print("; ".join(", ".join(row) for row in {name}.itertuples(index=False)))'
         )
     return head + run + read
 

@@ -24,14 +24,16 @@ from datamind.synth.offline.source import Source
 if TYPE_CHECKING:
     import pandas as pd
 
-# Prints a query result the way reference answers are formatted: one cell as itself, else rows
-# joined by "; " and cells by ", ", floats rounded to 4 places.
+# Prints a query result the way reference answers are formatted (``execute.format_rows``): one cell as itself,
+# one column as a list, else rows joined by "; " and cells by ", ", floats rounded to 4 places.
 _PRINT_ROWS = """
 def _cell(v):
     return repr(round(v, 4)) if isinstance(v, float) else str(v)
 
 if len(rows) == 1 and len(rows[0]) == 1:
     print(_cell(rows[0][0]))
+elif all(len(r) == 1 for r in rows):
+    print(", ".join(_cell(r[0]) for r in rows))
 else:
     print("; ".join(", ".join(_cell(v) for v in r) for r in rows))
 """
