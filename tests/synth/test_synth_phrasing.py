@@ -79,6 +79,11 @@ def test_the_answer_form_check_catches_what_the_read_found():
     assert "a list" in answer_form_problem("Which regions lead? Give all the values, comma-separated.", "north")
     assert "2 decimal" in answer_form_problem("What is the mean, rounded to 2 decimals?", "3.14159")
     assert "rounded away" in answer_form_problem("What is the Shapiro-Wilk p-value of price?", "0.0")
+    verdict = (
+        "Is price normal by Shapiro-Wilk? Report the p-value and the verdict. List the values separated by commas."
+    )
+    assert "rounded away" in answer_form_problem(verdict, "0.0, not normal")
+    assert answer_form_problem(verdict, "1.2e-05, not normal") is None
     assert "sentence" in answer_form_problem("What is the mean price?", "The mean price is 12.5 euros.")
     assert (
         answer_form_problem("Which year has the most records? Reply with that value, spelled as in the data.", "2023")

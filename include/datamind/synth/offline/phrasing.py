@@ -90,7 +90,8 @@ def answer_form_problem(question: str, answer: str) -> str | None:
         want = _DIGITS.get(places.group(1).lower()) or int(places.group(1))
         if len(text.split(".")[1].rstrip("%")) > want:
             return f"the question asks for {want} decimal(s), and the program printed {text!r}"
-    if _ASKS_P_VALUE.search(core) and kind == "number" and float(text.rstrip("%").replace(",", "")) == 0:
+    first = text.split(",")[0].strip()  # a p-value reported with its verdict comes first
+    if _ASKS_P_VALUE.search(core) and _NUMBER.match(first) and float(first.rstrip("%")) == 0:
         return f"the question asks for a p-value, and the program printed {text!r}: rounded away to zero"
     return None
 
