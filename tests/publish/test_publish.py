@@ -591,3 +591,38 @@ def test_the_audit_counts_a_fix_that_changes_nothing(root):
 
     figures = audit_rows([sample(0, before), sample(1, "shape: (3, 5)\nX  float64")])
     assert figures["unchanged_fix_share"] == 0.5
+
+
+def test_the_audit_judges_copied_questions_answer_forms_file_concentration_and_the_split(root):
+    """The issue-46 figures: thoughts that restate the question, answers not of the asked form, one file's share
+    of the release and the held-out share against the configured fraction; file figures are judged only on a
+    release of 10+ files (whole files cannot spread or split a few-file release at will)."""
+    from datamind.publish.audit import audit_rows, verdicts
+
+    question = "How many orders were shipped to Lyon in March of last year?"
+
+    def sample(i: int, file_id: str, think: str, answer: str) -> dict:
+        row = judged_row(i)
+        row.update(file_id=file_id, question=question, final_answer=answer)
+        row["messages"] = row["messages"][:2] + [
+            {"role": "assistant", "content": p.format_code_turn(think, f"print({i})")},
+            {"role": "tool", "content": p.format_interpreter(answer)},
+            {"role": "assistant", "content": p.format_answer_turn("That is the count.", answer)},
+        ]
+        return row
+
+    copy = "For how many orders were shipped to Lyon in March, I filter first."  # 6 question words in a row
+    rows = [sample(i, f"f{i % 4}", copy if i < 3 else "Filter on the city, then count.", "12") for i in range(11)]
+    rows.append(sample(11, "f0", "Count the shipped rows.", "12.0"))  # a count printed as a float
+    figures = audit_rows(rows, held_out={"f1"}, test_fraction=0.1)
+    # 12 samples of 2 thoughts each: 3 of 24 thoughts copy the question
+    assert figures["question_copy_share"] == 0.125 and len(figures["examples"]["question_copy_share"]) == 3
+    assert figures["answer_form_mismatch_share"] == round(1 / 12, 4)
+    assert figures["top_file_share"] == round(4 / 12, 4) and figures["n_files"] == 4  # f0: samples 0, 4, 8, 11
+    assert figures["test_split_share"] == 0.25 and figures["split_fraction_gap"] == 0.15  # f1: 1, 5, 9
+    by_name = {v["name"]: v for v in verdicts(figures)}
+    assert by_name["question_copy_share"]["ok"] is False and by_name["answer_form_mismatch_share"]["ok"] is False
+    assert by_name["top_file_share"]["ok"] is None and "10+ files" in by_name["top_file_share"]["why_not_judged"]
+    many = audit_rows([sample(i, f"f{i}", "Count.", "3") for i in range(20)], held_out={"f0", "f1"}, test_fraction=0.1)
+    judged = {v["name"]: v["ok"] for v in verdicts(many)}
+    assert judged["top_file_share"] is True and judged["split_fraction_gap"] is True  # 1/20 each, 2/20 held out

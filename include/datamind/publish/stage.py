@@ -368,7 +368,7 @@ def _publish_screened(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     manifest["decontamination"] = decontamination_counts(root)
-    manifest["audit"] = screened.audit.figures(_queries_by_category(root))
+    manifest["audit"] = screened.audit.figures(_queries_by_category(root), held_out, test_fraction)
     manifest["promotion"] = promotion.initial(manifest["audit"])
     manifest["changes"] = changes.since_previous(root, manifest, kept)  # shown at the gate, in the report and viewer
     manifest["cost"] = release_cost(root, kept, prices_from_env())

@@ -180,7 +180,8 @@ def _body(content: str) -> str:
     return m.group(1) if m else (content or "")
 
 
-def _cover(counter: Counter, share: float = 0.95) -> int:
+def cover(counter: Counter, share: float = 0.95) -> int:
+    """How few of the most common keys cover ``share`` of the counts (the frames that cover 95% of thoughts)."""
     total, acc = sum(counter.values()), 0
     for i, (_, n) in enumerate(counter.most_common(), start=1):
         acc += n
@@ -203,9 +204,9 @@ def summarize(rows: list[dict]) -> dict:
         "question_copy_share": round(sum(p.copied_thinks for p in per) / thinks, 4),
         "samples_with_copy_share": round(sum(p.copied_thinks > 0 for p in per) / n, 4),
         "first_frames": len(firsts),
-        "first_frames_95": _cover(firsts),
+        "first_frames_95": cover(firsts),
         "last_frames": len(lasts),
-        "last_frames_95": _cover(lasts),
+        "last_frames_95": cover(lasts),
         "code_cells": sum(shapes.values()),
         "code_shapes": len(shapes),
         "top10_shape_share": round(sum(c for _, c in shapes.most_common(10)) / cells, 4),
