@@ -303,7 +303,8 @@ def _publish_screened(
         latest = read_manifest(root)
         kept_as = f"dataset/LATEST stays v{latest['version']}" if latest else "there is no release yet"
         raise NothingToPublish(f"nothing to publish, no release written ({kept_as}): {why_nothing(root, screened)}")
-    held_out = card.held_out_files(pc.unique(kept["file_id"]).to_pylist(), test_fraction, p.min_test_files)
+    per_file = column_counts(kept, "file_id")
+    held_out = card.held_out_files(per_file, test_fraction, p.min_test_files, _multi_table_files(root, per_file))
     # the release's own view of each row: its split (every sample of a held-out file is a test sample)
     is_test = pc.is_in(kept["file_id"], value_set=pa.array(sorted(held_out), pa.string()))
     kept = kept.append_column(DATASET.schema.field("split"), pc.if_else(is_test, "test", "train"))
@@ -384,6 +385,15 @@ def _publish_screened(
         rejections.num_rows,
     )
     return manifest
+
+
+def _multi_table_files(root: DataRoot, files) -> set[str]:
+    """Those of ``files`` with a question over several tables (a join): both splits should hold some."""
+    if not root.exists(DIRS["queries"]):
+        return set()
+    q = read_table(root, QUERIES, DIRS["queries"], columns=["file_id", "tables"])
+    several = pc.greater(pc.fill_null(pc.list_value_length(q["tables"]), 0), 1)
+    return set(pc.unique(q.filter(several)["file_id"]).to_pylist()) & set(files)
 
 
 def _queries_by_category(root: DataRoot) -> dict[str, int]:
