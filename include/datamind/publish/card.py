@@ -73,6 +73,21 @@ def held_out_files(
     return frozenset(held)
 
 
+def _row_sample_lines(sources: list[dict]) -> list[str]:
+    """Which files the release holds as a sample of their rows: a question over one is about that sample."""
+    sampled = [s for s in sources if s.get("row_sample")]
+    if not sampled:
+        return []
+    lines = ["", "Files larger than the row limit are kept as a seeded random sample of their rows:", ""]
+    for s in sampled:
+        r = s["row_sample"]
+        lines.append(
+            f"- `{s['file_id']}` ({s['name']}): {r['rows']:,} of its {r['of_rows']:,} data rows, seed {r['seed']}; "
+            "every question and answer is about this sample."
+        )
+    return lines
+
+
 def carried_path(file_id: str, data_uri: str) -> str:
     """Where a sample's data file lives inside the version folder (also its ``data_uri``)."""
     name = posixpath.basename(data_uri.split("://", 1)[-1].rstrip("/")) or "data"
@@ -185,6 +200,7 @@ def render_card(manifest: dict, rows: pa.Table, sources: list[dict]) -> str:
             f"{s['split']} | {s['samples']} |"
             for s in sources
         ],
+        *_row_sample_lines(sources),
         "",
         "## Recipe",
         "",

@@ -357,7 +357,11 @@ def _publish_screened(
         "test_fraction": test_fraction,
         "min_test_files": p.min_test_files,
         "held_out_files": sorted(held_out),
-        "files": {s["file_id"]: {"path": s["path"], "sha256": s["sha256"], "bytes": s["bytes"]} for s in sources},
+        "files": {
+            s["file_id"]: {"path": s["path"], "sha256": s["sha256"], "bytes": s["bytes"]}
+            | ({"row_sample": s["row_sample"]} if s.get("row_sample") else {})
+            for s in sources
+        },
         "judged_partition": partition,
         "judge_params": screened.judge_params,
         "shards": shard_info,
@@ -573,6 +577,8 @@ def _carry_files(root: DataRoot, vdir: str, kept: pa.Table) -> list[dict]:
                 "sha256": hashlib.sha256(data).hexdigest(),
                 "source": info.get("source"),
                 "license": provenance.get("license") if isinstance(provenance, dict) else None,
+                # a file over the row limit kept as a seeded sample of its rows (ingest.stage.row_sample)
+                "row_sample": provenance.get("row_sample") if isinstance(provenance, dict) else None,
                 "split": f["split_first"],
                 "samples": f["sample_id_count"],
             }
