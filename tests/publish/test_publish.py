@@ -315,6 +315,30 @@ def test_a_release_over_few_files_holds_out_whole_files_and_its_hash_follows_the
     assert len(m2["held_out_files"]) == 3
 
 
+def test_no_file_gives_more_than_its_share_of_a_release(root):
+    """One big file among small ones is capped at max_file_share of what the release keeps (the held-out read
+    found one database at 24% and three files at half the samples); the samples beyond it are recorded as
+    file_share_cap, and the audit counts the release as written."""
+    from datamind.publish.stage import file_share_cap
+
+    rows = [judged_row(i) for i in range(40)]
+    for i, r in enumerate(rows):  # f0: 20 samples; f1..f5: 4 each
+        n = 0 if i < 20 else 1 + (i - 20) // 4
+        r["file_id"], r["data_uri"] = f"f{n}", f"raw/f{n}/x{n}.csv"
+        root.write_text(r["data_uri"], "a,b\n1,2\n")
+    write_judged(root, rows)
+    m = publish_dataset(root, "run-cap", max_file_share=0.25)
+    # f0 keeps m samples with m <= 0.25 * (m + 20): 6 (6 of 26 is 23%; 7 of 27 would be 26%)
+    assert m["n_samples"] == 26 and m["filtered_by_reason"]["file_share_cap"] == 14
+    assert m["audit"]["n_samples"] == 26 and m["audit"]["top_file_share"] == round(6 / 26, 4)
+    rejected = read_rows(root, REJECTIONS, "rejections/filter")
+    dropped = {r["item_id"] for r in rejected if r["reason_code"] == "file_share_cap"}
+    assert len(dropped) == 14 and all(int(s[1:]) < 20 for s in dropped)  # only f0's samples
+    assert publish_dataset(root, "run-nocap", max_file_share=1.0)["n_samples"] == 40
+    assert file_share_cap({"a": 9, "b": 1, "c": 1}, 0.25) is None  # three files cannot each be under a quarter
+    assert file_share_cap({f"f{i}": 5 for i in range(8)}, 0.25) is None  # nothing above the share
+
+
 def test_publish_screens_in_bounded_batches_and_merges_the_runs_in_id_order(root, tmp_path, monkeypatch):
     import random
 
