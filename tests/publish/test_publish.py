@@ -295,6 +295,9 @@ def test_the_held_out_split_holds_the_configured_share_of_samples_and_joins_on_b
     for fraction in (0.05, 0.1, 0.5):
         held = held_out_files(sizes | dict.fromkeys(joins, 20), fraction, 2, joins)
         assert held & joins and joins - held, fraction
+    # where the only join files are big, the configured share comes first: neither goes to a 10% test split
+    demo = {"db1": 70, "db2": 65, "a": 10, "b": 8, "c": 6, "d": 4}
+    assert not held_out_files(demo, 0.1, 2, {"db1", "db2"}) & {"db1", "db2"}
 
 
 def test_a_release_over_few_files_holds_out_whole_files_and_its_hash_follows_the_split(root):

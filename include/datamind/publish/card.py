@@ -64,13 +64,31 @@ def held_out_files(
         got += counts[f]
     multi = [f for f in ids if f in set(multi_table)]
     inside = [f for f in multi if f in held]
-    if len(multi) >= 2 and not inside:
-        if len(held) >= cap:
-            held.pop()
-        held.append(multi[0])
-    elif len(multi) >= 2 and len(inside) == len(multi):
-        held.remove(inside[-1])
+    if len(multi) >= 2 and (not inside or len(inside) == len(multi)):
+        held = _mix_multi_table(held, multi, inside, counts, target, test_fraction)
     return frozenset(held)
+
+
+def _mix_multi_table(
+    held: list[str], multi: list[str], inside: list[str], counts: dict, target: float, fraction: float
+) -> list[str]:
+    """``held`` with one multi-table file moved across (the smallest in, or the largest out), alone or traded for
+    a single-table file, where the share of samples stays within 0.05 of the fraction (or no further from it
+    than before): the fraction comes first, a few files cannot always give both."""
+    total = target / fraction
+    gap = abs(sum(counts[f] for f in held) - target) / total
+    moves: list[list[str]] = []
+    if not inside:
+        add = min(multi, key=lambda f: (counts[f], f))
+        moves.append([*held, add])
+        moves += [[*(h for h in held if h != out), add] for out in held if out not in multi]
+    else:
+        out = max(inside, key=lambda f: (counts[f], f))
+        rest = [h for h in held if h != out]
+        moves.append(rest)
+        moves += [[*rest, add] for add in counts if add not in held and add not in multi]
+    fits = [m for m in moves if m and abs(sum(counts[f] for f in m) - target) / total <= max(0.05, gap)]
+    return min(fits, key=lambda m: (abs(sum(counts[f] for f in m) - target), sorted(m))) if fits else held
 
 
 def _row_sample_lines(sources: list[dict]) -> list[str]:

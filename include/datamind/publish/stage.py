@@ -444,12 +444,12 @@ def _publish_screened(
 
 
 def _multi_table_files(root: DataRoot, files) -> set[str]:
-    """Those of ``files`` with a question over several tables (a join): both splits should hold some."""
+    """Those of ``files`` with a question whose reference joins tables: both splits should hold some."""
     if not root.exists(DIRS["queries"]):
         return set()
-    q = read_table(root, QUERIES, DIRS["queries"], columns=["file_id", "tables"])
-    several = pc.greater(pc.fill_null(pc.list_value_length(q["tables"]), 0), 1)
-    return set(pc.unique(q.filter(several)["file_id"]).to_pylist()) & set(files)
+    q = read_table(root, QUERIES, DIRS["queries"], columns=["file_id", "reference_solution"])
+    joins = pc.fill_null(pc.match_substring_regex(q["reference_solution"], r"(?i)\bJOIN\b"), False)
+    return set(pc.unique(q.filter(joins)["file_id"]).to_pylist()) & set(files)
 
 
 def _queries_by_category(root: DataRoot) -> dict[str, int]:
