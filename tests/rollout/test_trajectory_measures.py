@@ -26,6 +26,10 @@ def _row(thinks_codes_outputs, question=QUESTION, hop=2, fmt="csv") -> dict:
 def test_a_thought_copies_the_question_from_six_consecutive_words():
     assert copies_question('For "find the region with the highest average price" I group by region.', QUESTION)
     assert not copies_question("The region with the highest mean goes into `top_region`.", QUESTION)
+    # a long column name quoted in backticks is the data's name, not the question's wording
+    long_name = "What is the median Miles traveled today (midnight to 11:59 pm)?"
+    assert not copies_question("First: the median `Miles traveled today (midnight to 11:59 pm)`.", long_name)
+    assert copies_question("First: the median Miles traveled today (midnight to 11:59 pm).", long_name)
     assert frame('For "How many records ..." the last cell printed 5.49.') == "for q the last"
     assert frame("85 of 180 rows (47%), and that is it.") == "n of n rows"
     assert code_shape("x = df['a'].mean()\nprint(x)") == code_shape("y = df['price'].mean()\nprint(y)")

@@ -45,13 +45,18 @@ def words(text: str) -> list[str]:
 
 
 def copies_question(think: str, question: str, run: int = COPY_RUN) -> bool:
-    """Whether ``think`` holds ``run`` or more consecutive words of ``question``."""
+    """Whether ``think`` holds ``run`` or more consecutive words of ``question``. A name quoted in backticks (a
+    column called "Miles traveled today (midnight to 11:59 pm)") is the data's, not the question's wording: it
+    breaks a run instead of extending it."""
     q = words(question)
     grams = {tuple(q[i : i + run]) for i in range(len(q) - run + 1)}
     if not grams:
         return False
-    t = words(think)
-    return any(tuple(t[i : i + run]) in grams for i in range(len(t) - run + 1))
+    for piece in re.split(r"`[^`]*`", think or ""):
+        t = words(piece)
+        if any(tuple(t[i : i + run]) in grams for i in range(len(t) - run + 1)):
+            return True
+    return False
 
 
 def frame(think: str, n: int = 4) -> str:
