@@ -48,7 +48,12 @@ def answer_kind(answer: str, program: str | None = None) -> str:
 
 # ("how many times" asks for a ratio, not a count)
 _HOW_MANY = re.compile(r"^(?:how many(?! times)|what is the number of|what number of)\b", re.IGNORECASE)
-_ASKS_YES_NO = re.compile(r"^(?:is|are|does|do|did|was|were|has|have|can|could)\b|\byes or no\b|\byes/no\b", re.I)
+_ASKS_YES_NO = re.compile(
+    r"^(?:is|are|does|do|did|was|were|has|have|can|could)\b|^true or not\b|^check the claim\b|\byes or no\b|"
+    r"\byes/no\b",
+    re.IGNORECASE,
+)
+_COMPOUND = re.compile(r"\band (?:which|what|how|whether)\b|\brows and columns\b", re.IGNORECASE)
 _ASKS_DECIMALS = re.compile(r"\b(?:round(?:ed)? to|to) (\d|one|two|three|four) decimal", re.IGNORECASE)
 _ASKS_P_VALUE = re.compile(r"\bp-?value\b", re.IGNORECASE)
 _PROSE = re.compile(r"^[A-Z][^\n]*\s[^\n]*[.!]$")
@@ -67,12 +72,13 @@ def answer_form_problem(question: str, answer: str) -> str | None:
     core = without_format(ask)  # what is asked, without the sentence that says in which form
     stated = next((kind for kind, options in _FORMATS.items() if any(ask.endswith(o) for o in options)), None)
     verdict = text.lower() in ("yes", "no")
-    asks_verdict = _ASKS_YES_NO.search(core) is not None and not re.search(r"\bor\b(?! no\b)", core)
+    asks_verdict = _ASKS_YES_NO.search(core) is not None and not re.search(r"\bor\b(?! no\b| not\b)", core)
     # a Yes read from the data (the top value of a Yes/No column) is a value, unless a verdict is asked for
     kind = "yesno" if verdict and (stated == "yesno" or asks_verdict) else answer_kind(text, "")
     if len(text.split()) >= 5 and _PROSE.match(text):
         return f"the program printed a sentence ({text[:120]!r}): print only the value(s) the question asks for"
-    if _HOW_MANY.match(core) and stated in (None, "number"):  # (one asked for in a list is one of its parts)
+    # (a count asked for beside other values - "how many rows and columns, and which column..." - is one part)
+    if _HOW_MANY.match(core) and stated in (None, "number") and not _COMPOUND.search(core):
         if kind != "number":
             return f"the question asks how many, and the program printed {text[:120]!r}, not one number"
         if not re.fullmatch(r"[-+]?\d+", text.replace(",", "")):
