@@ -431,7 +431,11 @@ _PLANS: tuple[tuple[str, tuple[str, str]], ...] = (
         ("keep rows with `{m}` over {P} and find their commonest `{g}`", "see which `{g}` leads once `{m}` > {P}"),
     ),
     (
-        r"(?:Compare|Check a claim about) the previous result (?:with|against) the median of {m}",
+        r"Compare the previous result with the median of {m}",
+        ("subtract the median `{m}` from {P}", "see how far {P} sits from the median `{m}`"),
+    ),
+    (
+        r"Check a claim about the previous result against the median of {m}",
         ("set {P} against the median `{m}`", "check {P} against the middle value of `{m}`"),
     ),
     (
