@@ -21,6 +21,7 @@ LAYERS = [
         "grounding",
         "references",  # whether a reference program computes its answer, and answers known before any analysis
         "data_source",  # how a program reads a table's file (synthesis' references and the offline expert)
+        "phrasing",  # how a question is worded and whether an answer has the form it asks for (synthesis, audit)
         "settings",
         "storage",
         "schemas",

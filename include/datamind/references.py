@@ -23,6 +23,7 @@ ANSWER_IN_QUESTION = "answer_in_question"
 ANSWER_IS_ROW_COUNT = "answer_is_row_count"
 FIXED_BY_CONSTRUCTION = "fixed_by_construction"
 CHAIN_LOOP = "chain_loop"
+ANSWER_FORM_MISMATCH = "answer_form_mismatch"  # the answer is not of the form its question asks (phrasing)
 
 _PARTS = re.compile(r"\s*[,;]\s*")
 _CONVERSIONS = {"str", "int", "float", "round", "repr", "format"}

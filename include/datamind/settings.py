@@ -46,6 +46,16 @@ class Limits:
         section="Limits",
         description="BIRD-style databases keep their large tables up to this size",
     )
+    # The paper's cut rejects a flat table over ``max_rows``; a deployment that wants such files (diamonds, census,
+    # bike rentals...) keeps each as a seeded random sample of its rows instead (ingest.stage.row_sample).
+    sample_rows_over_limit: int = param(
+        0,
+        "Keep a larger CSV as a sample of this many rows",
+        minimum=0,
+        section="Limits",
+        description="0 rejects a CSV table over the row limit as too_many_rows (the paper's cut); N keeps it as "
+        "a seeded random sample of N rows (at most the limit), recorded in the catalog and the release card.",
+    )
     # The rest are the deployment's guards (DATAMIND_* variables), not choices made per run.
     max_cols: int = param(200, "Maximum columns", minimum=1, form=False)
     # Files larger than this are rejected before parsing so a hostile or huge input cannot exhaust memory.
@@ -68,6 +78,7 @@ class Limits:
             min_rows=_env_int("DATAMIND_MIN_ROWS", d.min_rows),
             max_rows=_env_int("DATAMIND_MAX_ROWS", d.max_rows),
             max_db_table_rows=_env_int("DATAMIND_MAX_DB_TABLE_ROWS", d.max_db_table_rows),
+            sample_rows_over_limit=_env_int("DATAMIND_SAMPLE_ROWS_OVER_LIMIT", d.sample_rows_over_limit),
             max_cols=_env_int("DATAMIND_MAX_COLS", d.max_cols),
             max_file_bytes=_env_int("DATAMIND_MAX_FILE_BYTES", d.max_file_bytes),
             max_uncompressed_bytes=_env_int("DATAMIND_MAX_UNCOMPRESSED_BYTES", d.max_uncompressed_bytes),

@@ -140,3 +140,40 @@ def test_catalog_format_vocabulary(root, tmp_path):
     rows = {r["rel_path"]: r for r in catalog(root)}
     assert {r["format"] for r in rows.values()} == {"unknown"}  # csv | xlsx | sqlite | unknown only
     assert "SQL" in rows["schema.sql"]["reason"] and rows["photo.csv"]["declared_format"] == "csv"
+
+
+def test_a_csv_over_the_row_limit_is_kept_as_a_seeded_sample_of_its_rows_only_when_asked(root, tmp_path):
+    """The paper's cut stays the default (rejected as too_many_rows); with sample_rows_over_limit the file is
+    staged as that many of its rows, drawn with the file's hash as seed (the same file, the same sample),
+    the title line, header, separator, decimal commas and encoding kept, and the catalog records it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    lines = ["Messwerte 2024 (Auszug)", "Station;Wert;Notiz"]
+    lines += [f"S{i % 7};{i},{i % 10};Zeile {i} äöü" for i in range(2500)]
+    (src / "werte.csv").write_bytes(("\r\n".join(lines) + "\r\n").encode("cp1252"))
+    run_ingest(root, src, "s", Limits(max_rows=1000))
+    (plain,) = catalog(root)
+    assert (plain["status"], plain["reason_code"]) == ("rejected", "too_many_rows")
+
+    other = type(root)(str(tmp_path / "root2"))
+    rows = []
+    for attempt in (other, type(root)(str(tmp_path / "root3"))):
+        run_ingest(attempt, src, "s", Limits(max_rows=1000, sample_rows_over_limit=300))
+        (row,) = catalog(attempt)
+        rows.append(row)
+    row = rows[0]
+    assert (row["status"], row["n_rows"]) == ("accepted", 300)
+    note = json.loads(row["provenance"])["row_sample"]
+    assert (note["rows"], note["of_rows"]) == (300, 2500)
+    data = open(row["staged_uri"].removeprefix("file://"), "rb").read()
+    assert hashlib.sha256(data).hexdigest() == note["sha256"]
+    text = data.decode("cp1252").split("\r\n")
+    assert text[:2] == lines[:2] and len([t for t in text if t]) == 302
+    kept = [int(t.split(";")[1].split(",")[0]) for t in text[2:] if t]
+    assert kept == sorted(kept) and len(set(kept)) == 300  # file order, no row twice
+    assert all(f"Zeile {k} äöü" in t for k, t in zip(kept, text[2:], strict=False))
+    assert json.loads(rows[1]["provenance"])["row_sample"] == note  # the same file, the same sample
+    # at most the row limit, whatever is asked
+    run_ingest(type(root)(str(tmp_path / "root4")), src, "s", Limits(max_rows=200, sample_rows_over_limit=900))
+    (capped,) = catalog(type(root)(str(tmp_path / "root4")))
+    assert capped["n_rows"] == 200

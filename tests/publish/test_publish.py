@@ -267,7 +267,8 @@ def test_held_out_files_are_stable_as_the_corpus_grows_and_a_small_corpus_still_
     held = held_out_files(big, 0.1, 2)
     assert 320 < len(held) < 480  # a tenth of the files, by hash: the minimum plays no part here
     grown = held_out_files([*big, *(f"new{i}" for i in range(4000))], 0.1, 2)
-    assert held <= grown  # a file held out stays held out when files arrive: no test table moves to train
+    # a file held out stays held out when files arrive, but for the few at the boundary of the fraction
+    assert len(held - grown) <= 0.05 * len(held)
     assert held_out_files(big, 0.0, 2) == frozenset()  # no held-out split asked for: none
 
     six = [f"f{i}" for i in range(6)]
@@ -275,6 +276,28 @@ def test_held_out_files_are_stable_as_the_corpus_grows_and_a_small_corpus_still_
     assert len(held_out_files(six, 0.1, 5)) == 3  # never past half of the files
     assert held_out_files(["only"], 0.1, 2) == frozenset()  # one file: it cannot be both trained and tested on
     assert held_out_files(six, 0.1, 2) == held_out_files(list(reversed(six)), 0.1, 2)  # order does not matter
+
+
+def test_the_held_out_split_holds_the_configured_share_of_samples_and_joins_on_both_sides():
+    """Whole files, but the share of samples the release asked for: a file that would overshoot is passed over
+    (the demo held out 29% where 10% was configured), and questions over several tables land in both splits."""
+    from datamind.publish.card import held_out_files
+
+    sizes = {f"f{i:03d}": 5 + (i * 37) % 60 for i in range(60)}  # 60 files of 5 to 64 samples
+    total = sum(sizes.values())
+    for fraction in (0.1, 0.2, 0.3):
+        held = held_out_files(sizes, fraction, 2)
+        assert abs(sum(sizes[f] for f in held) / total - fraction) <= 0.02, fraction
+    uneven = {"big": 70, "a": 10, "b": 8, "c": 6, "d": 4, "e": 2}  # the demo's shape: one file, a quarter or more
+    held = held_out_files(uneven, 0.1, 2)
+    assert "big" not in held and len(held) == 2 and sum(uneven[f] for f in held) <= 18  # 18%, not 70%
+    joins = {"a", "b", "c"}
+    for fraction in (0.05, 0.1, 0.5):
+        held = held_out_files(sizes | dict.fromkeys(joins, 20), fraction, 2, joins)
+        assert held & joins and joins - held, fraction
+    # where the only join files are big, the configured share comes first: neither goes to a 10% test split
+    demo = {"db1": 70, "db2": 65, "a": 10, "b": 8, "c": 6, "d": 4}
+    assert not held_out_files(demo, 0.1, 2, {"db1", "db2"}) & {"db1", "db2"}
 
 
 def test_a_release_over_few_files_holds_out_whole_files_and_its_hash_follows_the_split(root):
@@ -293,6 +316,30 @@ def test_a_release_over_few_files_holds_out_whole_files_and_its_hash_follows_the
     m2 = publish_dataset(root, "run-split-2", min_test_files=3)  # same samples, other sides: new content
     assert m2["content_hash"] != m["content_hash"] and m2["version"] == m["version"] + 1
     assert len(m2["held_out_files"]) == 3
+
+
+def test_no_file_gives_more_than_its_share_of_a_release(root):
+    """One big file among small ones is capped at max_file_share of what the release keeps (the held-out read
+    found one database at 24% and three files at half the samples); the samples beyond it are recorded as
+    file_share_cap, and the audit counts the release as written."""
+    from datamind.publish.stage import file_share_cap
+
+    rows = [judged_row(i) for i in range(40)]
+    for i, r in enumerate(rows):  # f0: 20 samples; f1..f5: 4 each
+        n = 0 if i < 20 else 1 + (i - 20) // 4
+        r["file_id"], r["data_uri"] = f"f{n}", f"raw/f{n}/x{n}.csv"
+        root.write_text(r["data_uri"], "a,b\n1,2\n")
+    write_judged(root, rows)
+    m = publish_dataset(root, "run-cap", max_file_share=0.25)
+    # f0 keeps m samples with m <= 0.25 * (m + 20): 6 (6 of 26 is 23%; 7 of 27 would be 26%)
+    assert m["n_samples"] == 26 and m["filtered_by_reason"]["file_share_cap"] == 14
+    assert m["audit"]["n_samples"] == 26 and m["audit"]["top_file_share"] == round(6 / 26, 4)
+    rejected = read_rows(root, REJECTIONS, "rejections/filter")
+    dropped = {r["item_id"] for r in rejected if r["reason_code"] == "file_share_cap"}
+    assert len(dropped) == 14 and all(int(s[1:]) < 20 for s in dropped)  # only f0's samples
+    assert publish_dataset(root, "run-nocap", max_file_share=1.0)["n_samples"] == 40
+    assert file_share_cap({"a": 9, "b": 1, "c": 1}, 0.25) is None  # three files cannot each be under a quarter
+    assert file_share_cap({f"f{i}": 5 for i in range(8)}, 0.25) is None  # nothing above the share
 
 
 def test_publish_screens_in_bounded_batches_and_merges_the_runs_in_id_order(root, tmp_path, monkeypatch):
@@ -591,3 +638,38 @@ def test_the_audit_counts_a_fix_that_changes_nothing(root):
 
     figures = audit_rows([sample(0, before), sample(1, "shape: (3, 5)\nX  float64")])
     assert figures["unchanged_fix_share"] == 0.5
+
+
+def test_the_audit_judges_copied_questions_answer_forms_file_concentration_and_the_split(root):
+    """The issue-46 figures: thoughts that restate the question, answers not of the asked form, one file's share
+    of the release and the held-out share against the configured fraction; file figures are judged only on a
+    release of 10+ files (whole files cannot spread or split a few-file release at will)."""
+    from datamind.publish.audit import audit_rows, verdicts
+
+    question = "How many orders were shipped to Lyon in March of last year?"
+
+    def sample(i: int, file_id: str, think: str, answer: str) -> dict:
+        row = judged_row(i)
+        row.update(file_id=file_id, question=question, final_answer=answer)
+        row["messages"] = row["messages"][:2] + [
+            {"role": "assistant", "content": p.format_code_turn(think, f"print({i})")},
+            {"role": "tool", "content": p.format_interpreter(answer)},
+            {"role": "assistant", "content": p.format_answer_turn("That is the count.", answer)},
+        ]
+        return row
+
+    copy = "For how many orders were shipped to Lyon in March, I filter first."  # 6 question words in a row
+    rows = [sample(i, f"f{i % 4}", copy if i < 3 else "Filter on the city, then count.", "12") for i in range(11)]
+    rows.append(sample(11, "f0", "Count the shipped rows.", "12.0"))  # a count printed as a float
+    figures = audit_rows(rows, held_out={"f1"}, test_fraction=0.1)
+    # 12 samples of 2 thoughts each: 3 of 24 thoughts copy the question
+    assert figures["question_copy_share"] == 0.125 and len(figures["examples"]["question_copy_share"]) == 3
+    assert figures["answer_form_mismatch_share"] == round(1 / 12, 4)
+    assert figures["top_file_share"] == round(4 / 12, 4) and figures["n_files"] == 4  # f0: samples 0, 4, 8, 11
+    assert figures["test_split_share"] == 0.25 and figures["split_fraction_gap"] == 0.15  # f1: 1, 5, 9
+    by_name = {v["name"]: v for v in verdicts(figures)}
+    assert by_name["question_copy_share"]["ok"] is False and by_name["answer_form_mismatch_share"]["ok"] is False
+    assert by_name["top_file_share"]["ok"] is None and "10+ files" in by_name["top_file_share"]["why_not_judged"]
+    many = audit_rows([sample(i, f"f{i}", "Count.", "3") for i in range(20)], held_out={"f0", "f1"}, test_fraction=0.1)
+    judged = {v["name"]: v["ok"] for v in verdicts(many)}
+    assert judged["top_file_share"] is True and judged["split_fraction_gap"] is True  # 1/20 each, 2/20 held out

@@ -73,6 +73,8 @@ def test_unknown_table_is_a_clear_error():
         (query_row(1, hop=3, parent_query_ids=["q0"], root_query_id=None), "q1: hop 3 but no root_query_id"),
         (query_row(1, hop=2, parent_query_ids=["q1"], root_query_id="q0"), "q1: lists itself as parent"),
         (query_row(1, hop=4, parent_query_ids=["a", "b"], root_query_id="a"), None),
+        # one question asking for two steps itself: its hop counts them, and it stands alone
+        (query_row(1, hop=2, parent_query_ids=[], root_query_id="q1"), None),
     ],
 )
 def test_lineage_matches_hop(row, problem):

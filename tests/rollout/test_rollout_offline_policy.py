@@ -85,7 +85,7 @@ def _cells(result) -> tuple[list[str], list[str], list[str]]:
 
 def test_sql_steps_keep_their_result_in_a_variable_that_the_next_step_uses(sandbox, tmp_path):
     """A database step computes in SQL and reads its one-line result file into a named variable; no step
-    defines a helper function, and the next step's query takes that variable (an f-string), never the
+    defines a helper function, and the next step's query binds that variable as a parameter, never the
     printed value pasted back in as a literal. Each output is the real one of the session."""
     db = _shop_db(tmp_path)
     top = "SELECT city FROM customers GROUP BY city ORDER BY COUNT(*) DESC LIMIT 1"
@@ -108,8 +108,8 @@ def test_sql_steps_keep_their_result_in_a_variable_that_the_next_step_uses(sandb
     assert [o.strip() for o in outputs[1:]] == ["London", "7.1667", "4"]
     assert not any("def " in c for c in codes)
     assert "top_city = pd.read_csv('top_city.csv').iat[0, 0]" in codes[1]
-    assert "'{top_city}'" in codes[2] and "'London'" not in codes[2]
-    assert re.search(r"> \{avg_\w+\}", codes[3]) and "7.1667" not in codes[3]
+    assert "= :top_city" in codes[2] and "params={'top_city': top_city}" in codes[2] and "London" not in codes[2]
+    assert re.search(r"> :(avg_\w+)\b.*params=\{'\1': \1\}", codes[3]) and "7.1667" not in codes[3]
     assert "London" in thinks[2] and "7.1667" in thinks[3]  # each step's thought reads what the last one printed
 
 

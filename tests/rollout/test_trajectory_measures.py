@@ -26,6 +26,10 @@ def _row(thinks_codes_outputs, question=QUESTION, hop=2, fmt="csv") -> dict:
 def test_a_thought_copies_the_question_from_six_consecutive_words():
     assert copies_question('For "find the region with the highest average price" I group by region.', QUESTION)
     assert not copies_question("The region with the highest mean goes into `top_region`.", QUESTION)
+    # a long column name quoted in backticks is the data's name, not the question's wording
+    long_name = "What is the median Miles traveled today (midnight to 11:59 pm)?"
+    assert not copies_question("First: the median `Miles traveled today (midnight to 11:59 pm)`.", long_name)
+    assert copies_question("First: the median Miles traveled today (midnight to 11:59 pm).", long_name)
     assert frame('For "How many records ..." the last cell printed 5.49.') == "for q the last"
     assert frame("85 of 180 rows (47%), and that is it.") == "n of n rows"
     assert code_shape("x = df['a'].mean()\nprint(x)") == code_shape("y = df['price'].mean()\nprint(y)")
@@ -87,6 +91,17 @@ def test_a_later_cell_takes_the_variable_where_the_literal_is_unambiguous():
     assert cells.use_variable(sql, "Lyon", "top_city", "value") == (
         'rows = duckdb.sql(f"""SELECT COUNT(*) FROM df WHERE "city" = \'{top_city}\'""").fetchall()'
     )
+    # the SQL the database tool runs binds the value (both places it occurs), cast where it was read as text
+    tool = "execute_sql(sql='SELECT COUNT(*) FROM t WHERE city = \\'Lyon\\' OR hub = \\'Lyon\\'', output_path='n.csv')"
+    assert cells.use_variable(tool, "Lyon", "top_city", "value") == (
+        'execute_sql(sql="""SELECT COUNT(*) FROM t WHERE city = :top_city OR hub = :top_city""", '
+        "output_path='n.csv', params={'top_city': top_city})"
+    )
+    query = 'query = """SELECT COUNT(*) FROM t\nWHERE "v" > 7.5"""\nexecute_sql(sql=query, output_path="n.csv")'
+    assert cells.use_variable(query, "7.5", "avg_v", "text") == (
+        'query = """SELECT COUNT(*) FROM t\nWHERE "v" > :avg_v"""\n'
+        "execute_sql(sql=query, output_path=\"n.csv\", params={'avg_v': float(avg_v)})"
+    )
     # a value that is also a column name, or that holds a quote, is left as a literal
     assert cells.use_variable("df['Lyon'] == 'Lyon'", "Lyon", "v", "value", ["Lyon"]) == "df['Lyon'] == 'Lyon'"
     quoted = "x = \"SELECT 1 FROM t WHERE a = 'O''Hara'\""
@@ -128,3 +143,48 @@ def test_a_column_name_does_not_decide_what_a_value_is_called():
     sql = 'SELECT ROUND(AVG("Percentage"), 4) FROM "countrylanguage"'
     assert cells.variable_name("Mean of Percentage.", sql, ["Percentage"], "29.2683", set()) == "avg_percentage"
     assert cells.variable_name("Mean of a.", "x = df['a'].mean()", ["a"], "2.5", set()) == "avg_a"
+
+
+def _synth_descriptions() -> list[str]:
+    """Every step description the offline synthesizer writes (the 4th argument of each ``Task(...)`` in its
+    templates and chain steps), with each column slot filled by a one-word name."""
+    import ast
+    from pathlib import Path
+
+    import datamind.synth.offline as offline
+
+    base = Path(offline.__file__).parent
+    out = []
+    for path in [base / "steps.py", *sorted((base / "templates").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Task" and len(node.args) >= 4:
+                d = node.args[3]
+                if isinstance(d, ast.JoinedStr):
+                    out.append("".join(v.value if isinstance(v, ast.Constant) else "price" for v in d.values))
+                elif isinstance(d, ast.Constant) and d.value:
+                    out.append(d.value)
+    return out
+
+
+def test_every_step_description_reads_as_a_plan_in_other_words():
+    """A thought plans a step in its own words: each description the synthesizer writes has a phrasing, and no
+    phrasing repeats four consecutive words of the description it stands for (the wording the read found
+    pasted into first thoughts) nor leaves a slot unfilled."""
+    from datamind.agent.policies.measures import words
+    from datamind.agent.policies.narration import plan_text
+
+    descriptions = _synth_descriptions()
+    assert len(descriptions) > 60  # the catalogue was read, not an empty list
+    for d in descriptions:
+        for seed in ("a", "b", "c", "d"):
+            plan = plan_text(d + " Builds on the previous question: find x.", "top_region", seed)
+            assert plan is not None, d
+            assert "{" not in plan and "previous" not in plan, (d, plan)
+            dw, pw = words(d), words(plan)
+            runs = {tuple(dw[i : i + 4]) for i in range(len(dw) - 3)}
+            assert not any(tuple(pw[i : i + 4]) in runs for i in range(len(pw) - 3)), (d, plan)
+    assert plan_text("Count the rows of the region group found by the previous step.", "top_region", "a") in (
+        "count the rows whose `region` is `top_region`",
+        "see how many records carry `top_region` in `region`",
+    )
+    assert plan_text("Something no template writes.", None, "a") is None

@@ -84,3 +84,25 @@ def test_a_runaway_query_is_stopped_by_the_time_limit(db):
         db.execute_sql(runaway, "never.csv")
     assert not os.path.exists("never.csv")
     assert db.execute_sql("SELECT 1 AS one", "after.csv").startswith("1 rows")
+
+
+def test_execute_sql_binds_values_from_earlier_steps(db):
+    """A value an earlier cell computed goes into the query as a bound parameter: a name with a quote in it and a
+    count pandas read back as a numpy integer both bind, by position or by name."""
+    import numpy as np
+
+    db.execute_sql(
+        "SELECT name FROM customers WHERE city = :city ORDER BY name", "names.csv", params={"city": "London"}
+    )
+    with open("names.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [["name"], ["Ada"], ["Bo"]]
+    db.execute_sql("SELECT COUNT(*) AS n FROM orders WHERE total > ?", "n.csv", params=(np.int64(5),))
+    with open("n.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [["n"], ["2"]]  # 10.5 and 30.0 (4.5 and 1.0 are not above 5)
+    db.execute_sql("SELECT COUNT(*) AS n FROM customers WHERE name = ?", "q.csv", params=["O'Hara"])
+    with open("q.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [["n"], ["0"]]
+    with pytest.raises(SqlToolError, match="parameters"):
+        db.execute_sql("SELECT * FROM orders WHERE total > :limit", "x.csv", params={})
+    with pytest.raises(SqlToolError, match="tuple, list or dict"):
+        db.execute_sql("SELECT * FROM orders WHERE total > ?", "x.csv", params=4)

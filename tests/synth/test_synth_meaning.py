@@ -14,13 +14,13 @@ from synth_fixtures import REGIONS, catalog_rows, census_csv
 
 from datamind import references
 from datamind.categories import CATEGORY_IDS
+from datamind.phrasing import without_format
 from datamind.synth.offline import steps as S
 from datamind.synth.offline.columns import build_view
 from datamind.synth.offline.compose import Hop, build_chains, returns_to
 from datamind.synth.offline.engine import answer_problem, synthesize_offline
 from datamind.synth.offline.execute import run_in_subprocess
 from datamind.synth.offline.generators import Task
-from datamind.synth.offline.phrasing import without_format
 from datamind.synth.offline.variants import candidate_variants
 from datamind.synth.params import SynthParams
 from datamind.synth.table import load_view, synthesize_table_offline

@@ -13,11 +13,11 @@ import pytest
 from synth_fixtures import catalog_rows
 
 from datamind.categories import CATEGORY_IDS
+from datamind.phrasing import without_format
 from datamind.synth.dedup import jaccard, near_duplicates, shingles
 from datamind.synth.offline.compose import build_chains
 from datamind.synth.offline.engine import synthesize_offline
 from datamind.synth.offline.execute import run_in_subprocess
-from datamind.synth.offline.phrasing import without_format
 from datamind.synth.params import SynthParams
 from datamind.synth.table import dedup_rows, load_view, replay_chain, synthesize_table_offline
 
@@ -144,7 +144,7 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 def test_composition_spans_the_taxonomy_and_reads_as_one_question(root):
     """Hops 2-5 draw on at least 12 of the 18 categories, and each composed question restates the steps
     that produce its input in order (so it stands alone), then asks about that value."""
-    from datamind.synth.offline.phrasing import final_ask
+    from datamind.phrasing import final_ask
 
     categories, n_hops = set(), 0
     for path in (SAMPLES / "files" / "sales_orders.csv", SAMPLES / "bird" / "retail_shop" / "retail_shop.sqlite"):
@@ -298,7 +298,7 @@ def test_every_category_has_several_registered_templates():
 
 
 def test_questions_carry_the_units_the_column_descriptions_give():
-    from datamind.synth.offline.phrasing import glossary, polish_question
+    from datamind.phrasing import glossary, polish_question
 
     profiles = [
         {"name": "total", "description": "amount charged in euros | Values: quantity times list price"},
@@ -389,7 +389,7 @@ def test_a_value_that_reads_yes_is_asked_for_as_a_value_not_as_a_verdict(root, t
     """A ranking over a Yes/No column answers "Yes" (its most frequent value): the question must ask for the
     value, not add "Reply with yes or no." (sample 585e3824f9a0: "Which remote appears most often? Reply with
     yes or no."). A yes/no form is stated exactly where the program decides a claim."""
-    from datamind.synth.offline.phrasing import _FORMATS
+    from datamind.phrasing import _FORMATS
 
     path = tmp_path / "staff.csv"
     rows = [("north", "Yes", 52000 + 900 * i) for i in range(9)] + [("south", "No", 48000 + 700 * i) for i in range(5)]
@@ -407,3 +407,68 @@ def test_a_value_that_reads_yes_is_asked_for_as_a_value_not_as_a_verdict(root, t
             assert "'Yes' if" in r["reference_solution"] or "THEN 'Yes' ELSE 'No'" in r["reference_solution"]
     for r in asked_for_value:
         assert not any(r["question"].endswith(f) for f in verdict_forms), r["question"]
+
+
+QTY = [2, 5, 3, 5, 8, 6, 4]
+
+
+def _events_db(tmp_path: Path) -> Path:
+    path = tmp_path / "events.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, day TEXT, city TEXT, amount INTEGER, qty INTEGER)")
+    days = ["2022-03-10", "2022-11-02", "2023-03-05", "2023-03-20", "2023-07-01", "2023-03-28", "2024-01-15"]
+    rows = [(i, d, ["Oslo", "Rome"][i % 2], 7 + 3 * i, QTY[i]) for i, d in enumerate(days)]
+    con.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?)", rows)
+    con.commit()
+    con.close()
+    return path
+
+
+def test_date_and_ratio_questions_on_a_database_are_answered_in_sql(root, tmp_path):
+    """Where SQLite computes a question plainly (the year or month with most records and the span of days of ISO
+    dates, the mean of a per-row ratio), a database's reference is that one SQL statement, as an analyst writes it,
+    not rows fetched into pandas; its answer is the one worked out by hand (integer columns divide as reals)."""
+    (row,) = catalog_rows(_events_db(tmp_path))
+    source, view = load_view(root, row)
+    result = synthesize_offline(view, source, ("time_based_calculation", "feature_engineering"), 20, 0, "t")
+    by_template = {c.task.template: c for cands in result.candidates.values() for c in cands}
+    ratio = sum((7 + 3 * i) / QTY[i] for i in range(7)) / 7
+    expected = {
+        "time_busiest_year": "2023",  # 4 of the 7 days
+        "fe_month": "3",  # March: 2022-03-10, 2023-03-05, 2023-03-20, 2023-03-28
+        "time_span_days": str((dt.date(2024, 1, 15) - dt.date(2022, 3, 10)).days),
+        "fe_ratio": str(round(ratio, 4)),
+    }
+    ratio_reverse = str(round(sum(QTY[i] / (7 + 3 * i) for i in range(7)) / 7, 4))
+    for template, answer in expected.items():
+        cand = by_template[template]
+        assert cand.lang == "sql" and "execute_sql" not in cand.solution, template
+        if template == "fe_ratio" and cand.task.params["a"] == "qty":
+            answer = ratio_reverse
+        assert float(cand.answer) == pytest.approx(float(answer)), (template, cand.solution)
+
+
+def test_dates_sqlite_cannot_read_keep_the_pandas_program(root, tmp_path):
+    """Dates written 10/03/2022 are no input for SQLite's date functions: those questions keep pandas."""
+    path = tmp_path / "events.csv"
+    days = ["10/03/2022", "02/11/2022", "05/03/2023", "20/03/2023", "01/07/2023", "28/03/2023", "15/01/2024"]
+    path.write_text("day,amount\n" + "".join(f"{d},{7 + 3 * i}\n" for i, d in enumerate(days)))
+    (row,) = catalog_rows(path)
+    source, view = load_view(root, row)
+    result = synthesize_offline(view, source, ("time_based_calculation", "feature_engineering"), 20, 0, "t")
+    tasks = [c.task for cands in result.candidates.values() for c in cands]
+    dated = [t for t in tasks if t.template in ("time_busiest_year", "fe_month", "time_span_days")]
+    assert dated and all(t.sql is None for t in dated)
+
+
+def test_a_question_that_asks_for_several_steps_counts_them_in_its_hop(root, small_csv):
+    """'First find the group with the largest total, then average inside it' is two hops of reasoning in one
+    question: its hop label says so (the read found multi-hop questions labelled hop 1), and it stands alone."""
+    (row,) = catalog_rows(small_csv)
+    out = synthesize_table_offline(root, row, SynthParams(queries_per_category=5, n_chains=0), run_id="r")
+    multi = [r for r in out.rows if r["category"] == "multi_hop_numerical_reasoning"]
+    assert multi
+    for r in multi:
+        steps = {"mh_top_group_mean": 2, "mh_share_above_group_mean": 3}[r["template_version"].rsplit("/", 1)[1]]
+        assert r["hop"] == steps and not r["parent_query_ids"] and r["root_query_id"] == r["query_id"]
+    assert all(r["hop"] == 1 for r in out.rows if r["category"] != "multi_hop_numerical_reasoning")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from datamind.synth.offline.phrasing import answer_kind, polish_question, undouble
+from datamind.phrasing import answer_kind, polish_question, undouble
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_the_format_is_stated_once_and_matches_the_answer():
 
 
 def test_a_question_of_a_database_names_its_table():
-    from datamind.synth.offline.phrasing import final_ask, scope_question, unscoped
+    from datamind.phrasing import final_ask, scope_question, unscoped
 
     scope = ("table", "orders")
     assert scope_question("What is the median quantity?", scope) == "In the orders table, what is the median quantity?"
@@ -64,3 +64,51 @@ def test_a_question_of_a_database_names_its_table():
     chain = scope_question("First, compute the median total. Then count the orders above it.", scope)
     assert chain.startswith("In the orders table, first, compute")
     assert unscoped(chain).startswith("First, compute") and final_ask(chain) == "Then count the orders above it."
+
+
+def test_the_answer_form_check_catches_what_the_read_found():
+    from datamind.phrasing import answer_form_problem
+
+    assert "whole number" in answer_form_problem("How many records have city equal to 'Lyon'?", "346.0")
+    assert answer_form_problem("How many records have city equal to 'Lyon'? Reply with just the number.", "346") is None
+    assert "yes or no" in answer_form_problem("Which remote appears most often? Reply with yes or no.", "Yes")
+    assert "asks yes or no" in answer_form_problem("Is the mean above 5? Answer yes or no.", "5.2")
+    assert answer_form_problem("Is the mean price above 5? Answer yes or no.", "No") is None
+    assert answer_form_problem("Is the mean of north or of south higher?", "north") is None  # a choice, not a verdict
+    assert "comma" in answer_form_problem("List the three regions. Give all the values, comma-separated.", "a; b; c")
+    assert "a list" in answer_form_problem("Which regions lead? Give all the values, comma-separated.", "north")
+    assert "2 decimal" in answer_form_problem("What is the mean, rounded to 2 decimals?", "3.14159")
+    assert "rounded away" in answer_form_problem("What is the Shapiro-Wilk p-value of price?", "0.0")
+    verdict = (
+        "Is price normal by Shapiro-Wilk? Report the p-value and the verdict. List the values separated by commas."
+    )
+    assert "rounded away" in answer_form_problem(verdict, "0.0, not normal")
+    assert answer_form_problem(verdict, "1.2e-05, not normal") is None
+    assert "sentence" in answer_form_problem("What is the mean price?", "The mean price is 12.5 euros.")
+    assert (
+        answer_form_problem("Which year has the most records? Reply with that value, spelled as in the data.", "2023")
+        is None
+    )
+
+
+def test_every_offline_question_is_answered_in_the_form_it_asks(root, small_csv, small_sqlite):
+    """One check over every template and every chain step: each question the offline engine writes, with the
+    format sentence it ends with, is answered by its reference in that form."""
+    from synth_fixtures import catalog_rows
+
+    from datamind.phrasing import answer_form_problem
+    from datamind.synth.params import SynthParams
+    from datamind.synth.table import synthesize_table_offline
+
+    checked, templates = 0, set()
+    for path in (small_csv, small_sqlite):
+        for row in catalog_rows(path):
+            out = synthesize_table_offline(root, row, SynthParams(queries_per_category=20, n_chains=12), run_id="r")
+            for q in out.rows + [r for chain in out.chain_rows for r in chain]:
+                assert answer_form_problem(q["question"], q["reference_answer"]) is None, (
+                    q["question"],
+                    q["reference_answer"],
+                )
+                checked += 1
+                templates.add(q["template_version"].rsplit("/", 1)[1])
+    assert checked > 100 and len(templates) > 50

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from datamind import categories, tables
 from datamind.agent import templates
+from datamind.data_source import UnsupportedSource, pandas_kwargs
 from datamind.storage import DataRoot
-from datamind.synth.offline.source import UnsupportedSource, pandas_kwargs
 
 _CSV_KEYS = {"sep", "delimiter", "encoding", "decimal", "thousands", "header", "skiprows", "quotechar", "na_values"}
 _XLSX_KEYS = {"sheet_name", "header", "skiprows", "nrows", "usecols"}

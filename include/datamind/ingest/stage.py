@@ -13,11 +13,14 @@ same batch, and files whose bytes match a file already *accepted* in the catalog
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import hashlib
+import io
 import json
 import os
 import posixpath
+import random
 import re
 import stat
 import tempfile
@@ -212,6 +215,15 @@ def ingest_file(
         if hit:
             return reject("benchmark_overlap", f"table {t.name!r} is benchmark table {hit}")
     verdicts = check_tables(result, limits)
+    sampled = row_sample(result, verdicts, limits, data, entry["sha256"])
+    if sampled is not None:  # a CSV over the row limit, kept as a documented sample of its rows
+        data, provenance["row_sample"] = sampled
+        with tempfile.TemporaryDirectory(prefix="datamind-ingest-") as tmp:
+            local = os.path.join(tmp, "content.csv")
+            with open(local, "wb") as fh:
+                fh.write(data)
+            result = parser.load(local, filename=f.filename)
+        verdicts = check_tables(result, limits)
     verdict = check_file(result, verdicts, limits)
     passed = [t for t, v in zip(result.tables, verdicts, strict=True) if v.accepted]
     row.update(
@@ -234,6 +246,41 @@ def ingest_file(
         provenance=json.dumps(provenance, sort_keys=True),
     )
     return row
+
+
+def row_sample(
+    result: LoadResult, verdicts: list[Verdict], limits: Limits, data: bytes, sha256: str
+) -> tuple[bytes, dict[str, Any]] | None:
+    """A CSV whose one table has more rows than the limit, as a seeded random sample of its data rows (the
+    ``sample_rows_over_limit`` option; None where it is off or does not apply): the lines above the header and
+    the header as they are, then the sampled records in file order, in the file's encoding and dialect. The
+    seed is the file's content hash, so the same file always gives the same sample. Returns the sample's bytes
+    and what the catalog records of it (rows kept, rows in the file, seed, the sample's sha256)."""
+    n = min(limits.sample_rows_over_limit, limits.max_rows)
+    if n <= 0 or result.format != "csv" or len(result.tables) != 1 or verdicts[0].reason_code != "too_many_rows":
+        return None
+    t = result.tables[0]
+    opts = t.read_options
+    encoding = result.encoding or "utf-8"
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError):
+        return None
+    sep, quote = opts.get("sep", ","), opts.get("quotechar", '"')
+    records = list(csv.reader(io.StringIO(text, newline=""), delimiter=sep, quotechar=quote))
+    head = int(opts.get("header_start", 0)) + int(opts.get("header_rows", 1))
+    body = [r for r in records[head:] if any(cell.strip() for cell in r)]
+    if len(body) <= n:
+        return None
+    seed = int(sha256[:16], 16)
+    keep = sorted(random.Random(seed).sample(range(len(body)), n))
+    out = io.StringIO()
+    newline = "\r\n" if "\r\n" in text[:65536] else "\n"
+    writer = csv.writer(out, delimiter=sep, quotechar=quote, lineterminator=newline)
+    writer.writerows(records[:head] + [body[i] for i in keep])
+    sample = out.getvalue().encode(encoding)
+    note = {"rows": n, "of_rows": len(body), "seed": seed, "sha256": hashlib.sha256(sample).hexdigest()}
+    return sample, note
 
 
 def _pending_wal(source_uri: str) -> tuple[str, int] | None:

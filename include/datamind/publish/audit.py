@@ -22,10 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from datamind import grounding, references
+from datamind.agent.policies.measures import copies_question, cover, frame
 from datamind.agent.policies.narration import placeholder_headers, read_view
 from datamind.agent.protocol import strict_turn
 from datamind.categories import CATEGORY_IDS
 from datamind.filters.coherence import unchanged_fix
+from datamind.phrasing import answer_form_problem
 from datamind.publish import meaning as semantic
 
 # Imports a model cannot have at test time: the pipeline's own code.
@@ -62,6 +64,14 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
     "measure_category_share": ("<=", 0.0, "questions grouping by a measure (a count or level used as a label)"),
     "literal_answer_share": ("<=", 0.0, "samples whose code writes the final answer as a literal"),
     "fixed_answer_share": ("<=", 0.0, "answers known before any analysis (in the question, fixed by construction)"),
+    "answer_form_mismatch_share": ("<=", 0.0, "final answers not of the form their question asks"),
+    # how the thoughts read (agent.policies.measures): restated questions and a few sentence frames teach wording
+    "question_copy_share": ("<=", 0.05, "thoughts holding 6 or more consecutive words of the question"),
+    "first_frames_95": (">=", 20, "opening frames (4 words, values masked) that cover 95% of first thoughts"),
+    "last_frames_95": (">=", 20, "opening frames (4 words, values masked) that cover 95% of last thoughts"),
+    # coverage: no file dominates, and the held-out split is the share the release was asked for
+    "top_file_share": ("<=", 0.25, "samples from the release's most represented file"),
+    "split_fraction_gap": ("<=", 0.05, "distance of the held-out share of samples from the configured fraction"),
     "yield": (">=", 0.85, "queries with a published sample / queries synthesised"),
 }
 
@@ -91,6 +101,11 @@ class SampleFigures:
     measure_category: bool  # the question groups by a measure
     literal_answer: bool  # a code cell writes the final answer as a literal
     fixed_answer: bool  # the answer is known before any analysis
+    answer_form_mismatch: bool  # the final answer is not of the form the question asks (phrasing)
+    thinks: int
+    copied_thinks: int  # thoughts holding 6+ consecutive words of the question
+    first_frame: str
+    last_frame: str
     first_think: str
     sentences: frozenset[str]
     repeated_word: bool
@@ -143,6 +158,11 @@ def sample_figures(row: dict, context: semantic.AuditContext | None = None) -> S
         repeated_read=_repeats_a_read(codes),
         # a SQL check may sit in a Python string literal with its quotes escaped
         literal_check=any(references.LITERAL_CHECK.search(c.replace("\\'", "'")) for c in codes),
+        answer_form_mismatch=bool(answer) and answer_form_problem(question, answer) is not None,
+        thinks=len(thinks),
+        copied_thinks=sum(copies_question(t, question) for t in thinks),
+        first_frame=frame(thinks[0]) if thinks else "",
+        last_frame=frame(thinks[-1]) if thinks else "",
         first_think=thinks[0] if thinks else "",
         sentences=sentences,
         repeated_word=bool(_REPEATED_WORD.search(row.get("question") or "")),
@@ -196,14 +216,19 @@ def _quantiles(values: list[int]) -> dict[str, float]:
 
 
 def audit_rows(
-    rows: list[dict], queries_by_category: dict[str, int] | None = None, context: semantic.AuditContext | None = None
+    rows: list[dict],
+    queries_by_category: dict[str, int] | None = None,
+    context: semantic.AuditContext | None = None,
+    held_out: set[str] | None = None,
+    test_fraction: float | None = None,
 ) -> dict:
     """The audit's figures for published dataset rows (``queries_by_category``: synthesised queries, for yield;
-    ``context``: the catalog's facts of their tables)."""
+    ``context``: the catalog's facts of their tables; ``held_out``, ``test_fraction``: the split, see
+    ``AuditTally.figures``)."""
     tally = AuditTally(context)
     for row in rows:
         tally.add(row)
-    return tally.figures(queries_by_category)
+    return tally.figures(queries_by_category, held_out, test_fraction)
 
 
 class _SentenceCounts:
@@ -294,6 +319,7 @@ class AuditTally:
         "measure_category",
         "literal_answer",
         "fixed_answer",
+        "answer_form_mismatch",
     )
 
     def __init__(self, context: semantic.AuditContext | None = None) -> None:
@@ -306,6 +332,9 @@ class AuditTally:
         self.database = 0  # database samples, and those whose question names no table
         self.unresolved = 0
         self.first_thinks = array("q")
+        self.thinks = self.copied_thinks = 0
+        self.frames: dict[str, Counter[str]] = {"first": Counter(), "last": Counter()}
+        self.per_file: Counter[str] = Counter()
         self.sentences = _SentenceCounts()
         self.per_category: Counter[str] = Counter()
         # who wrote each sample: its trajectory's model, and that model -> its question's model -> samples
@@ -336,6 +365,13 @@ class AuditTally:
             if f.unresolved_table:
                 self._example("unresolved_table_share", sid)
         self.first_thinks.append(hash(f.first_think))
+        self.thinks += f.thinks
+        self.copied_thinks += f.copied_thinks
+        if f.copied_thinks:
+            self._example("question_copy_share", sid)
+        self.frames["first"][f.first_frame] += 1
+        self.frames["last"][f.last_frame] += 1
+        self.per_file[row.get("file_id") or ""] += 1
         for sentence in sorted(f.sentences):  # sorted: ties for the top sentence go to the same one every run
             self.sentences.add(hash(sentence), sentence, sid)
         self.per_category[row.get("category")] += 1
@@ -346,7 +382,14 @@ class AuditTally:
         if row.get("hop") is not None:
             self.turns_per_hop.setdefault(row["hop"], array("q")).append(f.turns)
 
-    def figures(self, queries_by_category: dict[str, int] | None = None) -> dict:
+    def figures(
+        self,
+        queries_by_category: dict[str, int] | None = None,
+        held_out: frozenset[str] | set[str] | None = None,
+        test_fraction: float | None = None,
+    ) -> dict:
+        """The release's figures; ``held_out`` (the files of the test split) and ``test_fraction`` (the share it
+        was configured to hold) add how far the split's share of samples is from that fraction."""
         n = self.n
         top_text, top_count, top_examples = self.sentences.top()
         share = {name: round(self.flags[name] / n, 4) if n else 0.0 for name in self._FLAGS}
@@ -373,6 +416,12 @@ class AuditTally:
             "measure_category_share": share["measure_category"],
             "literal_answer_share": share["literal_answer"],
             "fixed_answer_share": share["fixed_answer"],
+            "answer_form_mismatch_share": share["answer_form_mismatch"],
+            "question_copy_share": round(self.copied_thinks / self.thinks, 4) if self.thinks else 0.0,
+            "first_frames_95": cover(self.frames["first"]),
+            "last_frames_95": cover(self.frames["last"]),
+            "n_files": len(self.per_file),
+            "top_file_share": round(max(self.per_file.values()) / n, 4) if n else 0.0,
             "verified_share": round(self.verified / n, 4) if n else 0.0,
             "samples_per_category": {c: self.per_category.get(c, 0) for c in CATEGORY_IDS},
             # who wrote the samples (the viewer's "written by" filter): trajectory model -> samples, and
@@ -388,6 +437,11 @@ class AuditTally:
             out["yield_per_category"] = {
                 c: round(self.per_category.get(c, 0) / q, 4) for c, q in sorted(queries_by_category.items()) if q
             }
+        if test_fraction is not None and n:
+            test_share = sum(c for f, c in self.per_file.items() if f in (held_out or ())) / n
+            out["test_split_share"] = round(test_share, 4)
+            out["test_fraction"] = test_fraction
+            out["split_fraction_gap"] = round(abs(test_share - test_fraction), 4)
         out["misses"] = misses(out)
         examples = {k: v for k, v in self.examples.items() if v}
         if top_examples:
@@ -406,6 +460,14 @@ MIN_SAMPLES = {
     "error_recovery_share": (100, "recoveries come only from real errors, which a few clean files need not have"),
 }
 MIN_THINK_SAMPLES = MIN_SAMPLES["distinct_first_think_ratio"][0]
+MIN_SAMPLES["first_frames_95"] = (200, "a small release holds few thoughts to vary their openings over")
+MIN_SAMPLES["last_frames_95"] = MIN_SAMPLES["first_frames_95"]
+# Figures judged from this many files on: whole files cannot spread a release evenly, or split it at a fraction,
+# when there are only a few of them.
+MIN_FILES = {
+    "top_file_share": (10, "one file of a few holds a large share whatever the cap"),
+    "split_fraction_gap": (10, "a split by whole files cannot come close to the fraction"),
+}
 
 
 def verdicts(figures: dict) -> list[dict]:
@@ -419,12 +481,17 @@ def verdicts(figures: dict) -> list[dict]:
             continue
         value = figures[name]
         least, why = MIN_SAMPLES.get(name, (0, ""))
-        judged = figures["n_samples"] >= least
+        files, why_files = MIN_FILES.get(name, (0, ""))
+        judged = figures["n_samples"] >= least and figures.get("n_files", files) >= files
         ok = (value <= bound if op == "<=" else value >= bound) if judged else None
         row = {"name": name, "value": value, "op": op, "bound": bound, "meaning": meaning, "ok": ok}
-        if not judged:
+        if figures["n_samples"] < least:
             row["why_not_judged"] = (
                 f"judged on {least}+ samples only; this release has {figures['n_samples']}: on fewer, {why}"
+            )
+        elif not judged:
+            row["why_not_judged"] = (
+                f"judged on {files}+ files only; this release has {figures['n_files']}: on fewer, {why_files}"
             )
         rows.append({**row, "examples": list(examples.get(name, []))})
     return rows
@@ -459,7 +526,14 @@ def audit_version(root, version: int | None = None) -> dict:
         raise SystemExit(f"no complete dataset version under {root.url}")
     rows = read_rows(root, DATASET, f"{DIRS['dataset']}/v{manifest['version']}")
     categories = tables.read(root, "queries", ["category"]).column("category").to_pylist()
-    figures = audit_rows(rows, dict(Counter(categories)), semantic.load_context(root))
+    held_out = {r["file_id"] for r in rows if r.get("split") == "test"}
+    figures = audit_rows(
+        rows,
+        dict(Counter(categories)),
+        semantic.load_context(root),
+        held_out=held_out,
+        test_fraction=manifest.get("test_fraction"),
+    )
     figures["version"] = manifest["version"]
     return figures
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import posixpath
 from collections import Counter
+from collections.abc import Collection, Mapping
 
 import fsspec
 import pyarrow as pa
@@ -29,19 +30,80 @@ def _bucket(file_id: str) -> float:
     return int.from_bytes(hashlib.sha256(f"split|{file_id}".encode()).digest()[:8], "big") / 2**64
 
 
-def held_out_files(file_ids, test_fraction: float, min_files: int = 0) -> frozenset[str]:
+def held_out_files(
+    file_ids, test_fraction: float, min_files: int = 0, multi_table: Collection[str] = ()
+) -> frozenset[str]:
     """The files whose samples form the held-out ``test`` split: every sample of a file lands on one side,
     so no table is trained on and then tested on.
 
-    A file is held out when its hash bucket falls under ``test_fraction``, which keeps a file on its side as
-    the corpus grows.  A small corpus can leave one file or none there, and one file's quirks (its encoding,
-    its format) are then what a held-out evaluation measures; so the next-lowest buckets top the split up to
-    ``min_files``, never past half the files.  ``test_fraction`` 0 holds nothing out."""
-    ids = sorted(set(file_ids), key=lambda f: (_bucket(f), f))
+    ``file_ids``: the release's files, or a mapping of each to its number of samples (a plain list counts one
+    each). Files are taken in the order of their hash bucket, which keeps a file on its side as the corpus
+    grows (a file moves only at the boundary), while the test split's share of *samples* approaches
+    ``test_fraction``: a file that would take the share further from it is passed over (a demo of six files held
+    out 29% of its samples where 10% was asked). A small corpus can leave one file or none there, and one
+    file's quirks (its encoding, its format) are then what a held-out evaluation measures; so files that keep
+    the share closest top the split up to ``min_files``, never past half the files. Where two or more files
+    hold questions over several tables (``multi_table``), both splits get some (the read found every join
+    question in the test split). ``test_fraction`` 0 holds nothing out."""
+    counts = dict(file_ids) if isinstance(file_ids, Mapping) else dict.fromkeys(file_ids, 1)
+    ids = sorted(counts, key=lambda f: (_bucket(f), f))
     if not ids or test_fraction <= 0:
         return frozenset()
-    under = [f for f in ids if _bucket(f) < test_fraction]
-    return frozenset(ids[: max(len(under), min(min_files, len(ids) // 2))])
+    target, cap = test_fraction * sum(counts.values()), len(ids) // 2
+    held: list[str] = []
+    got = 0
+    for f in ids:
+        if len(held) >= cap or got >= target:
+            break
+        if abs(got + counts[f] - target) < abs(got - target):
+            held.append(f)
+            got += counts[f]
+    while len(held) < min(min_files, cap):
+        f = min((f for f in ids if f not in held), key=lambda f: (abs(got + counts[f] - target), _bucket(f), f))
+        held.append(f)
+        got += counts[f]
+    multi = [f for f in ids if f in set(multi_table)]
+    inside = [f for f in multi if f in held]
+    if len(multi) >= 2 and (not inside or len(inside) == len(multi)):
+        held = _mix_multi_table(held, multi, inside, counts, target, test_fraction)
+    return frozenset(held)
+
+
+def _mix_multi_table(
+    held: list[str], multi: list[str], inside: list[str], counts: dict, target: float, fraction: float
+) -> list[str]:
+    """``held`` with one multi-table file moved across (the smallest in, or the largest out), alone or traded for
+    a single-table file, where the share of samples stays within 0.05 of the fraction (or no further from it
+    than before): the fraction comes first, a few files cannot always give both."""
+    total = target / fraction
+    gap = abs(sum(counts[f] for f in held) - target) / total
+    moves: list[list[str]] = []
+    if not inside:
+        add = min(multi, key=lambda f: (counts[f], f))
+        moves.append([*held, add])
+        moves += [[*(h for h in held if h != out), add] for out in held if out not in multi]
+    else:
+        out = max(inside, key=lambda f: (counts[f], f))
+        rest = [h for h in held if h != out]
+        moves.append(rest)
+        moves += [[*rest, add] for add in counts if add not in held and add not in multi]
+    fits = [m for m in moves if m and abs(sum(counts[f] for f in m) - target) / total <= max(0.05, gap)]
+    return min(fits, key=lambda m: (abs(sum(counts[f] for f in m) - target), sorted(m))) if fits else held
+
+
+def _row_sample_lines(sources: list[dict]) -> list[str]:
+    """Which files the release holds as a sample of their rows: a question over one is about that sample."""
+    sampled = [s for s in sources if s.get("row_sample")]
+    if not sampled:
+        return []
+    lines = ["", "Files larger than the row limit are kept as a seeded random sample of their rows:", ""]
+    for s in sampled:
+        r = s["row_sample"]
+        lines.append(
+            f"- `{s['file_id']}` ({s['name']}): {r['rows']:,} of its {r['of_rows']:,} data rows, seed {r['seed']}; "
+            "every question and answer is about this sample."
+        )
+    return lines
 
 
 def carried_path(file_id: str, data_uri: str) -> str:
@@ -156,6 +218,7 @@ def render_card(manifest: dict, rows: pa.Table, sources: list[dict]) -> str:
             f"{s['split']} | {s['samples']} |"
             for s in sources
         ],
+        *_row_sample_lines(sources),
         "",
         "## Recipe",
         "",

@@ -24,6 +24,11 @@ class PublishParams(StageParams):
         description="A small corpus still holds out this many files (never past half of them), so a held-out "
         "evaluation measures more than one file's quirks.",
     )  # fmt: skip
+    max_file_share: float = param(
+        0.25, "Largest share of one file", minimum=0.01, maximum=1,
+        description="No file gives more than this share of a release's samples (the rest are recorded as "
+        "file_share_cap); applied where the release has enough files to meet it (4 at 0.25). 1: no cap.",
+    )  # fmt: skip
     # paper, section 3.4: answers over 1,024 tokens are filtered out
     max_answer_tokens: int = param(MAX_ANSWER_TOKENS, "Answer length limit (tokens)", minimum=1, maximum=32768,
                                    section="Rule filters")  # fmt: skip

@@ -16,6 +16,7 @@ is publishable write and promote nothing: when no release holds any of them eith
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 import json
@@ -98,14 +99,14 @@ def _filter_rejection(row: dict, finding, run_id: str | None, now: datetime) -> 
 @dataclass
 class _Screened:
     """What screening the judged rows of one partition leaves: the kept rows' light fields (an Arrow table
-    sorted by sample_id: a few dozen bytes a row, where a dict per row took about a KB), their audit tally,
-    the rejections (an Arrow table sorted by item), and the local files holding the kept rows whole."""
+    sorted by sample_id: a few dozen bytes a row, where a dict per row took about a KB), the rejections (an
+    Arrow table sorted by item), and the local files holding the kept rows whole. (The audit tallies the rows
+    as the release is written: a file's share cap drops some after screening.)"""
 
     partition: str | None
     judge_params: dict | None
     n_judged: int
     kept: pa.Table
-    audit: AuditTally
     rejections: pa.Table
     spilled: list[str]
 
@@ -126,13 +127,12 @@ _MERGE_FAN_IN = 16
 
 class _Screener:
     """Filters judged rows a batch at a time: the rule filters, then a readable data file. Kept rows go whole
-    to a sorted spill file; memory keeps their light fields, the audit's tally and the rejections."""
+    to a sorted spill file; memory keeps their light fields and the rejections."""
 
     def __init__(self, root: DataRoot, config: FilterConfig, spill: str, run_id: str | None, now: datetime):
         self.root, self.config, self.spill, self.run_id, self.now = root, config, spill, run_id, now
         self.readable: dict[str, str | None] = {}  # data uri -> why it cannot be read (None: readable)
         self.light: list[pa.Table] = []
-        self.audit = AuditTally(meaning.load_context(root))  # what profiling learned of the tables
         self.rejections: list[pa.Table] = []  # a batch's at a time: a drop record carries the row's answer
         self.spilled: list[str] = []
 
@@ -149,8 +149,6 @@ class _Screener:
         self.spilled.append(os.path.join(self.spill, f"kept-{len(self.spilled):06d}.parquet"))
         pq.write_table(DATASET.to_table(kept), self.spilled[-1], row_group_size=_SPILL_GROUP_ROWS)
         self.light.append(pa.table({f.name: pa.array([r.get(f.name) for r in kept], f.type) for f in _LIGHT}))
-        for r in kept:
-            self.audit.add(r)
 
 
 def _screen(
@@ -177,7 +175,6 @@ def _screen(
         judge_params=json.loads(root.read_text(src, "params.json")) if root.exists(src, "params.json") else None,
         n_judged=len(seen),
         kept=pa.concat_tables(screener.light or [_LIGHT.empty_table()]).combine_chunks().sort_by("sample_id"),
-        audit=screener.audit,
         rejections=pa.concat_tables(screener.rejections or [REJECTIONS.to_table([])]).sort_by("item_id"),
         spilled=screener.spilled,
     )
@@ -224,10 +221,52 @@ def _few_runs(spilled: list[str]) -> list[str]:
     return runs
 
 
-def _parts_in_order(screened: _Screened, shard_rows: int) -> Iterator[list[dict]]:
+def _parts_in_order(
+    screened: _Screened, shard_rows: int, dropped: frozenset[str] = frozenset()
+) -> Iterator[list[dict]]:
     """The spilled rows in sample_id order, ``shard_rows`` at a time: a merge of at most ``_MERGE_FAN_IN``
-    sorted runs, so memory holds a row group of each and the part being filled, at any release size."""
-    return _batches(_merge_rows(_few_runs(screened.spilled)), shard_rows)
+    sorted runs, so memory holds a row group of each and the part being filled, at any release size.
+    ``dropped``: sample ids left out after screening (beyond a file's share, see ``file_share_cap``)."""
+    rows = _merge_rows(_few_runs(screened.spilled))
+    return _batches((r for r in rows if r["sample_id"] not in dropped) if dropped else rows, shard_rows)
+
+
+def file_share_cap(per_file: dict[str, int], share: float) -> int | None:
+    """The most samples one file may give so that none holds more than ``share`` of the release left after the
+    cap (the largest ``m`` with ``m <= share * sum(min(n, m))``); None when no cap applies: ``share`` 1, or too
+    few files to meet it (four files at most a quarter each), or no file above it."""
+    counts = sorted(per_file.values())
+    if share >= 1 or not counts or len(counts) * share < 1:
+        return None
+    prefix = [0]
+    for n in counts:
+        prefix.append(prefix[-1] + n)
+
+    def fits(m: int) -> bool:  # share * sum(min(n, m)) - m is concave in m: the m that fit are 1..best
+        below = bisect.bisect_left(counts, m)
+        return m <= share * (prefix[below] + m * (len(counts) - below))
+
+    lo, hi = 1, counts[-1]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return None if lo >= counts[-1] else lo
+
+
+def _over_file_share(kept: pa.Table, share: float) -> frozenset[str]:
+    """The kept samples beyond each file's cap (``file_share_cap``): per file, those last by a hash of their
+    sample id, so which samples stay does not depend on the order rows arrived in."""
+    per_file = column_counts(kept, "file_id")
+    cap = file_share_cap(per_file, share)
+    if cap is None:
+        return frozenset()
+    out: set[str] = set()
+    for fid, n in per_file.items():
+        if n > cap:
+            ids = kept.filter(pc.equal(kept["file_id"], fid))["sample_id"].to_pylist()
+            ranked = sorted(ids, key=lambda s: (hashlib.sha256(f"cap|{s}".encode()).digest(), s))
+            out.update(ranked[cap:])
+    return frozenset(out)
 
 
 def publish_dataset(
@@ -286,11 +325,22 @@ def _publish_screened(
     shard_rows, test_fraction, partition = p.shard_rows, p.test_fraction, screened.partition
     rejections_file = posixpath.join(DIRS["rejections"], STAGE, f"part-{partition or 'judged'}.parquet")
     rejections = screened.rejections
+    kept = screened.kept
+    capped = _over_file_share(kept, p.max_file_share)
+    if capped:  # a file beyond its share of the release gives no more samples: recorded like every drop
+        over = kept.filter(pc.is_in(kept["sample_id"], value_set=pa.array(sorted(capped), pa.string())))
+        why = f"its file already gives {p.max_file_share:.0%} of the release's samples (max_file_share)"
+        records = [
+            rejection(STAGE, r["sample_id"], "file_share_cap", why, file_id=r["file_id"], query_id=r["query_id"],
+                      run_id=run_id, created_at=now)
+            for r in over.select(["sample_id", "file_id", "query_id"]).to_pylist()
+        ]  # fmt: skip
+        rejections = pa.concat_tables([rejections, REJECTIONS.to_table(records)]).sort_by("item_id")
+        kept = kept.filter(pc.invert(pc.is_in(kept["sample_id"], value_set=over["sample_id"])))
     if rejections.num_rows:  # a pure function of the judged rows: rewritten whole on every publish
         root.write_bytes(rejections_file, table_to_parquet_bytes(rejections))
     elif root.exists(rejections_file):
         root.remove(rejections_file)
-    kept = screened.kept
     if not kept.num_rows:
         # A rerun over samples an earlier release holds (their data files since removed, say) has nothing new:
         # the same quiet no-op as unchanged content. Otherwise no release shows anything for these inputs.
@@ -301,7 +351,8 @@ def _publish_screened(
         latest = read_manifest(root)
         kept_as = f"dataset/LATEST stays v{latest['version']}" if latest else "there is no release yet"
         raise NothingToPublish(f"nothing to publish, no release written ({kept_as}): {why_nothing(root, screened)}")
-    held_out = card.held_out_files(pc.unique(kept["file_id"]).to_pylist(), test_fraction, p.min_test_files)
+    per_file = column_counts(kept, "file_id")
+    held_out = card.held_out_files(per_file, test_fraction, p.min_test_files, _multi_table_files(root, per_file))
     # the release's own view of each row: its split (every sample of a held-out file is a test sample)
     is_test = pc.is_in(kept["file_id"], value_set=pa.array(sorted(held_out), pa.string()))
     kept = kept.append_column(DATASET.schema.field("split"), pc.if_else(is_test, "test", "train"))
@@ -325,8 +376,10 @@ def _publish_screened(
     names = [part_name(i) for i in range(-(-kept.num_rows // shard_rows))]
     _clear_strays(root, vdir, keep=set(names) | {card.FILES_DIR, CARD})
     shard_info = []
-    for name, rows in zip(names, _parts_in_order(screened, shard_rows), strict=True):
+    audit = AuditTally(meaning.load_context(root))  # over the rows the release holds (after the file cap)
+    for name, rows in zip(names, _parts_in_order(screened, shard_rows, capped), strict=True):
         for r in rows:
+            audit.add(r)
             r["split"] = "test" if r["file_id"] in held_out else "train"
             if r.get("data_uri"):
                 r["data_uri"] = carried[r["file_id"]]
@@ -354,7 +407,11 @@ def _publish_screened(
         "test_fraction": test_fraction,
         "min_test_files": p.min_test_files,
         "held_out_files": sorted(held_out),
-        "files": {s["file_id"]: {"path": s["path"], "sha256": s["sha256"], "bytes": s["bytes"]} for s in sources},
+        "files": {
+            s["file_id"]: {"path": s["path"], "sha256": s["sha256"], "bytes": s["bytes"]}
+            | ({"row_sample": s["row_sample"]} if s.get("row_sample") else {})
+            for s in sources
+        },
         "judged_partition": partition,
         "judge_params": screened.judge_params,
         "shards": shard_info,
@@ -366,7 +423,7 @@ def _publish_screened(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     manifest["decontamination"] = decontamination_counts(root)
-    manifest["audit"] = screened.audit.figures(_queries_by_category(root))
+    manifest["audit"] = audit.figures(_queries_by_category(root), held_out, test_fraction)
     manifest["promotion"] = promotion.initial(manifest["audit"])
     manifest["changes"] = changes.since_previous(root, manifest, kept)  # shown at the gate, in the report and viewer
     manifest["cost"] = release_cost(root, kept, prices_from_env())
@@ -382,6 +439,13 @@ def _publish_screened(
         rejections.num_rows,
     )
     return manifest
+
+
+def _multi_table_files(root: DataRoot, files) -> set[str]:
+    """Those of ``files`` with a question whose reference joins tables: both splits should hold some."""
+    q = tables.read(root, "queries", ["file_id", "reference_solution"])
+    joins = pc.fill_null(pc.match_substring_regex(q["reference_solution"], r"(?i)\bJOIN\b"), False)
+    return set(pc.unique(q.filter(joins)["file_id"]).to_pylist()) & set(files)
 
 
 def _queries_by_category(root: DataRoot) -> dict[str, int]:
@@ -561,6 +625,8 @@ def _carry_files(root: DataRoot, vdir: str, kept: pa.Table) -> list[dict]:
                 "sha256": hashlib.sha256(data).hexdigest(),
                 "source": info.get("source"),
                 "license": provenance.get("license") if isinstance(provenance, dict) else None,
+                # a file over the row limit kept as a seeded sample of its rows (ingest.stage.row_sample)
+                "row_sample": provenance.get("row_sample") if isinstance(provenance, dict) else None,
                 "split": f["split_first"],
                 "samples": f["sample_id_count"],
             }

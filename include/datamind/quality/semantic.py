@@ -126,7 +126,9 @@ def columns_match_count(df: pd.DataFrame, id_col: str) -> list[str | None]:
 
 # -- queries --------------------------------------------------------------------------------------------------
 def lineage_matches_hop(df: pd.DataFrame, id_col: str) -> list[str | None]:
-    """A 1-hop query stands alone; a composed (2..5-hop) query names its parents and its chain's root."""
+    """A 1-hop query stands alone; a composed (2..5-hop) query names its parents and its chain's root. A single
+    question that itself asks for several steps ("first find the group with the largest total, then average
+    inside it") counts them in its hop and stands alone: no parents, its own root."""
     out: list[str | None] = []
     for qid, hop, parents, root in _rows(df, [id_col, "hop", "parent_query_ids", "root_query_id"]):
         parents = as_list(parents)
@@ -134,7 +136,7 @@ def lineage_matches_hop(df: pd.DataFrame, id_col: str) -> list[str | None]:
             out.append(None)  # the not-null expectation reports it
         elif int(hop) == 1 and parents:
             out.append(f"{qid}: hop 1 but {len(parents)} parent(s)")
-        elif int(hop) > 1 and not parents:
+        elif int(hop) > 1 and not parents and root != qid:
             out.append(f"{qid}: hop {int(hop)} but no parent query")
         elif int(hop) > 1 and is_missing(root):
             out.append(f"{qid}: hop {int(hop)} but no root_query_id")

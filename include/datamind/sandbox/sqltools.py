@@ -55,6 +55,8 @@ class ReadOnlyDatabase:
             cursor = self._conn.execute(sql, params)
             rows = cursor.fetchall()
             return [d[0] for d in (cursor.description or [])], rows
+        except sqlite3.ProgrammingError as exc:  # a placeholder without its value, or a value SQLite cannot bind
+            raise SqlToolError(f"SQL parameters: {exc}") from None
         except sqlite3.OperationalError as exc:
             if "interrupted" in str(exc):
                 raise SqlToolError(f"SQL statement exceeded the {self.timeout_s:g} s time limit") from None
@@ -90,17 +92,34 @@ class ReadOnlyDatabase:
             raise SqlToolError("a query needs a non-empty SQL string")
         return self._run(sql)
 
-    def execute_sql(self, sql: str, output_path: str) -> str:
-        """Run one read-only query and write its result as CSV to `output_path` (inside the working dir)."""
+    def execute_sql(self, sql: str, output_path: str, params=None) -> str:  # noqa: ANN001
+        """Run one read-only query and write its result as CSV to `output_path` (inside the working dir).
+        ``params``: values bound to the query's ``?`` or ``:name`` placeholders (a sequence or a mapping), so a
+        value from an earlier step goes in as a value, never pasted into the SQL text."""
         if not isinstance(sql, str) or not sql.strip():
             raise SqlToolError("execute_sql needs a non-empty SQL string")
+        if params is not None and not isinstance(params, (dict, list, tuple)):
+            raise SqlToolError(f"params must be a tuple, list or dict, got {type(params).__name__}")
         target = os.path.realpath(output_path)
         cwd = os.path.realpath(os.getcwd())
         if not target.startswith(cwd + os.sep):
             raise SqlToolError(f"output_path must be a file inside the working directory, got {output_path!r}")
-        columns, rows = self._run(sql)
+        columns, rows = self._run(sql, _plain(params) if params is not None else ())
         with open(target, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh)
             writer.writerow(columns)
             writer.writerows(rows)
         return f"{len(rows)} rows x {len(columns)} columns written to {output_path}"
+
+
+def _plain(params):  # noqa: ANN001, ANN202
+    """``params`` with numpy scalars as the Python numbers they hold (SQLite binds int, float, str, bytes, None:
+    a count read back by pandas is a numpy integer)."""
+
+    def plain(v):  # noqa: ANN001, ANN202
+        item = getattr(v, "item", None)
+        return item() if callable(item) and type(v).__module__ == "numpy" else v
+
+    if isinstance(params, dict):
+        return {k: plain(v) for k, v in params.items()}
+    return tuple(plain(v) for v in params)

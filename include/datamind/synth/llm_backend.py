@@ -29,10 +29,10 @@ from datamind.llm import LLMCallError, LLMClient, ParseFailure, extract_all, ext
 from datamind.llm.errors import BatchPending
 from datamind.llm.grammars import grammar
 from datamind.llm.usage import cached_part
+from datamind.phrasing import answer_form_problem, scope_question
 from datamind.roles import ROLES, parse_overrides, table_roles
 from datamind.synth import rows as R
 from datamind.synth.offline.execute import ExecutionError
-from datamind.synth.offline.phrasing import answer_kind, final_ask, scope_question
 from datamind.synth.prompts import (
     PromptError,
     all_category_specs,
@@ -116,22 +116,6 @@ def _template_slots() -> frozenset[str]:
 @functools.cache
 def _exemplars(category_id: str) -> frozenset[str]:
     return frozenset(_norm(ex) for ex in category_spec(category_id).exemplars)
-
-
-_HOW_MANY = re.compile(r"^(?:how many|what is the number of|what number of)\b", re.IGNORECASE)
-_SENTENCE = re.compile(r"^[A-Z][^\n]*\s[^\n]*[.!]$")
-
-
-def answer_form_problem(question: str, answer: str) -> str | None:
-    """Why what the reference program printed is not an answer of the form its question asks, or None: a
-    "how many" answered with anything but one number, or a sentence where a value belongs (a model's program
-    that prints prose teaches the agent to answer in prose, and no judge can compare it)."""
-    text = answer.strip()
-    if _HOW_MANY.match(final_ask(question)) and answer_kind(text) != "number":
-        return f"the question asks how many, and the program printed {text[:120]!r}, not one number"
-    if len(text.split()) >= 5 and _SENTENCE.match(text):
-        return f"the program printed a sentence ({text[:120]!r}): print only the value(s) the question asks for"
-    return None
 
 
 def _repair_message(error: str) -> str:
@@ -243,7 +227,7 @@ async def _ask(
             if form is None:
                 return Answered(res.value, res, answer, *tokens)
             # it ran, but printed what no agent should learn to answer: asked to fix like a crash
-            error, failure, feedback = form, "answer_form_mismatch", _form_message(form)
+            error, failure, feedback = form, references.ANSWER_FORM_MISMATCH, _form_message(form)
         messages = [*messages, {"role": "assistant", "content": res.text}, {"role": "user", "content": feedback}]
     why = "did not run" if failure == "reference_failed" else "printed no answer of the question's form"
     out.rejections.append(

@@ -29,6 +29,7 @@ from datamind.data_source import (
     parse_read_options,
 )
 from datamind.ingest.parse_worker import IsolatedParser, ParseLimit, ParserUnavailable
+from datamind.phrasing import glossary, polish_question, scope_question
 from datamind.roles import parse_overrides, table_roles
 from datamind.settings import Limits
 from datamind.storage import DataRoot
@@ -39,7 +40,6 @@ from datamind.synth.offline.compose import Hop, build_chains
 from datamind.synth.offline.engine import Rejected, Skip, synthesize_offline
 from datamind.synth.offline.execute import ExecutionError, run_in_subprocess, run_solution
 from datamind.synth.offline.generators import OFFLINE_TEMPLATES_VERSION
-from datamind.synth.offline.phrasing import glossary, polish_question, scope_question
 from datamind.synth.offline.variants import runnable_variants
 from datamind.synth.params import SynthParams
 
@@ -341,7 +341,7 @@ def _offline_rows(out: TableOutput, job: _OfflineJob) -> None:
                         table=table,
                         tables=tables,
                         category=category,
-                        hop=1,
+                        hop=cand.task.hops,
                         parents=[],
                         root_id=None,
                         question=polish_question(scoped(cand.task.question), cand.answer, terms, cand.solution),

@@ -198,7 +198,8 @@ def rename_result(code: str, new: str, old: str = "answer") -> str:
 
 _PRINT_ROWS_TAIL = re.compile(
     r"\n*def _cell\(v\):\n    return repr\(round\(v, 4\)\) if isinstance\(v, float\) else str\(v\)\n\n"
-    r"if len\(rows\) == 1 and len\(rows\[0\]\) == 1:\n    print\(_cell\(rows\[0\]\[0\]\)\)\nelse:\n"
+    r"if len\(rows\) == 1 and len\(rows\[0\]\) == 1:\n    print\(_cell\(rows\[0\]\[0\]\)\)\n"
+    r"elif all\(len\(r\) == 1 for r in rows\):\n    print\(\", \"\.join\(_cell\(r\[0\]\) for r in rows\)\)\nelse:\n"
     r"    print\(\"; \"\.join\(\", \"\.join\(_cell\(v\) for v in r\) for r in rows\)\)\n?$"
 )
 
@@ -257,9 +258,11 @@ def use_variable(code: str, printed: str, name: str, kind: str, columns: list[st
     text) or "text" (it holds the printed text, as a database step's result read as text does).
 
     A Python literal becomes the variable (wrapped in ``float``/``int`` where the variable holds text and the
-    literal was a number); inside SQL text, the string becomes an f-string with ``{name}`` in the literal's
-    place. A number is replaced only where it occurs once in the cell (``round(x, 2)`` after a count of 2 is
-    not the count); unchanged where the literal is not found or cannot be replaced cleanly."""
+    literal was a number). Inside the SQL an ``execute_sql`` call runs, the literal becomes the placeholder
+    ``:name`` and the call binds ``params={"name": ...}``, as an analyst passes a value to a query; inside SQL
+    another engine runs (DuckDB over a frame), the string becomes an f-string with ``{name}`` in its place. A
+    number is replaced only where it occurs once in the cell (``round(x, 2)`` after a count of 2 is not the
+    count); unchanged where the literal is not found or cannot be replaced cleanly."""
     printed = (printed or "").strip()
     if not printed or "\n" in printed or "{" in printed or "}" in printed or printed in columns:
         return code
@@ -268,7 +271,8 @@ def use_variable(code: str, printed: str, name: str, kind: str, columns: list[st
         toks = list(tokenize.generate_tokens(io.StringIO(code).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return code
-    spans, hits = [], 0
+    bindable = _execute_sql_texts(code)
+    spans, hits, bound = [], 0, []
     for i, tok in enumerate(toks):
         if tok.type == tokenize.NUMBER and numeric:
             unary = i >= 1 and toks[i - 1].string == "-" and _unary(toks, i - 1)
@@ -278,11 +282,7 @@ def use_variable(code: str, printed: str, name: str, kind: str, columns: list[st
                 continue
             hits += 1
             start = toks[i - 1].start if unary else tok.start
-            if kind == "text":
-                cast = "int" if re.fullmatch(r"-?\d+", printed) else "float"
-                spans.append((start, tok.end, f"{cast}({name})"))
-            else:
-                spans.append((start, tok.end, name))
+            spans.append((start, tok.end, _cast(name, printed) if kind == "text" else name))
         elif tok.type == tokenize.STRING:
             value = _as_string(tok.string)
             if value is None or tok.string[:1] in "fFbBrR":
@@ -298,19 +298,95 @@ def use_variable(code: str, printed: str, name: str, kind: str, columns: list[st
             if not found:
                 continue
             hits += found
-            escaped = value.replace("{", "{{").replace("}", "}}")
-            body = pattern.sub(lambda _m: "{" + name + "}" if numeric else "'{" + name + "}'", escaped)
-            literal = _fstring(body)
+            if value in bindable and f":{name}" not in value:
+                literal = _fstring(pattern.sub(lambda _m: f":{name}", value), prefix="")
+                bound.append(value)
+            else:
+                escaped = value.replace("{", "{{").replace("}", "}}")
+                literal = _fstring(pattern.sub(lambda _m: "{" + name + "}" if numeric else "'{" + name + "}'", escaped))
             if literal is None:
                 return code
             spans.append((tok.start, tok.end, literal))
     if not spans or (numeric and hits != 1):
         return code
+    if bound:
+        binding = _cast(name, printed) if kind == "text" and numeric else name
+        inserts = _params_inserts(code, set(bound), f"params={{{name!r}: {binding}}}")
+        if inserts is None:
+            return code
+        spans += inserts
     out = _replace_at(code, spans)
     try:
         ast.parse(out)
     except SyntaxError:
         return code
+    return out
+
+
+def _cast(name: str, printed: str) -> str:
+    """The variable as the number it holds, where it holds the printed text of one."""
+    cast = "int" if re.fullmatch(r"-?\d+", printed) else "float"
+    return f"{cast}({name})"
+
+
+def _execute_sql_texts(code: str) -> set[str]:
+    """The SQL texts ``execute_sql`` calls of ``code`` run: a literal argument, or a name the cell assigned one."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return set()
+    names = {
+        n.targets[0].id: n.value.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Name)
+        and isinstance(n.value, ast.Constant)
+        and isinstance(n.value.value, str)
+    }
+    out = set()
+    for call in _execute_sql_calls(tree):
+        arg = _sql_argument(call)
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            out.add(arg.value)
+        elif isinstance(arg, ast.Name) and arg.id in names:
+            out.add(names[arg.id])
+    return out
+
+
+def _execute_sql_calls(tree: ast.AST) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "execute_sql"]
+
+
+def _sql_argument(call: ast.Call) -> ast.expr | None:
+    return call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "sql"), None)
+
+
+def _params_inserts(code: str, texts: set[str], argument: str) -> list | None:
+    """Zero-width spans that add ``argument`` as the last argument of each ``execute_sql`` call running one of
+    ``texts``; None where such a call already binds parameters (two bindings would not merge cleanly)."""
+    tree = ast.parse(code)
+    names = {
+        n.targets[0].id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Name)
+        and isinstance(n.value, ast.Constant)
+        and n.value.value in texts
+    }
+    lines = code.splitlines(keepends=True)
+    out = []
+    for call in _execute_sql_calls(tree):
+        arg = _sql_argument(call)
+        runs = (isinstance(arg, ast.Constant) and arg.value in texts) or (isinstance(arg, ast.Name) and arg.id in names)
+        if not runs:
+            continue
+        if len(call.args) > 2 or any(k.arg == "params" for k in call.keywords):
+            return None
+        line = lines[call.end_lineno - 1]
+        col = len(line.encode()[: call.end_col_offset].decode()) - 1  # the closing parenthesis (AST counts bytes)
+        out.append(((call.end_lineno, col), (call.end_lineno, col), f", {argument}"))
     return out
 
 
@@ -365,9 +441,13 @@ def sql_cell(sql: str, name: str, expected: str | None, *, import_pandas: bool) 
     elif single:
         read = f"{name} = pd.read_csv({path!r}, dtype=str, keep_default_na=False).iat[0, 0]\nprint({name})"
     else:
+        # one column is a list of values, several are rows of cells (as ``format_rows`` writes answers)
         read = (
             f"{name} = pd.read_csv({path!r}, dtype=str, keep_default_na=False)\n"
-            f'print("; ".join(", ".join(row) for row in {name}.itertuples(index=False)))'
+            f"if {name}.shape[1] == 1:\n"
+            f'    print(", ".join({name}.iloc[:, 0]))\n'
+            "else:\n"
+            f'    print("; ".join(", ".join(row) for row in {name}.itertuples(index=False)))'
         )
     return head + run + read
 

@@ -45,13 +45,18 @@ def words(text: str) -> list[str]:
 
 
 def copies_question(think: str, question: str, run: int = COPY_RUN) -> bool:
-    """Whether ``think`` holds ``run`` or more consecutive words of ``question``."""
+    """Whether ``think`` holds ``run`` or more consecutive words of ``question``. A name quoted in backticks (a
+    column called "Miles traveled today (midnight to 11:59 pm)") is the data's, not the question's wording: it
+    breaks a run instead of extending it."""
     q = words(question)
     grams = {tuple(q[i : i + run]) for i in range(len(q) - run + 1)}
     if not grams:
         return False
-    t = words(think)
-    return any(tuple(t[i : i + run]) in grams for i in range(len(t) - run + 1))
+    for piece in re.split(r"`[^`]*`", think or ""):
+        t = words(piece)
+        if any(tuple(t[i : i + run]) in grams for i in range(len(t) - run + 1)):
+            return True
+    return False
 
 
 def frame(think: str, n: int = 4) -> str:
@@ -180,7 +185,8 @@ def _body(content: str) -> str:
     return m.group(1) if m else (content or "")
 
 
-def _cover(counter: Counter, share: float = 0.95) -> int:
+def cover(counter: Counter, share: float = 0.95) -> int:
+    """How few of the most common keys cover ``share`` of the counts (the frames that cover 95% of thoughts)."""
     total, acc = sum(counter.values()), 0
     for i, (_, n) in enumerate(counter.most_common(), start=1):
         acc += n
@@ -203,9 +209,9 @@ def summarize(rows: list[dict]) -> dict:
         "question_copy_share": round(sum(p.copied_thinks for p in per) / thinks, 4),
         "samples_with_copy_share": round(sum(p.copied_thinks > 0 for p in per) / n, 4),
         "first_frames": len(firsts),
-        "first_frames_95": _cover(firsts),
+        "first_frames_95": cover(firsts),
         "last_frames": len(lasts),
-        "last_frames_95": _cover(lasts),
+        "last_frames_95": cover(lasts),
         "code_cells": sum(shapes.values()),
         "code_shapes": len(shapes),
         "top10_shape_share": round(sum(c for _, c in shapes.most_common(10)) / cells, 4),

@@ -347,36 +347,334 @@ def kind_word(dtype: str) -> str:
 
 # -- describing a step in the analyst's words --------------------------------------------------------------
 _BUILDS_ON = re.compile(r"\s*Builds on the previous question:.*$", re.DOTALL)
-_PREVIOUS = re.compile(
-    r"\bthe previous (?:step's |question's )?(result|count|spread|difference|value|mean|median|share|ratio|"
-    r"percentage|threshold|number)\b",
-    re.IGNORECASE,
+
+# The synthesizer describes each step in its own fixed wording (``Mean of the numeric column X, ignoring missing
+# values.``); a thought that pasted it would teach that wording. Each description reads here as what an analyst
+# plans, in other words: a verb phrase over the columns (in backticks) and the earlier value ({P}: the variable
+# holding it, or "that value"), two phrasings each. A description not listed gives no plan (the thought then says
+# how the step computes instead), never the description itself.
+_PLANS: tuple[tuple[str, tuple[str, str]], ...] = (
+    (r"Mode of {g}", ("find which `{g}` occurs most often", "count rows per `{g}` and keep the top one")),
+    (
+        r"Mode of {g} with its frequency, as 'value, count'",
+        ("find the most frequent `{g}` and how many rows carry it", "count rows per `{g}` and report the leader"),
+    ),
+    (r"Group by {g}, rank by mean {m}", ("average `{m}` per `{g}` and keep the highest", "rank `{g}` by mean `{m}`")),
+    (
+        r"Group by {g}, average {m}, report the group with the largest mean",
+        ("average `{m}` per `{g}` and keep the highest", "rank `{g}` by mean `{m}`"),
+    ),
+    (r"Mean of {m}", ("average `{m}` over the table", "take the overall mean of `{m}`")),
+    (
+        r"Mean of the numeric column {m}, ignoring missing values",
+        ("average `{m}` over the rows that have a value", "take the mean of `{m}`, blanks aside"),
+    ),
+    (r"(?:Median of|50th percentile of) {m}", ("take the middle value of `{m}`", "find the median `{m}`")),
+    (
+        r"(?:Sample standard deviation of|Standard deviation of) {m}(?: with n-1 in the denominator)?",
+        ("measure how widely `{m}` varies (sample std)", "get the spread of `{m}` as a standard deviation"),
+    ),
+    (r"Spread of the middle half of {m}", ("take the interquartile range of `{m}`", "measure Q3 - Q1 of `{m}`")),
+    (
+        r"Average {m} inside the {g} group found by the previous step",
+        ("average `{m}` over the rows whose `{g}` is {P}", "take mean `{m}` where `{g}` equals {P}"),
+    ),
+    (
+        r"Restrict to the previous step's {g} group, then take the mode of {g2}",
+        ("keep the rows with `{g}` = {P} and find their commonest `{g2}`", "look at `{g2}` within {P} only"),
+    ),
+    (
+        r"Count the rows of the {g} group found by the previous step",
+        ("count the rows whose `{g}` is {P}", "see how many records carry {P} in `{g}`"),
+    ),
+    (
+        r"Describe the previous step's {g} group by the number of distinct {g2} values",
+        ("count the different `{g2}` values within {P}", "see how many `{g2}` values occur where `{g}` is {P}"),
+    ),
+    (
+        r"Sample standard deviation of {m} inside the previous step's {g} group",
+        ("measure the spread of `{m}` within {P}", "get the std of `{m}` for the rows whose `{g}` is {P}"),
+    ),
+    (
+        r"Difference in mean {m} between the previous step's {g} group and the rest",
+        ("set mean `{m}` for {P} against every other row", "see how far {P} sits from the rest on mean `{m}`"),
+    ),
+    (
+        r"Deduplicate, drop missing {m}, then take the median {m} inside the previous step's {g} group",
+        (
+            "clean out duplicates and blank `{m}`, then find the middle value for {P}",
+            "median `{m}` for {P} on clean rows",
+        ),
+    ),
+    (
+        r"Build a binary feature from {m} and count it inside the previous step's {g} group",
+        ("flag rows by `{m}` and count the flags within {P}", "turn `{m}` into a 0/1 flag and total it for {P}"),
+    ),
+    (
+        r"Pearson correlation of {x} and {y} inside the previous step's {g} group",
+        ("correlate `{x}` with `{y}` within {P}", "see whether `{x}` and `{y}` move together for {P}"),
+    ),
+    (
+        r"Stratify by the previous step's {g} group, contrast mean {m} above vs at-or-below the median {x}",
+        ("within {P}, split at the median `{x}` and compare mean `{m}`", "compare `{m}` for high and low `{x}` in {P}"),
+    ),
+    (
+        r"Date span of {d} inside the previous step's {g} group",
+        ("measure how many days `{d}` covers for {P}", "take first and last `{d}` of {P} and count the days"),
+    ),
+    (
+        r"Use the previous result as a threshold on {m}",
+        ("count the rows whose `{m}` is above {P}", "see how many `{m}` values exceed {P}"),
+    ),
+    (
+        r"Filter {m} by the previous result, then take the mode of {g}",
+        ("keep rows with `{m}` over {P} and find their commonest `{g}`", "see which `{g}` leads once `{m}` > {P}"),
+    ),
+    (
+        r"Compare the previous result with the median of {m}",
+        ("subtract the median `{m}` from {P}", "see how far {P} sits from the median `{m}`"),
+    ),
+    (
+        r"Check a claim about the previous result against the median of {m}",
+        ("set {P} against the median `{m}`", "check {P} against the middle value of `{m}`"),
+    ),
+    (
+        r"Percentile rank of the previous result within {m}",
+        ("see where {P} falls among the `{m}` values", "work out the percentile rank of {P} in `{m}`"),
+    ),
+    (
+        r"Ratio of the maximum {m} to the previous result",
+        ("divide the largest `{m}` by {P}", "see how many times {P} fits into the top `{m}`"),
+    ),
+    (
+        r"Count records beyond mean \+/- 2 x the previous spread of {m}",
+        ("count `{m}` values more than two {P} from the mean", "flag `{m}` values outside mean +/- 2 * {P}"),
+    ),
+    (
+        r"Coefficient of variation of {m} from the previous spread",
+        ("divide {P} by the mean `{m}`", "relate {P} to the average `{m}` (coefficient of variation)"),
+    ),
+    (
+        r"Divide the previous count by the number of records",
+        ("turn {P} into a share of all rows", "see what fraction of the table {P} is"),
+    ),
+    (
+        r"Compare the previous count with half the table",
+        ("check {P} against half the rows", "see if {P} is a majority"),
+    ),
+    (
+        r"Scale the previous difference by the mean of {m}",
+        ("express {P} as a percentage of the mean `{m}`", "put {P} on the scale of the average `{m}`"),
+    ),
+    (r"Check a claim about the previous result", ("settle the claim with {P}", "test the statement against {P}")),
+    (
+        r"Sum of {m} restricted to one {g} group",
+        ("total `{m}` for that one `{g}`", "add up `{m}` over the rows of that `{g}`"),
+    ),
+    (r"Maximum of {m} within one {g} group", ("take the largest `{m}` in that `{g}`", "find the top `{m}` there")),
+    (
+        r"Sum {m} per {g} and return the top three group labels in descending order",
+        ("add up `{m}` for each `{g}` and list the biggest three", "rank `{g}` by summed `{m}` and keep three"),
+    ),
+    (
+        r"Find the single record with the largest {m} and report its {lab}",
+        ("find the row with the top `{m}` and read its `{lab}`", "sort by `{m}` and take the first `{lab}`"),
+    ),
+    (r"Filter on {g} and count the matching rows", ("count the rows with that `{g}`", "filter `{g}` and count")),
+    (
+        r"Compute the mean of {m}, then count rows strictly above it",
+        ("count the rows whose `{m}` beats its own mean", "compare each `{m}` with the average and count the higher"),
+    ),
+    (
+        r"Number of unique non-missing values of {g}",
+        ("count the different `{g}` values", "see how many distinct `{g}` there are"),
+    ),
+    (
+        r"Mean {m} for two {g} groups, subtracted",
+        ("subtract one `{g}`'s mean `{m}` from the other's", "set the two `{g}` groups' average `{m}` side by side"),
+    ),
+    (
+        r"Median {m} of each of the two {g} groups; name the larger",
+        (
+            "set the middle `{m}` value of one `{g}` against the other",
+            "take median `{m}` per `{g}` and keep the higher",
+        ),
+    ),
+    (r"sum\({a}\) / sum\({b}\)", ("divide total `{a}` by total `{b}`", "relate the sums of `{a}` and `{b}`")),
+    (r"max\({m}\) - min\({m}\)", ("take the range of `{m}`", "subtract the smallest `{m}` from the largest")),
+    (r"Add the {m} sums of two {g} groups", ("add up `{m}` over both `{g}` groups", "sum `{m}` for the two groups")),
+    (
+        r"Basic summary of {m}; mean rounded to 4 decimals",
+        ("summarise `{m}`: lowest, highest, average", "get min, max and mean of `{m}`"),
+    ),
+    (
+        r"Structure overview: shape and the column with the most gaps, placeholder text included",
+        ("count rows and columns and find the gappiest column", "size the table and see where blanks pile up"),
+    ),
+    (
+        r"Verify a claim by comparing two group means of {m}",
+        ("compare the two groups' average `{m}`", "check the claim on mean `{m}` per group"),
+    ),
+    (
+        r"Locate the maximum of {m} and check the claimed {g}",
+        ("find the row with the top `{m}` and read its `{g}`", "see whose `{m}` is largest"),
+    ),
+    (
+        r"Share of {m} \(a non-negative quantity\) attributable to one {g} group, in percent",
+        ("work out what percent of all `{m}` that `{g}` holds", "divide that `{g}`'s `{m}` by the grand total"),
+    ),
+    (
+        r"Sort by {d}, take the percentage change of {m} between consecutive records, and average it",
+        ("order by `{d}` and average the step-to-step change in `{m}`", "average the period returns of `{m}`"),
+    ),
+    (
+        r"Relative dispersion of {m}: 100 \* std / mean",
+        ("relate the spread of `{m}` to its level", "divide the std of `{m}` by its mean, in percent"),
+    ),
+    (
+        r"Two steps: rank {g} groups by summed {m1}, then average {m2} inside the winner",
+        ("find the `{g}` whose `{m1}` adds up highest, then average `{m2}` there", "total `{m1}` per `{g}` first"),
+    ),
+    (
+        r"Compute a group mean, use it as a threshold over the whole table, express the count as a percentage",
+        ("take one group's mean and the percent of rows above it", "use a group average as the cut-off"),
+    ),
+    (
+        r"Extract the year from {d} and count records per year",
+        ("tally the rows by the year in `{d}`", "group `{d}` by year and find the busiest"),
+    ),
+    (
+        r"Average {m} per year; growth = \(last - first\) / first \* 100",
+        (
+            "take the yearly mean of `{m}` and set the last year against the first",
+            "measure how `{m}` grew across the years",
+        ),
+    ),
+    (
+        r"Group records by the month of {d}, sum {m}, report the top month",
+        ("total `{m}` per month of `{d}`", "find the month with the most `{m}`"),
+    ),
+    (
+        r"Parse {d} as dates and take max - min in whole days",
+        ("parse `{d}` and count the days from first to last", "measure the time `{d}` covers"),
+    ),
+    (
+        r"Derived ratio column {a}/{b}, then its mean",
+        ("compute `{a}` over `{b}` per row and average it", "build the per-row ratio of `{a}` to `{b}`"),
+    ),
+    (
+        r"z = \({m} - mean\) / std; report max z",
+        ("standardise `{m}` and find the largest z", "see how far the top `{m}` sits in standard deviations"),
+    ),
+    (
+        r"Quantile binning of {m} with pandas qcut, count of the top bin",
+        ("cut `{m}` into quartiles and count the top one", "bin `{m}` by quantile"),
+    ),
+    (
+        r"Extract month from {d}; mode of the new feature",
+        ("derive the month from `{d}` and find the usual one", "see which month of `{d}` comes up most"),
+    ),
+    (
+        r"Deduplicate, then filter incomplete rows on the named columns; count the rest",
+        ("drop repeated rows and rows with gaps, then count", "clean the rows and count what survives"),
+    ),
+    (
+        r"Median imputation followed by min-max normalisation of {m}",
+        ("fill blank `{m}` with its median and rescale to 0-1", "impute, then min-max scale `{m}`"),
+    ),
+    (
+        r"Categorical encoding of {g}; answer as 'columns, ones'",
+        ("one-hot encode `{g}` and count columns and ones", "turn `{g}` into indicator columns"),
+    ),
+    (
+        r"Linear correlation of {x} and {y} over rows where both are present",
+        ("correlate `{x}` with `{y}` on rows that have both", "see whether `{x}` and `{y}` move together"),
+    ),
+    (
+        r"Correlate each candidate with {y} \(pairwise complete rows\) and pick the largest \|r\|",
+        ("correlate every candidate with `{y}` and keep the strongest", "find what tracks `{y}` best"),
+    ),
+    (
+        r"Naive effect estimate: difference in mean {y} between the above-median and the other {x} records"
+        r" \(rows with both values present\)",
+        ("split at the median `{x}` and compare mean `{y}` on both sides", "contrast `{y}` for high and low `{x}`"),
+    ),
+    (
+        r"Stratified \(adjusted\) difference in means, using {g} as the confounder",
+        ("compare the means inside each `{g}` and weight the gaps", "hold `{g}` fixed while comparing"),
+    ),
+    (
+        r"Slope of the ordinary least squares line of {y} on {x}",
+        ("fit a line through `{y}` against `{x}` and read the slope", "regress `{y}` on `{x}`"),
+    ),
+    (
+        r"Group mean minus overall mean of {m}",
+        ("see how far that group's mean `{m}` sits from the overall one", "set the group average against all rows"),
+    ),
+    (
+        r"Tukey fences on {m}; count the outliers",
+        ("count `{m}` values outside the 1.5 IQR fences", "apply the IQR rule to `{m}`"),
+    ),
+    (
+        r"Z-score outliers of {m} at threshold {k}",
+        ("count `{m}` values beyond {k} standard deviations", "flag `{m}` by z-score at {k}"),
+    ),
+    (
+        r"Sample skewness of {m} and a label from the \+/-0\.5 rule of thumb",
+        ("measure the skew of `{m}` and name its direction", "check which way `{m}` leans"),
+    ),
+    (
+        r"Shapiro-Wilk on the non-missing {m} values",
+        ("test `{m}` for normality (Shapiro-Wilk)", "run a Shapiro-Wilk test on `{m}`"),
+    ),
+    (
+        r"Non-parametric comparison of two {g} groups on {m}",
+        ("compare `{m}` between the two `{g}` groups with Mann-Whitney", "rank-test `{m}` across the two groups"),
+    ),
 )
 
 
-def plan_text(description: str | None, previous: str | None = None) -> str | None:
-    """A step's description as the plan of a thought: without the note on what it builds on, the earlier
-    result named by the variable holding it, first letter lower case; None when there is none."""
-    text = _BUILDS_ON.sub("", description or "").strip().rstrip(".")
-    if not text or len(text) > 220:
+def _plan_pattern(template: str) -> re.Pattern:
+    """A description template as a regex: each ``{slot}`` captures a column name (a repeat must match the same)."""
+    seen: set[str] = set()
+
+    def slot(m: re.Match) -> str:
+        name = m.group(1)
+        if name in seen:
+            return f"(?P={name})"
+        seen.add(name)
+        return f"(?P<{name}>.+?)"
+
+    return re.compile("^" + re.sub(r"\{(\w+)\}", slot, template) + r"\.?$", re.DOTALL)
+
+
+_PLAN_PATTERNS = tuple((_plan_pattern(template), phrasings) for template, phrasings in _PLANS)
+
+
+def plan_text(description: str | None, previous: str | None = None, seed: str = "") -> str | None:
+    """A step's description as an analyst's plan, in words of the analyst's own (``_PLANS``): the columns it
+    names, the earlier result named by the variable holding it; None where the description is not one the
+    synthesizer writes (the thought then says how the step computes, never the description itself)."""
+    text = _BUILDS_ON.sub("", description or "").strip()
+    found = [(m, phrasings) for pattern, phrasings in _PLAN_PATTERNS if (m := pattern.match(text))]
+    if not found:
         return None
-    if previous:
-        text = _PREVIOUS.sub(f"`{previous}`", text, count=1)
-        text = re.sub(r"\bfound by the previous step\b", f"in `{previous}`", text)
-        text = re.sub(r"\bthe previous step's (\w+) group\b", rf"the \1 group in `{previous}`", text)
-    first = text.split(" ", 1)[0].rstrip(",:;")
-    if text[:2].isupper() or first in _PROPER:
-        return text
-    return text[0].lower() + text[1:]
-
-
-_PROPER = frozenset("Tukey Pearson Spearman Kendall Shapiro Welch Student Fisher Gini Benford Pareto".split())
+    # the template that explains most of the text ("Sample standard deviation of {m}" also matches "... of {m}
+    # inside the previous step's {g} group", with a slot that swallowed the rest)
+    m, phrasings = min(found, key=lambda f: sum(len(v or "") for v in f[0].groupdict().values()))
+    slots = {k: v for k, v in m.groupdict().items() if v is not None}
+    slots["P"] = f"`{previous}`" if previous else "that value"
+    return pick(phrasings, seed, "plan-" + text).format(**slots)
 
 
 _SENTENCE_WORDS = frozenset(
     "the a an no zero it its table good first now so next with after one two three four five six seven eight nine "
     "ten only none shape".split()
 )
+
+
+def cap_word(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def cap(text: str) -> str:

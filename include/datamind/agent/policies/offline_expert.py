@@ -561,14 +561,24 @@ class OfflineExpertPolicy:
         cols = self._chain_columns()[:3]
         named = narration.name_list(cols, 3) if cols else None
         k = len(self._hops)
-        first = narration.plan_text(self._hops[0].description)
-        last = narration.plan_text(self._hops[-1].description) if k > 1 else None
+        first = narration.plan_text(self._hops[0].description, seed=seed)
+        last = narration.plan_text(self._hops[-1].description, seed=seed) if k > 1 else None
         steps = {2: "two", 3: "three", 4: "four", 5: "five"}.get(k, str(k))
         plan = ""
         if first and last:
-            plan = f"The plan has {steps} steps, from {first} to {last}. "
+            plan = narration.pick(
+                (
+                    f"{narration.cap_word(steps)} steps: first {first}, and in the end {last}. ",
+                    f"It takes {steps} steps: I {first}, and finally {last}. ",
+                    f"The chain is {steps} steps long. It starts when I {first} and ends when I {last}. ",
+                ),
+                seed,
+                "plan",
+            )
         elif first:
-            plan = f"The plan: {first}. "
+            plan = narration.pick(
+                (f"The plan: {first}. ", f"One step: {first}. ", f"I need to {first}. "), seed, "plan"
+            )
         if self._data_format == "sqlite":
             tables = self._chain_tables()
             where = f"the {narration.name_list(tables, 2)} table{'s' if len(tables) > 1 else ''}" if tables else None
@@ -738,7 +748,7 @@ class OfflineExpertPolicy:
         columns = self._known or self._names_in_schema()
         cols = narration.columns_used(_body(h.program), columns)
         prev = self._by_hop.get(step.index - 1)
-        plan = narration.plan_text(h.description, prev.var if prev else None)
+        plan = narration.plan_text(h.description, prev.var if prev else None, seed)
         code = step.code
         via_var = prev is not None and prev.var and re.search(rf"\b{re.escape(prev.var)}\b", code) is not None
         form = describe_program(code)

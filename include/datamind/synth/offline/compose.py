@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from datamind import references
 from datamind.data_source import Source
 from datamind.ids import stable_id
+from datamind.phrasing import STEP_FIRST, STEP_NEXT
 from datamind.synth.offline.columns import TableView
 from datamind.synth.offline.engine import Rejected, answer_problem, build_solution, execute
 from datamind.synth.offline.execute import ExecutionError
 from datamind.synth.offline.generators import Task
-from datamind.synth.offline.phrasing import STEP_FIRST, STEP_NEXT
 from datamind.synth.offline.steps import (
     ROOTS,
     TRANSITIONS,

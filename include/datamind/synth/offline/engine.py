@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datamind import references
 from datamind.data_source import Source
 from datamind.ids import stable_id
+from datamind.phrasing import answer_form_problem
 from datamind.synth.offline import templates  # noqa: F401 - registers every template in REGISTRY
 from datamind.synth.offline.columns import TableView
 from datamind.synth.offline.execute import ExecutionError, run_body_on_frame, run_solution
@@ -72,7 +73,8 @@ class Rejected:
     reason, never silently skipped."""
 
     task: Task
-    code: str  # literal_answer | answer_in_question | answer_is_row_count | fixed_by_construction | chain_loop
+    code: str  # literal_answer | answer_in_question | answer_is_row_count | fixed_by_construction | chain_loop |
+    # answer_form_mismatch
     reason: str
     solution: str = ""
 
@@ -117,8 +119,8 @@ def execute(lang: str, solution: str, source: Source, task: Task | None = None, 
 
 def answer_problem(task: Task, lang: str, solution: str, answer: str, view: TableView) -> tuple[str, str] | None:
     """(reason code, reason) when an executed question teaches no analysis: its program writes the answer as a
-    literal, its question states the answer, or the answer is the table's row count (what the first look at the
-    data prints; nothing was computed)."""
+    literal, its question states the answer, the answer is the table's row count (what the first look at the
+    data prints; nothing was computed), or the answer is not of the form the question asks."""
     literal = references.planted_answer(solution, answer, lang)
     if literal is not None:
         return references.LITERAL_ANSWER, f"the reference program writes its answer as the literal {literal}"
@@ -128,6 +130,9 @@ def answer_problem(task: Task, lang: str, solution: str, answer: str, view: Tabl
         return references.ANSWER_IS_ROW_COUNT, (
             f"the answer {answer!r} is the table's row count, which the first look at the data prints"
         )
+    form = answer_form_problem(task.question, answer)
+    if form is not None:
+        return references.ANSWER_FORM_MISMATCH, form
     return None
 
 

@@ -38,9 +38,12 @@ def format_value(value) -> str:
 
 
 def format_rows(rows: list[tuple]) -> str:
-    """SQL result -> answer: a single cell as itself, else rows joined by '; ' and cells by ', '."""
+    """SQL result -> answer: a single cell as itself, one column's values as a list (', '), else rows joined by
+    '; ' and cells by ', ' (the three top regions are 'a, b, c', as pandas and the question write a list)."""
     if len(rows) == 1 and len(rows[0]) == 1:
         return format_value(rows[0][0])
+    if all(len(row) == 1 for row in rows):
+        return ", ".join(format_value(row[0]) for row in rows)
     return "; ".join(", ".join(format_value(c) for c in row) for row in rows)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -33,7 +34,7 @@ class Task:
     question: str
     description: str
     py: str  # body: reads ``df``, assigns ``answer``
-    sql: str | None = None  # uses ``{src}`` for the relation
+    sql: str | None = None  # SQLite's formulation, over ``{src}``: a database source's reference where given
     imports: tuple[str, ...] = ()
     params: dict = field(default_factory=dict)
     # DuckDB formulation (uses ``{src}``) for analyses SQLite's dialect cannot express (median,
@@ -42,6 +43,9 @@ class Task:
     # Other Python bodies (numpy, scipy, the standard library) computing the same ``answer``: independent
     # formulations for analyses no SQL engine here expresses.  Each may bring its own imports.
     alt: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The steps the question asks for, each using the result of the one before ("first find the group with the
+    # largest total, then average inside it": 2): a single question's hop label counts them.
+    hops: int = 1
 
 
 def task_text(task: Task) -> str:
@@ -99,6 +103,17 @@ def two_values(view: TableView, g: str, m: str | None = None, min_count: int = 2
     if m is not None:
         vals = [v for v in vals if view.df.loc[view.df[g] == v, m].notna().sum() >= min_count]
     return list(itertools.combinations(vals[:4], 2))
+
+
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def iso_days(values: pd.Series) -> bool:
+    """Whether every value is a calendar day written as ISO text ('2024-03-05'): what SQLite's date functions
+    read exactly, so a date question over such a column is one SQL query, as an analyst would write it
+    (days alone: differences of whole days are exact in julianday)."""
+    v = values.dropna()
+    return len(v) > 0 and all(isinstance(x, str) and _ISO_DAY.fullmatch(x) for x in v)
 
 
 # Data-derived names and values enter program text only as repr() literals in plain expressions, never

@@ -17,7 +17,7 @@ import pandas as pd
 
 from datamind.data_source import qi, ql
 from datamind.synth.offline.columns import TableView
-from datamind.synth.offline.generators import Task, an, c, unique_top
+from datamind.synth.offline.generators import Task, an, c, iso_days, unique_top
 
 NP = ("import numpy as np",)
 
@@ -513,6 +513,10 @@ def group_span_days(view, prev: Value, rng):
         ),
         f"Date span of {d} inside the previous step's {g} group.",
         f"stamps = {sel}\nanswer = int((stamps.max() - stamps.min()).days)",
+        f"SELECT CAST(MAX(julianday({qi(d)})) - MIN(julianday({qi(d)})) AS INTEGER) FROM {{src}} "
+        f"WHERE {qi(g)} = {ql(v)}"
+        if iso_days(view.df.loc[view.df[g] == v, d])
+        else None,
         alt=(
             (
                 f"stamps = {sel}\ndays = sorted({{ts.date() for ts in stamps}})\nanswer = (days[-1] - days[0]).days",

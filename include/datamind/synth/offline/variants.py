@@ -24,14 +24,16 @@ from datamind.synth.offline.generators import Task, task_text
 if TYPE_CHECKING:
     import pandas as pd
 
-# Prints a query result the way reference answers are formatted: one cell as itself, else rows
-# joined by "; " and cells by ", ", floats rounded to 4 places.
+# Prints a query result the way reference answers are formatted (``execute.format_rows``): one cell as itself,
+# one column as a list, else rows joined by "; " and cells by ", ", floats rounded to 4 places.
 _PRINT_ROWS = """
 def _cell(v):
     return repr(round(v, 4)) if isinstance(v, float) else str(v)
 
 if len(rows) == 1 and len(rows[0]) == 1:
     print(_cell(rows[0][0]))
+elif all(len(r) == 1 for r in rows):
+    print(", ".join(_cell(r[0]) for r in rows))
 else:
     print("; ".join(", ".join(_cell(v) for v in r) for r in rows))
 """
@@ -70,7 +72,9 @@ def candidate_variants(task: Task, source: Source, lang: str) -> list[str]:
     """Alternative programs for ``task`` besides the reference written in ``lang``."""
     out: list[str] = []
     source = source.narrowed(task_text(task))
-    duck_sql = task.sql or task.duck  # SQLite's dialect is a subset of what DuckDB runs here
+    # DuckDB's own formulation where a task has one (date functions differ: strftime's arguments are swapped),
+    # else the SQLite statement, which DuckDB runs as written
+    duck_sql = task.duck or task.sql
     if source.fmt == "sqlite":
         if lang == "sql":
             preamble = source.python_preamble(task.imports)

@@ -16,6 +16,7 @@ from datamind.synth.offline.generators import (
     an,
     c,
     fmt,
+    iso_days,
     missing_counts,
     sample,
     template,
@@ -131,6 +132,7 @@ def mh_top_group_mean(view, rng):
             f"SELECT ROUND(AVG({qi(m2)}), 4) FROM {{src}} WHERE {qi(g)} = (SELECT {qi(g)} FROM {{src}} "
             f"WHERE {qi(g)} IS NOT NULL AND {qi(m1)} IS NOT NULL GROUP BY {qi(g)} ORDER BY SUM({qi(m1)}) DESC LIMIT 1)",
             params={"m1": m1, "m2": m2, "g": g},
+            hops=2,
         )
 
 
@@ -151,6 +153,7 @@ def mh_share_above_group_mean(view, rng):
                 f"{ql(v)}) "
                 f"THEN 1 ELSE 0 END) / COUNT(*), 2) FROM {{src}}",
                 params={"m": m, "g": g, "v": v},
+                hops=3,  # the group's mean, the records above it, their share
             )
 
 
@@ -168,6 +171,13 @@ def _years_sql(view: TableView, d: str) -> str:
     return qi(d) if d in view.year_columns else f"year(TRY_CAST({qi(d)} AS DATE))"
 
 
+def _years_sqlite(view: TableView, d: str) -> str | None:
+    """SQLite's reading of the year: a year column itself, the year of an ISO day; None for other layouts."""
+    if d in view.year_columns:
+        return f"CAST({qi(d)} AS INTEGER)"  # a year column stored as REAL would print 2019.0
+    return f"CAST(strftime('%Y', {qi(d)}) AS INTEGER)" if iso_days(view.df[d]) else None
+
+
 def _years(view: TableView, d: str) -> pd.Series:
     if d in view.year_columns:
         return view.df[d]
@@ -176,6 +186,13 @@ def _years(view: TableView, d: str) -> pd.Series:
 
 def _time_axes(view: TableView) -> list[str]:
     return view.dates + view.year_columns
+
+
+def _by_year_sql(view: TableView, d: str) -> str | None:
+    year = _years_sqlite(view, d)
+    if year is None:
+        return None
+    return f"SELECT {year} AS y FROM {{src}} WHERE {qi(d)} IS NOT NULL GROUP BY y ORDER BY COUNT(*) DESC LIMIT 1"
 
 
 @template("time_based_calculation")
@@ -190,6 +207,7 @@ def time_busiest_year(view, rng):
             f"Which year has the most records according to {d}?",
             f"Extract the year from {d} and count records per year.",
             f"years = {_years_expr(view, d)}\nanswer = int(years.value_counts().idxmax())",
+            _by_year_sql(view, d),
             params={"d": d},
             duck=f"SELECT y FROM (SELECT {_years_sql(view, d)} AS y FROM {{src}}) WHERE y IS NOT NULL "
             "GROUP BY y ORDER BY COUNT(*) DESC LIMIT 1",
@@ -293,6 +311,9 @@ def time_span_days(view, rng):
             f"Parse {d} as dates and take max - min in whole days.",
             f"t = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dropna()\n"
             "answer = int((t.max() - t.min()).days)",
+            f"SELECT CAST(MAX(julianday({qi(d)})) - MIN(julianday({qi(d)})) AS INTEGER) FROM {{src}}"
+            if iso_days(view.df[d])
+            else None,
             params={"d": d},
             alt=(
                 (
@@ -327,6 +348,9 @@ def fe_ratio(view, rng):
             f"Derived ratio column {a}/{b}, then its mean.",
             f"t = df[({c(b)} != 0) & {c(b)}.notna() & {c(a)}.notna()]\n"
             f"answer = round(float((t[{a!r}] / t[{b!r}]).mean()), 4)",
+            # (SQLite divides integers as integers: the numerator is made real first)
+            f"SELECT ROUND(AVG(CAST({qi(a)} AS REAL) / {qi(b)}), 4) FROM {{src}} "
+            f"WHERE {qi(b)} <> 0 AND {qi(b)} IS NOT NULL AND {qi(a)} IS NOT NULL",
             params={"a": a, "b": b},
             duck=(
                 f"SELECT ROUND(AVG({qi(a)} / {qi(b)}), 4) FROM {{src}} "
@@ -395,6 +419,10 @@ def fe_month(view, rng):
             f"Extract month from {d}; mode of the new feature.",
             f"months = pd.to_datetime({c(d)}, errors='coerce', format='mixed').dt.month\n"
             "answer = int(months.value_counts().idxmax())",
+            f"SELECT CAST(strftime('%m', {qi(d)}) AS INTEGER) AS month FROM {{src}} WHERE {qi(d)} IS NOT NULL "
+            "GROUP BY month ORDER BY COUNT(*) DESC LIMIT 1"
+            if iso_days(view.df[d])
+            else None,
             params={"d": d},
             alt=(
                 (

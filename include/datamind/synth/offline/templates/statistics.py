@@ -374,10 +374,10 @@ def dist_shapiro(view, rng):
             "distribution_analysis",
             "dist_shapiro",
             f"Does {m} follow a normal distribution according to a Shapiro-Wilk test at the 0.05 significance level? "
-            "Report the p-value and the verdict.",
+            "Report the p-value (4 significant digits) and the verdict.",
             f"Shapiro-Wilk on the non-missing {m} values.",
             f"p = float(stats.shapiro({c(m)}.dropna()).pvalue)\n"
-            "answer = f\"{round(p, 4)}, {'normal' if p >= 0.05 else 'not normal'}\"",
+            "answer = f\"{p:.4g}, {'normal' if p >= 0.05 else 'not normal'}\"",
             imports=("from scipy import stats",),
             params={"m": m},
             # Shapiro-Wilk has one implementation here: the alternatives reach the values by other engines
@@ -385,14 +385,14 @@ def dist_shapiro(view, rng):
                 (
                     f"vals = {c(m)}.to_numpy(dtype=float)\n"
                     "p = float(stats.shapiro(vals[~np.isnan(vals)]).pvalue)\n"
-                    "answer = f\"{round(p, 4)}, {'normal' if p >= 0.05 else 'not normal'}\"",
+                    "answer = f\"{p:.4g}, {'normal' if p >= 0.05 else 'not normal'}\"",
                     ("import numpy as np", "from scipy import stats"),
                 ),
                 (
                     f"sql = {f'SELECT {qi(m)} FROM df WHERE {qi(m)} IS NOT NULL'!r}\n"
                     "vals = [r[0] for r in duckdb.sql(sql).fetchall()]\n"
                     "p = float(stats.shapiro(vals).pvalue)\n"
-                    "answer = f\"{round(p, 4)}, {'normal' if p >= 0.05 else 'not normal'}\"",
+                    "answer = f\"{p:.4g}, {'normal' if p >= 0.05 else 'not normal'}\"",
                     ("import duckdb", "from scipy import stats"),
                 ),
             ),
@@ -409,11 +409,12 @@ def dist_mannwhitney(view, rng):
                 "distribution_analysis",
                 "dist_mannwhitney",
                 f"Do the {m} distributions of {g} {fmt(a)} and {g} {fmt(b)} differ significantly according to a "
-                "two-sided Mann-Whitney U test at the 0.05 level? Report the p-value and the verdict.",
+                "two-sided Mann-Whitney U test at the 0.05 level? Report the p-value (4 significant digits) and the "
+                "verdict.",
                 f"Non-parametric comparison of two {g} groups on {m}.",
                 f"x = df.loc[{c(g)} == {a!r}, {m!r}].dropna()\ny = df.loc[{c(g)} == {b!r}, {m!r}].dropna()\n"
                 "p = float(stats.mannwhitneyu(x, y, alternative='two-sided').pvalue)\n"
-                "answer = f\"{round(p, 4)}, {'different' if p < 0.05 else 'not different'}\"",
+                "answer = f\"{p:.4g}, {'different' if p < 0.05 else 'not different'}\"",
                 imports=("from scipy import stats",),
                 params={"m": m, "g": g, "a": a, "b": b},
                 alt=(
@@ -423,7 +424,7 @@ def dist_mannwhitney(view, rng):
                         f"x = vals[(groups == {a!r}) & ~np.isnan(vals)]\n"
                         f"y = vals[(groups == {b!r}) & ~np.isnan(vals)]\n"
                         "p = float(stats.mannwhitneyu(x, y, alternative='two-sided').pvalue)\n"
-                        "answer = f\"{round(p, 4)}, {'different' if p < 0.05 else 'not different'}\"",
+                        "answer = f\"{p:.4g}, {'different' if p < 0.05 else 'not different'}\"",
                         ("import numpy as np", "from scipy import stats"),
                     ),
                     (
@@ -431,7 +432,7 @@ def dist_mannwhitney(view, rng):
                         f"x = [r[0] for r in duckdb.execute(sql, [{a!r}]).fetchall()]\n"
                         f"y = [r[0] for r in duckdb.execute(sql, [{b!r}]).fetchall()]\n"
                         "p = float(stats.mannwhitneyu(x, y, alternative='two-sided').pvalue)\n"
-                        "answer = f\"{round(p, 4)}, {'different' if p < 0.05 else 'not different'}\"",
+                        "answer = f\"{p:.4g}, {'different' if p < 0.05 else 'not different'}\"",
                         ("import duckdb", "from scipy import stats"),
                     ),
                 ),

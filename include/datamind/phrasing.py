@@ -46,6 +46,65 @@ def answer_kind(answer: str, program: str | None = None) -> str:
     return "label"
 
 
+# ("how many times" asks for a ratio, not a count)
+_HOW_MANY = re.compile(r"^(?:how many(?! times)|what is the number of|what number of)\b", re.IGNORECASE)
+_ASKS_YES_NO = re.compile(
+    r"^(?:is|are|does|do|did|was|were|has|have|can|could)\b|^true or not\b|^check the claim\b|\byes or no\b|"
+    r"\byes/no\b",
+    re.IGNORECASE,
+)
+_COMPOUND = re.compile(r"\band (?:which|what|how|whether)\b|\brows and columns\b", re.IGNORECASE)
+_ASKS_DECIMALS = re.compile(r"\b(?:round(?:ed)? to|to) (\d|one|two|three|four) decimal", re.IGNORECASE)
+_ASKS_P_VALUE = re.compile(r"\bp-?value\b", re.IGNORECASE)
+_PROSE = re.compile(r"^[A-Z][^\n]*\s[^\n]*[.!]$")
+_DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4}
+
+
+def answer_form_problem(question: str, answer: str) -> str | None:
+    """Why ``answer`` is not of the form ``question`` asks, or None; one check for every question, offline
+    template or model-written. A "how many" is one whole number (not '346.0'); a question that asks yes or no
+    is answered Yes or No, and a question that asks for a value does not say "reply with yes or no"; an answer
+    is of the form the question's format sentence states; a list asked for with commas has commas, not ';'; a
+    number asked for to N decimals has at most N; a p-value is not rounded to 0; no answer is a sentence (a
+    program that prints prose teaches the agent to answer in prose, and no judge can compare it)."""
+    text = answer.strip()
+    ask = final_ask(question)
+    core = without_format(ask)  # what is asked, without the sentence that says in which form
+    stated = next((kind for kind, options in _FORMATS.items() if any(ask.endswith(o) for o in options)), None)
+    verdict = text.lower() in ("yes", "no")
+    asks_verdict = _ASKS_YES_NO.search(core) is not None and not re.search(r"\bor\b(?! no\b| not\b)", core)
+    # a Yes read from the data (the top value of a Yes/No column) is a value, unless a verdict is asked for
+    kind = "yesno" if verdict and (stated == "yesno" or asks_verdict) else answer_kind(text, "")
+    if len(text.split()) >= 5 and _PROSE.match(text):
+        return f"the program printed a sentence ({text[:120]!r}): print only the value(s) the question asks for"
+    # (a count asked for beside other values - "how many rows and columns, and which column..." - is one part)
+    if _HOW_MANY.match(core) and stated in (None, "number") and not _COMPOUND.search(core):
+        if kind != "number":
+            return f"the question asks how many, and the program printed {text[:120]!r}, not one number"
+        if not re.fullmatch(r"[-+]?\d+", text.replace(",", "")):
+            return f"the question asks how many, and the program printed {text!r}, not a whole number"
+    if asks_verdict and not verdict and stated in (None, "yesno"):  # (a verdict asked for with its p-value: a list)
+        return f"the question asks yes or no, and the program printed {text[:120]!r}"
+    if stated == "yesno" and not asks_verdict:
+        return "the question asks for a value but says to reply with yes or no"
+    if stated is not None and stated != kind and not (stated == "label" and kind == "number"):
+        return f"the question asks for {_FORM_WORDS[stated]}, and the program printed {text[:120]!r}"
+    if re.search(r"\bcomma", question, re.IGNORECASE) and ";" in text and ", " not in text:
+        return f"the question asks for a comma-separated list, and the program printed {text[:120]!r}"
+    places = _ASKS_DECIMALS.search(question)
+    if places and kind == "number" and "." in text:
+        want = _DIGITS.get(places.group(1).lower()) or int(places.group(1))
+        if len(text.split(".")[1].rstrip("%")) > want:
+            return f"the question asks for {want} decimal(s), and the program printed {text!r}"
+    first = text.split(",")[0].strip()  # a p-value reported with its verdict comes first
+    if _ASKS_P_VALUE.search(core) and _NUMBER.match(first) and float(first.rstrip("%")) == 0:
+        return f"the question asks for a p-value, and the program printed {text!r}: rounded away to zero"
+    return None
+
+
+_FORM_WORDS = {"number": "one number", "yesno": "yes or no", "label": "a value", "list": "a list of values"}
+
+
 def undouble(question: str) -> str:
     """'the highest average total total' -> 'the highest average total' (the later spelling wins: it is
     usually the column's own name)."""
