@@ -380,3 +380,19 @@ def test_aggregate_rows_are_named_when_left_out_and_left_out_once(sandbox, tmp_p
     assert "isin(['Total'])" in codes[1] and "isin(" not in codes[2]
     assert "totals of other rows" in thinks[1] and "'Total'" in thinks[1] and "`area`" in thinks[1]
     assert "> avg_pop" in codes[2]
+
+
+def test_a_value_minus_the_median_is_named_as_a_difference_not_as_the_median():
+    # the chain step "subtract the overall median" once stored its difference as `median_<column>`, so a
+    # sample taught that a variable called median holds something else
+    from datamind.agent.policies.cells import variable_name
+
+    name = variable_name(
+        "Compare the previous result with the median of Revenue target.",
+        "answer = round(float(123729.1667 - df['Revenue target'].median()), 4)",
+        ["Revenue target"],
+        "-6270.8333",
+        set(),
+    )
+    assert not name.startswith("median"), name
+    assert name.startswith("gap_"), name

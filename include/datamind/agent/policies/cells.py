@@ -46,7 +46,7 @@ _PREFIXES: tuple[tuple[re.Pattern, str], ...] = tuple(
         (r"percent(?!ile)|share of|\* 100\b|100\.0 \*", "pct"),
         (r"\bratio\b|divide", "ratio"),
         (r"date span|days\b|julianday", "days"),
-        (r"difference|subtracted|minus|\bgap\b|inside - outside|contrast|effect estimate", "gap"),
+        (r"difference|subtract|minus|\bgap\b|inside - outside|contrast|effect estimate|with the median of", "gap"),
         (r"mode of|most common|most frequent|value_counts\(\)\.idxmax|order by count\(\*\) desc", "top"),
         (r"rank by|report the group|largest mean|idxmax|idxmin|order by (?:avg|sum)\(", "top"),
         (r"median", "median"),
