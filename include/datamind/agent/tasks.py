@@ -190,7 +190,7 @@ def _task(root: DataRoot, row: dict, by_id: dict, by_table: dict, by_file: dict)
         options = json.loads(raw_options) if isinstance(raw_options, str) and raw_options else dict(raw_options or {})
     except (json.JSONDecodeError, TypeError, ValueError):
         options = {}
-    return QueryTask(row, chain_of(row, by_id), path, fmt, read_kwargs(fmt, raw_options), staged, options)
+    return QueryTask(row, chain_of(row, by_id), path, fmt, read_kwargs(fmt, options), staged, options)
 
 
 # -- prompts ---------------------------------------------------------------------------------
