@@ -115,7 +115,8 @@ def _to_regex(gbnf: str) -> re.Pattern:
 def test_a_turn_the_protocol_writes_is_one_the_turn_grammar_allows():
     from datamind.agent import protocol
 
-    g = _to_regex(grammar("react_turn"))
+    g = _to_regex(grammar("react_turn", final=False))
+    last = _to_regex(grammar("react_turn", final=True))
     code_turn = protocol.format_code_turn(
         "I load the file first.", "import pandas as pd\nprint(pd.read_csv('a.csv').shape)"
     )
@@ -123,6 +124,7 @@ def test_a_turn_the_protocol_writes_is_one_the_turn_grammar_allows():
     for ok in (code_turn, answer_turn):
         assert g.fullmatch(ok), ok
         assert not protocol.parse_turn(ok).is_void
+    assert last.fullmatch(answer_turn) and not last.fullmatch(code_turn)  # the last allowed turn must answer
     refused = [
         "The average is 3.5.",  # no tags: what the base model writes unconstrained
         "<think>\n```python\nprint(1)\n```\n</think>\n<answer>\n1\n</answer>",  # code hidden in the thought

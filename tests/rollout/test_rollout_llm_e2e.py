@@ -97,7 +97,10 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
     assert shown.count("Step 2 code:\nprint(f\"{df.loc[df['region'] == 'South', 'price'].max():.2f}\")") == 3
     assert "Step 1 code:\nimport pandas as pd\ndf = pd.read_csv('sales.csv')" in shown
     assert "(99, 9)" not in shown  # the invented interpreter reply was clipped, never shown as an output
-    assert shown.count("## Attempt ") == 3 and shown.count("(yours): answered") == 1
+    assert shown.count("## Attempt ") == 3 and shown.count(" above was your own.") == 1
+    # the N reflected attempts read one note that differs only at its end, so a prefix cache evaluates it once
+    notes = {b["messages"][1]["content"] for b in reflect_calls}
+    assert len(notes) == 3 and len({n.rsplit("\n", 1)[0] for n in notes}) == 1, "the notes differ before their end"
     assert {(b["temperature"], b["top_p"]) for b in reflect_calls} == {(0.7, 0.95)}  # as round 0, not 0.5
     reflected = [t for t in read_rows(root, TRAJECTORIES, DIRS["trajectories"]) if t["reflection_round"] == 1]
     assert reflected and {json.loads(t["sampling_params"])["max_turns"] for t in reflected} == {5}

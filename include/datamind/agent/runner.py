@@ -191,6 +191,7 @@ async def run_one(
             params=params.sampling(),
             sample_index=sample_index,
             template_version=json.dumps(versions, sort_keys=True),
+            last_turn=params.max_turns if params.last_turn_answers else None,
         )
     async with pool.session(task) as sess:
         result = await run_agent(

@@ -17,6 +17,10 @@ from datamind.llm.errors import EndpointUnavailable, LLMCallError
 from datamind.llm.grammars import grammar
 from datamind.llm.usage import cached_part
 
+# Appended to the last output the agent reads before its last allowed turn. The trajectory records the output
+# as the sandbox printed it: a model trained on it learns to answer once it has the value, not to wait for a note.
+LAST_TURN_NOTE = "\n\n(This is your last turn: give your final answer now, from what the outputs above show.)"
+
 
 def to_chat(messages: list[dict]) -> list[dict]:
     return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
@@ -31,25 +35,36 @@ class LLMExpertPolicy:
         sample_index: int,
         template_version: str,
         role: str = "expert",
+        last_turn: int | None = None,
     ) -> None:
         self.client = client
         self.role = role
         self.params = {**dict(params), "stop": list(protocol.STOP_SEQUENCES)}
         self.sample_index = sample_index
         self.template_version = template_version
-        self.grammar = grammar("react_turn")  # sent only where the endpoint takes grammars (LLMConfig.grammar)
+        # sent only where the endpoint takes grammars (LLMConfig.grammar)
+        self.grammar = grammar("react_turn", final=False)
+        # ``last_turn``: the turn (1-based) on which the agent must answer, by grammar and by a note in what it
+        # reads; None leaves the budget to run out (evaluation measures whether a model answers on its own)
+        self.last_turn = last_turn
+        self.final_grammar = grammar("react_turn", final=True)
         shown = ",".join(f"{k}={v}" for k, v in sorted(dict(params).items()))
         self.name = f"llm:{role}:{shown}:sample={sample_index}"
 
     async def next_turn(self, messages: list[dict], last_observation: Any | None) -> PolicyReply:
+        chat, final = to_chat(messages), False
+        if self.last_turn is not None and sum(m["role"] == "assistant" for m in messages) + 1 >= self.last_turn:
+            final = True
+            if chat and chat[-1]["role"] == "user":  # only the model reads this; the trajectory keeps the output
+                chat[-1] = {**chat[-1], "content": chat[-1]["content"] + LAST_TURN_NOTE}
         try:
             res = await self.client.chat(
                 self.role,
-                to_chat(messages),
+                chat,
                 params=self.params,
                 sample_index=self.sample_index,
                 template_version=self.template_version,
-                grammar=self.grammar,
+                grammar=self.final_grammar if final else self.grammar,
             )
         except EndpointUnavailable:
             raise  # the whole task must fail: no other trajectory can succeed either
