@@ -71,7 +71,7 @@ def test_a_backfill_from_the_form_adds_samples_only_from_its_new_files_and_is_ap
     root = DataRoot(str(tmp_path / "data"))
     shots = Path(os.environ.get("DATAMIND_SCREENSHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
-    for dag_id in ("ingest_files", *CHAIN):
+    for dag_id in ("ingest_files", *CHAIN, "train_agent"):  # train_agent stays paused: the decision says so
         wait_for_dag(session, base, dag_id)
 
     # 1. The deployment's settings, then the chain unpaused; a value of the wrong type is refused in words.
@@ -188,6 +188,8 @@ def test_a_backfill_from_the_form_adds_samples_only_from_its_new_files_and_is_ap
     stages = {d: (rows_in, rows_out) for d, _, rows_in, rows_out in seen}
     assert stages["profile_files"][0] == stages["synthesize_queries"][0] == "3", chain  # files, tables: the new ones
     assert stages["sample_trajectories"][0] == stages["synthesize_queries"][1], chain  # the queries of those only
+    # the judge's rows out are the rows its run wrote, not the judged table v1's samples are in too
+    assert added <= int(stages["judge_trajectories"][1]) < added + v1["n_samples"], chain
     assert "Published as v2" in chain and "awaiting_approval" in chain
     assert f"Samples from source new_csvs: 0 → {added} (+{added} / -0)." in chain
     files = re.findall(r"^(\w+\.csv) \(new\)\t0\t(\d+)\t(\d+)\t0$", chain, flags=re.M)
@@ -221,7 +223,10 @@ def test_a_backfill_from_the_form_adds_samples_only_from_its_new_files_and_is_ap
     ) in gate, gate
     for name, _, new in files:  # each new file's row: before 0, after and added what it brought
         assert re.search(rf"{re.escape(name)} \(new\)[\s|]+new\\?_csvs[\s|]+0[\s|]+{new}[\s|]+{new}[\s|]+0", gate), gate
-    assert "orders.csv" not in gate and "first_csvs" not in gate, gate  # the covered file did not change
+    # the covered file did not change: named once, on the line of files left as they were
+    n_old = old_file["after"]
+    assert f"1 file unchanged: orders.csv {n_old} -> {n_old}." in gate and gate.count("orders.csv") == 1, gate
+    assert "first_csvs" not in gate, gate
     page.locator("#element_comment").fill("3 new files, nothing redone")
     page.screenshot(path=str(shots / "21-gate-what-changed-since-v1.png"), full_page=True)
     page.get_by_role("button", name="Approve").click()
@@ -235,6 +240,7 @@ def test_a_backfill_from_the_form_adds_samples_only_from_its_new_files_and_is_ap
     page.get_by_text("Decided: approved").wait_for(timeout=30_000)
     gate = page.inner_text("body")
     assert f"Decided: approved by {decided['decided_by']}" in gate and "3 new files, nothing redone" in gate
+    assert "but train_agent is paused" in gate and "(unpaused)" not in gate, gate  # it was never unpaused here
     page.screenshot(path=str(shots / "22-gate-after-the-decision.png"), full_page=True)
     for name, url in (
         ("report", f"{base}/datamind/task/publish_dataset/{quote(publish_run, safe='')}/publish"),
@@ -246,6 +252,10 @@ def test_a_backfill_from_the_form_adds_samples_only_from_its_new_files_and_is_ap
         page.goto(url)
         shown = page.inner_text("body")
         assert said in shown and "awaiting_approval" not in shown, (name, shown)
+        if name in ("report", "viewer-release"):  # the what-changed view names the file v2 left alone
+            assert f"1 file unchanged: orders.csv {n_old} → {n_old}." in " ".join(shown.split()), (name, shown)
+        if name == "backfill":  # the release's row: all its samples out, and how many of them the backfill brought
+            assert f"({added} new)" in shown, shown
         page.screenshot(path=str(shots / f"23-decision-{name}.png"), full_page=True)
     # the release's page leads back to the backfill that fed it
     page.goto(f"{base}/datamind/viewer/releases/v2/")
