@@ -1,7 +1,8 @@
 """Stage finalizers the DAGs call once all shards of a run are written.
 
-Each reads back the rows this run wrote (by ``run_id``), plus the rows of earlier runs that never reported
-(killed before their quality check), validates them with the stage's Great Expectations suite, writes the
+Each reads back the rows this run wrote (by ``run_id``; for a table whose rows do not name their run, the judged
+rows, from the shard files the run wrote), plus the rows of earlier runs that never reported (killed before their
+quality check), validates them with the stage's Great Expectations suite, writes the
 report under ``reports/<stage>/<run_id>/`` (naming the runs it covered) and returns a short summary for the
 task log. A run that wrote nothing new (a rerun) still reports, with zero rows.
 """
@@ -46,7 +47,7 @@ def _merge_into(total: dict[str, Any], summary: dict[str, Any]) -> None:
 def rows_of_run(root: DataRoot, table: str, run_id: str, rel_dir: str | None = None):
     """Rows of ``table`` (under ``rel_dir``, default its own directory) written by ``run_id``.
 
-    Tables without a run_id column (the judged/published dataset) are returned whole.
+    Tables without a run_id column (a release folder) are returned whole.
     """
     return rows_to_validate(root, table, run_id, rel_dir, reported=None)[0]
 
@@ -58,14 +59,20 @@ def rows_to_validate(
     rel_dir: str | None,
     reported: set[str] | None,
     scope: tuple[str, str] | None = None,
+    written: list[str] | None = None,
 ) -> tuple[Any, list[str]]:
     """(rows of ``run_id`` plus rows of runs that no report has validated, those other run ids).
 
     A run killed before its quality check never reports; its rows are checked by the next run of the stage
     instead of never. ``reported=None`` selects this run's rows only. ``scope`` (column, value) limits both to
     the rows the stage owns in a shared table: an ingest run reports on its own source's rows, never on another
-    source's."""
+    source's. A table whose rows do not name their run (the judged rows) is read from ``written``, the shard
+    files this run wrote (None: everything under ``rel_dir`` is this run's, as a release folder is); its runs
+    killed before their report cannot be told apart, so they are not covered."""
     schema = schemas.ALL[table]
+    if written is not None and "run_id" not in schema.schema.names:
+        # the whole judged table is every release's rows so far: a run's counts and checks are its own files
+        return read_table(root, schema, rel_dir or assets.DIRS[table], paths=written), []
     data = read_table(root, schema, rel_dir or assets.DIRS[table])
     if scope is not None and scope[0] in data.column_names and data.num_rows:
         data = data.filter(pc.fill_null(pc.equal(data.column(scope[0]), scope[1]), False))
@@ -93,13 +100,15 @@ def finalize_stage(
     origin: dict[str, str] | None = None,
     release: dict[str, Any] | None = None,
     scope: tuple[str, str] | None = None,
+    written: list[str] | None = None,
 ) -> dict[str, Any]:
     """Validate and report (see the module docstring); ``origin`` names the DAG and task for the report,
     ``release`` is a dataset release's audit and promotion, shown first in its report; ``scope`` (column,
-    value): the stage's own rows of a table other stages write too (see ``rows_to_validate``)."""
+    value): the stage's own rows of a table other stages write too; ``written``: the shard files this run wrote,
+    which are its rows where the table's rows do not name their run (see ``rows_to_validate``)."""
     from datamind.quality.validate import reported_runs, validate_table
 
-    data, orphans = rows_to_validate(root, table, run_id, rel_dir, reported_runs(root, stage), scope)
+    data, orphans = rows_to_validate(root, table, run_id, rel_dir, reported_runs(root, stage), scope, written)
     result: dict[str, Any] = {"stage": stage, "table": table, "new_rows": data.num_rows}
     if orphans:
         result["unreported_runs_covered"] = orphans

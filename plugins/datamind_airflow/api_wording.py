@@ -5,7 +5,8 @@ the api-server, registered by the reports plugin):
   field's whole schema included, and the trigger form shows it as it is; the answer becomes one sentence
   naming the field, what it takes and what it was given (``forms.explain_param_error``);
 * the Required actions panel of a release's review, once answered: its text gains the decision in words at
-  the top (``datamind.review.decision``), where Airflow otherwise shows only who answered and when.
+  the top (``datamind.review.decision``), where Airflow otherwise shows only who answered and when, saying
+  whether the trainer DAG starts on an approved release (it does not while paused; read from the metadata DB).
 
 Only these two routes are read and rewritten, and only when the answer is the JSON Airflow wrote; anything else
 passes through untouched, streamed as it came.
@@ -14,6 +15,7 @@ passes through untouched, streamed as it came.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 
@@ -22,6 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # the review task of publish_dataset and its promoting option (dags/publish_dataset.py: REVIEW, APPROVE)
 REVIEWS = {("publish_dataset", "review"): "Approve"}
+
+log = logging.getLogger(__name__)
 
 _TRIGGER = re.compile(r"^/api/v2/dags/[^/]+/dagRuns$")
 _HITL = re.compile(r"^/api/v2/dags/[^/]+/dagRuns/[^/]+/(?:taskInstances/[^/]+/-?\d+/)?hitlDetails(?:/tries/\d+)?$")
@@ -39,6 +43,23 @@ def _reworded_refusal(status: int, doc) -> bool:
     return True
 
 
+def trainer_paused() -> bool | None:
+    """Whether the DAG a promoted release wakes is paused, from the metadata DB the api-server holds; None when
+    it is unknown (not parsed yet, or the DB did not answer: the note then says it conditionally)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from datamind.review.decision import TRAINER
+
+    try:
+        with create_session() as session:
+            return session.scalar(select(DagModel.is_paused).where(DagModel.dag_id == TRAINER))
+    except Exception:  # the panel's own answer must still come through: the note falls back to "if unpaused"
+        log.exception("could not read whether %s is paused", TRAINER)
+        return None
+
+
 def _with_decisions(status: int, doc) -> bool:
     from datamind.review.decision import decision_note
 
@@ -46,10 +67,18 @@ def _with_decisions(status: int, doc) -> bool:
         return False
     details = doc.get("hitl_details") if isinstance(doc.get("hitl_details"), list) else [doc]
     changed = False
+    paused: list[bool | None] = []  # read once, and only when an answered review is shown
+
+    def trainer_state() -> bool | None:
+        if not paused:
+            paused.append(trainer_paused())
+        return paused[0]
+
     for detail in details:
         ti = detail.get("task_instance") if isinstance(detail, dict) else None
         approve = REVIEWS.get((ti.get("dag_id"), ti.get("task_id"))) if isinstance(ti, dict) else None
-        note = decision_note(detail, approve) if approve else None
+        answered = approve and detail.get("response_received")
+        note = decision_note(detail, approve, trainer_state()) if answered else None
         if note:
             detail["body"] = f"{note}\n\n---\n\n{detail.get('body') or ''}"
             changed = True

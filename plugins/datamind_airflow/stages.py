@@ -86,14 +86,16 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
         """Validate this run's rows with Great Expectations, write the report, announce the Asset."""
         from datamind.pipeline import finalize_stage
 
+        shards = runtime.mapped_results(summaries)
         result = finalize_stage(
             runtime.data_root(),
             table,
             stage,
-            runtime.mapped_results(summaries),
+            shards,
             runtime.run_id(),
             rel_dir=rel_dir,
             origin=runtime.origin(),
+            written=[s["path"] for s in shards if s.get("path")],
         )
         settings = get_current_context()["ti"].xcom_pull(task_ids="plan", key=SETTINGS_KEY) or {}
         if settings.get("redo"):  # the run's summary repeats what its plan warned about

@@ -154,14 +154,18 @@ def _per_file(data: Path, table: str) -> dict[str, int]:
     return dict(rows)
 
 
-def _plan_settings(run) -> dict:
-    """What the run's plan task resolved and said, before any shard ran (its XCom ``settings``)."""
+def _xcom(run, task_id: str, key: str):
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    query = XComModel.get_many(run_id=run.run_id, key="settings", dag_ids=run.dag_id, task_ids="plan")
+    query = XComModel.get_many(run_id=run.run_id, key=key, dag_ids=run.dag_id, task_ids=task_id)
     with create_session() as session:
         return XComModel.deserialize_value(session.scalars(query).one())
+
+
+def _plan_settings(run) -> dict:
+    """What the run's plan task resolved and said, before any shard ran (its XCom ``settings``)."""
+    return _xcom(run, "plan", "settings")
 
 
 def test_a_backfill_of_new_files_runs_every_later_stage_under_the_deployments_settings(
@@ -203,6 +207,9 @@ def test_a_backfill_of_new_files_runs_every_later_stage_under_the_deployments_se
     assert {f: queries_after[f] for f in queries} == queries
     assert {f: judged_after[f] for f in judged} == judged
     assert _plan_settings(runs[2])["redo"] is None
+    # the judge run's counts and quality check are its own rows: the judged table also holds the first chain's
+    judged_result = _xcom(runs[4], "publish", "return_value")
+    assert judged_result["new_rows"] == sum(judged_after[f] for f in new_files) == judged_result["n_judged_samples"]
 
     # A person changes the synthesis settings: the run says, in its plan, what it will redo and why.
     deployment_settings("synthesize_queries", {**SETTINGS["synthesize_queries"], "queries_per_category": 2})

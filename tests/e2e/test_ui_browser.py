@@ -61,15 +61,16 @@ def _login(page, base: str, home: Path) -> None:
     page.wait_for_url(base + "/", timeout=60_000)
 
 
-def _trigger_from_form(page, base: str, dag_id: str, fields: dict[str, str], unpause: bool) -> None:
+def _trigger_from_form(page, base: str, dag_id: str, fields: dict[str, str], unpause: bool | None) -> None:
+    """unpause: tick or untick the form's "Unpause ... on trigger" box; None for a DAG already unpaused (the
+    form shows no such box then)."""
     page.goto(f"{base}/dags/{dag_id}")
     page.get_by_role("button", name="Trigger").first.click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_text("Run Parameters").wait_for(timeout=30_000)
     for element_id, value in fields.items():
         dialog.locator(f"#element_{element_id}").fill(value)
-    box = dialog.get_by_role("checkbox").first
-    if box.is_checked() != unpause:
+    if unpause is not None and dialog.get_by_role("checkbox").first.is_checked() != unpause:
         dialog.get_by_text(f"Unpause {dag_id} on trigger").click()
     submit = dialog.get_by_role("button", name="Trigger")
     assert submit.is_enabled(), f"{dag_id}: the form refuses its own defaults"

@@ -11,6 +11,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.testclient import TestClient
 
 from datamind.ingest.params import FilesSource
+from datamind_airflow import api_wording
 from datamind_airflow.api_wording import REVIEWS, ApiWording
 from datamind_airflow.forms import explain_param_error
 from datamind_airflow.ingest_tasks import ingest_form
@@ -93,14 +94,16 @@ def test_the_trigger_form_hears_the_sentence():
     assert "Failed validating" in client.get("/api/v2/dags/ingest_files/dagRuns").json()["detail"]
 
 
-def test_an_answered_review_says_which_way_it_was_decided():
+def test_an_answered_review_says_which_way_it_was_decided(monkeypatch):
+    monkeypatch.setattr(api_wording, "trainer_paused", lambda: False)
     client = TestClient(_airflow_like())
     path = "/api/v2/dags/publish_dataset/dagRuns/{}/taskInstances/review/-1/hitlDetails"
     approved = client.get(path.format("answered")).json()["body"]
     head, _, rest = approved.partition("\n\n---\n\n")
     assert head.startswith("**Decided: approved** by admin at 2026-11-28T12:01:37Z.")
     assert "doubled words: \\*fine\\*" in head  # the comment, its Markdown inert
-    assert "train_agent starts on it" in head and rest == "Release **v2** asks for a decision here."
+    assert "its dataset event starts train_agent (unpaused) on it" in head
+    assert rest == "Release **v2** asks for a decision here."
     rejected = client.get(path.format("rejected")).json()["body"]
     assert rejected.startswith("**Decided: rejected** by admin") and "never trained on" in rejected
     assert "No comment." in rejected
@@ -108,6 +111,40 @@ def test_an_answered_review_says_which_way_it_was_decided():
     assert client.get(path.format("other")).json()["body"] == "Release **v2** asks for a decision here."
     listed = client.get("/api/v2/dags/publish_dataset/dagRuns/r/hitlDetails").json()["hitl_details"]
     assert [d["body"].startswith("**Decided: approved**") for d in listed] == [True, False, False]
+
+
+def test_an_approval_says_a_paused_trainer_does_not_start_and_an_unknown_one_only_if_unpaused(monkeypatch):
+    """Issue 47: the note said "train_agent starts on it" while train_agent was paused; Airflow queues no run of a
+    DAG paused when the dataset event is emitted, not even for after it is unpaused."""
+    path = "/api/v2/dags/publish_dataset/dagRuns/answered/taskInstances/review/-1/hitlDetails"
+    said = {}
+    for state in (True, None):
+        monkeypatch.setattr(api_wording, "trainer_paused", lambda state=state: state)
+        said[state] = TestClient(_airflow_like()).get(path).json()["body"].partition("\n\n---\n\n")[0]
+    assert "but train_agent is paused: its dataset event starts no run of it" in said[True]
+    assert "trigger it by hand" in said[True].lower() and "(unpaused)" not in said[True]
+    assert "starts train_agent if that DAG is unpaused" in said[None] and "is paused" not in said[None]
+    # a rejection says nothing of training runs, whatever the trainer's state
+    monkeypatch.setattr(api_wording, "trainer_paused", lambda: True)
+    rejected = TestClient(_airflow_like()).get(path.replace("answered", "rejected")).json()["body"]
+    assert "never trained on" in rejected and "train_agent" not in rejected.partition("\n\n---\n\n")[0]
+
+
+def test_whether_the_trainer_is_paused_is_read_from_the_metadata_db(airflow_db):
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.utils.session import create_session
+
+    from datamind.review.decision import TRAINER
+
+    with create_session() as session:
+        session.query(DagModel).filter(DagModel.dag_id == TRAINER).delete()
+        session.merge(DagBundleModel(name="dags-folder"))
+    assert api_wording.trainer_paused() is None  # not parsed yet: unknown, so the note says it conditionally
+    for paused in (True, False):
+        with create_session() as session:
+            session.merge(DagModel(dag_id=TRAINER, bundle_name="dags-folder", is_paused=paused))
+        assert api_wording.trainer_paused() is paused
 
 
 def test_the_worded_review_is_the_dags_review(airflow_db):

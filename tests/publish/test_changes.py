@@ -56,7 +56,8 @@ def test_a_backfill_shows_what_it_added_on_new_files_apart_from_files_already_co
     assert (c["added_on_new_files"], c["added_on_covered_files"]) == (3, 2)
     assert c["files"] == {"before": 2, "after": 3, "new": 1, "gone": 0}
     by_file = {r["name"]: r for r in c["by_file"]}
-    assert set(by_file) == {"auto-mpg.csv", "sales.csv"}  # cars.csv did not change
+    assert set(by_file) == {"auto-mpg.csv", "sales.csv"}  # cars.csv did not change: it is named apart
+    assert (c["unchanged_files"], c["n_unchanged_files"]) == ([{"label": "cars.csv", "samples": 4}], 1)
     assert by_file["auto-mpg.csv"] | {"file_id": "f3"} == {
         "file_id": "f3", "name": "auto-mpg.csv", "label": "auto-mpg.csv", "source": "backfill", "before": 0,
         "after": 3, "added": 3, "dropped": 0, "new_file": True, "gone_file": False,
@@ -139,3 +140,27 @@ def test_two_changed_files_of_one_name_are_told_apart_by_their_ids():
         ),
     )  # fmt: skip
     assert sorted(r["label"] for r in c["by_file"]) == ["orders.csv (aaaa1111)", "orders.csv (cccc2222)"]
+
+
+def test_files_a_release_left_alone_are_named_on_one_line_escaped_and_bounded():
+    """Issue 47: the what-changed view listed only files that changed; that the covered files kept their counts
+    was nowhere. They are named on one line, a release over thousands of files naming the first few."""
+    from datamind.templating import render_macro
+
+    kept = {f"s{i}": ("f1", "counting", 1) for i in range(3)} | {"s9": ("f2", "counting", 1)}
+    files = {"f1": {"name": "orders.csv", "source": "a"}, "f2": {"name": "<b>x|*y*.csv", "source": "a"},
+             "f3": {"name": "new.csv", "source": "b"}}  # fmt: skip
+    c = changes.compare(changes.Side("v1", kept, files), changes.Side("v2", kept | {"s5": ("f3", "ranking", 1)}, files))
+    assert [r["name"] for r in c["by_file"]] == ["new.csv"]
+    html = render_macro("quality/changes.html.j2", "changes_section", c, None, "v2")
+    line = " ".join(html.split("<p class='meta unchanged'>")[1].split("</p>")[0].split())
+    assert line == "2 files unchanged: &lt;b&gt;x|*y*.csv 1 → 1; orders.csv 3 → 3."
+    md = "\n".join(changes.as_markdown(c))
+    assert "2 files unchanged: \\<b\\>x\\|\\*y\\*.csv 1 -> 1; orders.csv 3 -> 3." in md
+
+    many = {f"s{i}": (f"f{i:04d}", "counting", 1) for i in range(2500)}
+    big = changes.compare(changes.Side("v1", many), changes.Side("v2", many | {"t": ("g", "counting", 1)}))
+    assert big["n_unchanged_files"] == 2500 and len(big["unchanged_files"]) == changes.MAX_UNCHANGED_FILES
+    line = render_macro("quality/changes.html.j2", "changes_section", big, None, "v2").split("unchanged'>")[1]
+    assert f"; ... and {2500 - changes.MAX_UNCHANGED_FILES:,} more." in line.split("</p>")[0]
+    assert "f0000 1 → 1" in line and "f2499" not in line

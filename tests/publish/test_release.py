@@ -97,6 +97,17 @@ def test_promotion_by_the_audit_announces_the_release_with_the_runs_counts(root)
     assert promoted.counts["quality_report"] == "reports/dataset/v1"  # the publish task's report
 
 
+def test_a_second_releases_event_says_how_many_samples_it_added_beside_all_it_holds(root):
+    """Issue 47: the backfill page showed publish_dataset "12 in, 12 out" for a backfill that brought 9: a
+    release holds every earlier release's samples, so its event also says what this one added."""
+    write_judged(root, 40)
+    assert release.promote(root, _publish(root, "run-1", Validations()), None).event["samples_added"] == 40
+    write_judged(root, 50, seed=8)  # the same 40 sample ids again (seed only varies their wording) and 10 more
+    promoted = release.promote(root, _publish(root, "run-2", Validations()), None)
+    assert promoted.release["version_id"] == "v2" and promoted.counts["new_rows"] == 50
+    assert promoted.event["samples_added"] == 10
+
+
 @pytest.mark.parametrize(("choice", "trainable"), [("Approve", True), ("Reject", False)])
 def test_a_persons_decision_is_recorded_and_only_an_approval_is_announced(root, choice, trainable):
     write_judged(root, 120, flawed=True)

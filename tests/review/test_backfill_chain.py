@@ -96,6 +96,15 @@ def test_a_chain_that_has_not_reached_a_release_says_so():
     assert "No release yet" in _text(chain_page(Links("/v"), walk, [_release("v1", "other")], _changes))
 
 
+def test_a_releases_row_says_how_many_of_its_samples_are_new():
+    """A release holds every earlier release's samples: its rows out alone read as if the backfill brought them."""
+    done = _run("publish_dataset", PUBLISH, "success", [_event("dataset", 12, 12, {}, samples_added=9)])
+    page = chain_page(Links("/v"), {**WALK, "runs": [*WALK["runs"][:-1], done]}, [], _changes)
+    row = _text(page.split("<tr>")[7])
+    assert row.startswith("publish_dataset") and "12 12 (9 new)" in row
+    assert "(9 new)" not in _text(page.split("<tr>")[6])  # the judge's row: its rows out are all its own
+
+
 def test_what_runs_and_events_carry_is_escaped():
     evil = "<script>alert(1)</script>"
     walk = {"source": evil, "runs": [_run("ingest_files", evil, "success", [_event(evil, 1, 1, {evil: 1})])]}

@@ -34,6 +34,8 @@ COLUMNS = ["sample_id", "file_id", "category", "hop"]
 _READ = [*COLUMNS, "data_uri"]  # a file's name, where neither the manifest nor the catalog names it
 # Files listed one by one; the rest are summed in one line (a backfill of thousands of files stays readable).
 MAX_FILES = 40
+# Files a release kept as they were, named on one line: enough to see the covered files were left alone.
+MAX_UNCHANGED_FILES = 20
 
 
 @dataclass
@@ -158,6 +160,7 @@ def compare(before: Side | None, after: Side) -> dict[str, Any]:
         row["category"], row["hop"] = row.pop("key")
     on_new_files = sum(1 for sid in added if new[sid][0] not in old_files) if before is not None else len(added)
     changed_files = [r for r in by_file if r["added"] or r["dropped"]]
+    unchanged_files = sorted((r for r in by_file if not (r["added"] or r["dropped"])), key=lambda r: r["label"])
     out = {
         "previous": before.version_id if before is not None else None,
         "previous_promotion": before.promotion if before is not None else None,
@@ -179,6 +182,11 @@ def compare(before: Side | None, after: Side) -> dict[str, Any]:
         "by_source": [r for r in by_source if r["added"] or r["dropped"]],
         "by_file": changed_files[:MAX_FILES],
         "more_files": max(0, len(changed_files) - MAX_FILES),
+        # only a name and a count each: a release over thousands of untouched files keeps a small manifest
+        "unchanged_files": [
+            {"label": r["label"], "samples": r["after"]} for r in unchanged_files[:MAX_UNCHANGED_FILES]
+        ],
+        "n_unchanged_files": len(unchanged_files),
         "by_category_hop": sorted(
             (r for r in by_category_hop if r["added"] or r["dropped"]), key=lambda r: (r["category"], r["hop"])
         ),
@@ -258,6 +266,17 @@ def headline(changes: Mapping) -> str:
     return text
 
 
+def _unchanged_markdown(changes: Mapping) -> str | None:
+    """The line naming the files a release left as they were, "N files unchanged: a.csv 3 -> 3; ... and M more."
+    (the pages write the same line, escaped for HTML), or None when no file is unchanged."""
+    n = int(changes.get("n_unchanged_files") or 0)
+    if not n:
+        return None
+    named = [f"{_md(r['label'])} {r['samples']:,} -> {r['samples']:,}" for r in changes.get("unchanged_files") or []]
+    more = f"; ... and {n - len(named):,} more" if n > len(named) else ""
+    return f"{n:,} file{'s' if n != 1 else ''} unchanged: " + "; ".join(named) + more + "."
+
+
 def as_markdown(changes: Mapping | None, limit: int = 10) -> list[str]:
     """The comparison as Markdown lines for the approval task (the pages show it whole)."""
     if not changes:
@@ -282,6 +301,9 @@ def as_markdown(changes: Mapping | None, limit: int = 10) -> list[str]:
         more = len(files) - limit + int(changes.get("more_files") or 0)
         if more > 0:
             lines.append(f"| ... {more} more file(s) | | | | | |")
+    unchanged = _unchanged_markdown(changes)
+    if unchanged:
+        lines += ["", unchanged]
     moved = [
         f"{m['name']} {m['before']} -> {m['after']}"
         + (" (now misses)" if m["ok_after"] is False and m["ok_before"] is not False else "")

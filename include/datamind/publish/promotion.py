@@ -139,7 +139,8 @@ def review_body(manifest: dict, report_url: str, viewer_url: str) -> str:
     lines += ["", f"- [Quality report of this release]({report_url})", f"- [Its samples in the viewer]({viewer_url})"]
     lines += [
         "",
-        "Approve to promote it (train_agent starts on it); reject to keep it readable but never trained on. The "
-        "decision, who made it and when are then shown on the release's report and its page in the viewer.",
+        "Approve to promote it (its dataset event starts train_agent, if that DAG is unpaused); reject to keep it "
+        "readable but never trained on. The decision, who made it and when are then shown on the release's report "
+        "and its page in the viewer.",
     ]
     return "\n".join(lines)

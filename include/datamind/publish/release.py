@@ -122,6 +122,8 @@ def promote(root: DataRoot | str, published: dict, decision: Decision | None) ->
         "audit_verdict": release["audit_verdict"],
         "failing_figures": release["failing_figures"],
         "promoted_by": manifest["promotion"].get("decided_by") or manifest["promotion"].get("by"),
+        # a release holds every earlier release's samples too: what this one added is what a backfill brought
+        "samples_added": ((manifest.get("changes") or {}).get("samples") or {}).get("added"),
     }
     counts = {
         **(published.get("quality") or {}),

@@ -30,9 +30,11 @@ def _stage_row(run: Mapping[str, Any]) -> dict[str, Any]:
     """What the page shows of one stage run: its counts summed over the Asset events it emitted."""
     events = run.get("events") or []
     rejected: Counter[str] = Counter()
-    rows_in = rows_out = None
+    rows_in = rows_out = added = None
     for e in events:
         extra = e.get("extra") or {}
+        if isinstance(extra.get("samples_added"), int):  # a release: its rows out are all its samples
+            added = (added or 0) + extra["samples_added"]
         if isinstance(extra.get("rows_in"), int):
             rows_in = (rows_in or 0) + extra["rows_in"]
         if isinstance(extra.get("rows_out"), int):
@@ -47,6 +49,7 @@ def _stage_row(run: Mapping[str, Any]) -> dict[str, Any]:
         **{k: run.get(k) for k in ("dag_id", "run_id", "state", "start_date", "end_date", "run_href", "woken_by")},
         "rows_in": rows_in,
         "rows_out": rows_out,
+        "added": added,
         "rejected": sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])),
         "not_selected": not_selected,
         "report_href": reports[0] if reports else run.get("report_href"),

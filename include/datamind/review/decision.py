@@ -8,10 +8,33 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from datamind.stages import PIPELINE
 
-def decision_note(detail: Mapping, approve: str) -> str | None:
+# The DAG a promoted release's dataset event wakes.
+TRAINER = next(s.dag_id for s in PIPELINE if s.reads == "dataset")
+
+
+def after_promotion(trainer_paused: bool | None) -> str:
+    """What a promotion sets going, as true as what is known of the trainer DAG (None: its state is unknown).
+    Airflow queues an Asset event only for DAGs unpaused when it is emitted: a paused trainer never starts on
+    that release, not even once it is unpaused."""
+    if trainer_paused is None:
+        return (
+            f"The release is promoted: its dataset event starts {TRAINER} if that DAG is unpaused (a paused "
+            f"{TRAINER} does not start on it, not even once unpaused; trigger it by hand then)."
+        )
+    if trainer_paused:
+        return (
+            f"The release is promoted, but {TRAINER} is paused: its dataset event starts no run of it, not even "
+            f"once unpaused. Unpause {TRAINER} and trigger it by hand to train on this release."
+        )
+    return f"The release is promoted: its dataset event starts {TRAINER} (unpaused) on it."
+
+
+def decision_note(detail: Mapping, approve: str, trainer_paused: bool | None = None) -> str | None:
     """Markdown heading the review's text once it is answered (``detail``: Airflow's HITL detail as its API
-    returns it; ``approve``: the option that promotes); None while nobody has answered."""
+    returns it; ``approve``: the option that promotes; ``trainer_paused``: whether ``TRAINER`` is paused, None
+    when unknown); None while nobody has answered."""
     if not detail.get("response_received"):
         return None
     chosen = list(detail.get("chosen_options") or [])
@@ -20,11 +43,7 @@ def decision_note(detail: Mapping, approve: str) -> str | None:
     comment = ((detail.get("params_input") or {}).get("comment") or "").strip()
     approved = chosen == [approve]
     said = "approved" if approved else "rejected"
-    after = (
-        "The release is promoted: train_agent starts on it."
-        if approved
-        else "The release stays readable and is never trained on."
-    )
+    after = after_promotion(trainer_paused) if approved else "The release stays readable and is never trained on."
     why = f' Comment: "{_md(comment)}".' if comment else " No comment."
     return f"**Decided: {said}** by {_md(who)} at {detail.get('responded_at')}.{why} {after}"
 
