@@ -396,3 +396,106 @@ def test_a_value_minus_the_median_is_named_as_a_difference_not_as_the_median():
     )
     assert not name.startswith("median"), name
     assert name.startswith("gap_"), name
+
+
+def test_every_composed_step_names_its_value_by_what_it_holds():
+    """Each step the synthesizer composes, on a table whose columns are called `Percentage` and `Total`: the
+    variable the expert keeps its value in starts with a prefix of that kind of value (a count of flagged rows
+    is no median, a count beyond two deviations no average), and a level, spread or gap names the measure it
+    is of, never another column the step reads."""
+    import random
+
+    import numpy as np
+    import pandas as pd
+
+    from datamind.agent.policies.cells import slug, variable_name
+    from datamind.synth.offline import steps as S
+    from datamind.synth.offline.columns import build_view
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({
+        "region": rng.choice(["North", "South", "East"], 60), "segment": rng.choice(["a", "b"], 60),
+        "Percentage": rng.uniform(0, 100, 60).round(2), "Total": rng.uniform(10, 500, 60).round(1),
+        "when": pd.date_range("2020-01-01", periods=60, freq="7D"),
+    })  # fmt: skip
+    view = build_view(df)
+    assert set(view.measures) == {"Percentage", "Total"} and "region" in view.groups
+    prefixes = {
+        "group": ("top_",), "level": ("avg_", "median_"), "spread": ("std_",), "diff": ("gap_",),
+        "count": ("n_records", "n_region", "n_above_", "n_outliers_", "n_flagged_"), "distinct": ("n_distinct_",),
+        "pct": ("pct", "cv_", "pct_rank_"), "ratio": ("ratio",), "corr": ("r_",), "days": ("days_",),
+        "bool": ("verdict",),
+    }  # fmt: skip
+    previous = {
+        "group": ("region", "North"), "level": ("Percentage", float(df["Percentage"].mean())),
+        "spread": ("Percentage", 20.0), "count": (None, 12), "diff": ("Percentage", -3.5), "pct": (None, 12.5),
+        "ratio": (None, 2.5), "corr": (None, 0.4), "days": (None, 40), "distinct": (None, 3),
+    }  # fmt: skip
+    seen = set()
+    for kind, steps in S.TRANSITIONS.items():
+        for step in steps:
+            col, value = previous[kind]
+            made = step(view, S.Value(kind, value, col, "that value", ("do it",)), random.Random(1))
+            assert made is not None, step.__name__
+            printed = {"group": "a", "bool": "Yes"}.get(made.kind, "-1.5")
+            used = narration.columns_used(made.task.py, list(df.columns))
+            name = variable_name(made.task.description, made.task.py, used, printed, set())
+            assert name.startswith(prefixes[made.kind]), (step.__name__, name)
+            if made.kind in ("level", "spread", "diff"):
+                assert name.endswith(slug(made.col)), (step.__name__, name)
+            if made.kind == "days":
+                assert name == "days_when", name
+            seen.add(made.kind)
+    assert seen == set(prefixes)  # every kind of value a step yields was named
+
+
+def test_a_difference_of_a_column_called_percentage_is_narrated_as_a_difference(sandbox, tmp_path):
+    """A real three-step chain over a column named `Percentage`: its mean, that mean minus the median, then that
+    difference as a percentage of the mean. The difference is kept as a gap and read as one (positive or
+    negative), not as a percent measured against some base because a name says percent; the real percentage
+    of the last step, below zero, is read as running against its base."""
+    import pandas as pd
+
+    values = [90, 85, 80, 88, 92, 10, 5, 86, 84, 91] * 3
+    (tmp_path / "scores.csv").write_text("team,Percentage\n" + "".join(f"t{i},{v}\n" for i, v in enumerate(values)))
+    s = pd.Series(values, dtype=float)
+    avg = round(float(s.mean()), 4)
+    gap = round(float(avg - s.median()), 4)
+    pct = round(float(gap / s.mean() * 100), 2)
+    assert gap < 0 and pct < 0 and s.median() > avg  # the chain's values, from the data
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    read = Source("csv", "scores.csv", "", options, reader="plain").python_preamble()
+    bodies = [
+        ("answer = round(float(df['Percentage'].mean()), 4)", "Mean of Percentage.", avg),
+        (
+            f"answer = round(float({avg!r} - df['Percentage'].median()), 4)",
+            "Compare the previous result with the median of Percentage. Builds on the previous question: compute "
+            "the overall average Percentage.",
+            gap,
+        ),
+        (
+            f"answer = round(float({gap!r} / df['Percentage'].mean() * 100), 2)",
+            "Scale the previous difference by the mean of Percentage. Builds on the previous question: subtract "
+            "the overall median Percentage from that average.",
+            pct,
+        ),
+    ]
+    hops = [
+        HopProgram(f"q{i}", f"{read}\n{body}\nprint(answer)\n", i, desc, str(answer))
+        for i, (body, desc, answer) in enumerate(bodies, start=1)
+    ]
+    fixed = reading_block(hops[0].program, "csv", options, "scores.csv")
+    policy = OfflineExpertPolicy(
+        hops=hops, inspect=inspect_code("csv", "scores.csv", None), data_format="csv", file_name="scores.csv",
+        variant_label="t", fixed_read=fixed, reuse_first_read=default_read_suffices(fixed, "csv", options,
+        "scores.csv"), question="q",
+    )  # fmt: skip
+    thinks, codes, outputs = _cells(_run_policy(sandbox, tmp_path / "scores.csv", policy))
+    assert [o.strip() for o in outputs[1:]] == [str(avg), str(gap), str(pct)]
+    assert re.search(r"^gap_percentage = .*\bavg_percentage\b", codes[2], re.M), codes[2]
+    assert re.search(r"^pct_percentage = .*\bgap_percentage\b", codes[3], re.M), codes[3]
+    on_gap = [re.sub(r"`[^`]*`", "", t) for t in thinks if str(gap) in t and str(pct) not in t]  # names aside
+    assert on_gap and all("percent" not in t.lower() and "smaller base" not in t for t in on_gap), on_gap
+    assert any("negative" in t for t in on_gap), on_gap
+    on_pct = [t for t in thinks if str(pct) in t]
+    assert on_pct and any("below zero" in t for t in on_pct) and not any("smaller base" in t for t in on_pct)

@@ -736,7 +736,9 @@ class OfflineExpertPolicy:
         h = step.hop
         code = self._written[-1] if self._written else step.code
         columns = self._known or self._names_in_schema()
-        what = cells.without_names(f"{h.description if h else ''}\n{code}", columns).lower()
+        # what the step computes, from its own plan and program: the cell as written holds the session's names
+        # for earlier values (`avg_percentage`), which say nothing about this one
+        what = cells.step_text(h.description, h.sql or h.program, columns) if h else cells.step_text("", code, columns)
         used = narration.columns_used(_body(h.program if h else code), columns)
         column = cells.subject_column(h.description if h else "", code, used, value) if used else None
         return narration.Result(value, step.var, what, self._rows_for(code), column, step.kind_of_var)
