@@ -534,3 +534,36 @@ def test_a_database_question_computes_in_pandas_only_what_sqlite_lacks(root, tmp
         made = step(view, S.Value(kind, value, col, "that value", ("do it",)), random.Random(0))
         assert made is not None, step.__name__
         assert made.task.sql is not None or _SQLITE_LACKS.search(made.task.py), (step.__name__, made.task.py)
+
+
+def test_every_template_value_is_named_by_what_it_holds(root, tmp_path):
+    """The offline expert keeps each template's result in a variable named after what the value is, on the
+    bundled sales table: a mean of min-max scaled values is no median, a count above a mean no average, the
+    mean inside the top group no group name, z-score outliers a count, the spread of the middle half an IQR."""
+    import shutil
+
+    from datamind.agent.policies.cells import variable_name
+    from datamind.agent.policies.narration import columns_used
+
+    repo = Path(__file__).resolve().parents[2]
+    (row,) = catalog_rows(Path(shutil.copy(repo / "samples/files/sales_orders.csv", tmp_path / "sales_orders.csv")))
+    source, view = load_view(root, row)
+    result = synthesize_offline(view, source, CATEGORY_IDS, 30, 0, "t")
+    names: dict[str, str] = {}
+    for cand in (c for cands in result.candidates.values() for c in cands):
+        used = columns_used(cand.task.py, list(view.df.columns))
+        name = variable_name(cand.task.description, cand.solution, used, cand.answer, set())
+        names.setdefault(cand.task.template, name)
+        if name.startswith("median_"):
+            assert "median" in cand.task.py, (cand.task.template, name)
+        if name.startswith("avg_") and not name.startswith("avg_scaled_"):
+            assert ".mean()" in cand.task.py, (cand.task.template, name)
+    expected = {
+        "prep_impute_scale": "avg_scaled_", "count_above_mean": "n_above_", "mh_top_group_mean": "avg_",
+        "anom_z": "n_outliers_", "anom_iqr": "n_outliers_", "stat_iqr": "iqr_", "stat_median": "median_",
+        "stat_std": "std_", "time_best_month": "top_month_", "agg_group_max": "max_", "arith_range": "range_",
+        "corr_pearson": "r_", "cmp_mean_diff": "gap_", "impact_group_lift": "gap_", "fe_zscore_max": "max_z_",
+    }  # fmt: skip
+    assert set(expected) <= set(names), set(expected) - set(names)
+    wrong = {t: names[t] for t, prefix in expected.items() if not names[t].startswith(prefix)}
+    assert not wrong, wrong

@@ -54,18 +54,25 @@ _PREFIXES: tuple[tuple[re.Pattern, str], ...] = tuple(
         (r"coefficient of variation", "cv"),
         (r"\bslope\b|least squares", "slope"),
         (r"skew", "skew"),
+        (r"outlier|fences|beyond mean", "n_outliers"),  # (z-score outliers are counted: a count)
         (r"\bz = |z-?score", "max_z"),
-        (r"outlier|fences|beyond mean", "n_outliers"),
         (r"binary feature|\bflag\b", "n_flagged"),
         (r"correlation|\bcorr\(|corrcoef", "r"),
+        (r"\biqr\b|interquartile|middle half", "iqr"),
         (r"\b50th percentile\b", "median"),
         (r"\d+(?:st|nd|rd|th) percentile\b|quantile\(", "pctl"),
         (r"percent(?!ile)|share of|\* 100\b|100\.0 \*", "pct"),
         (r"\bratio\b|divide", "ratio"),
         (r"date span|days\b|julianday", "days"),
         (DIFFERENCE.pattern, "gap"),
+        (r"top month", "top_month"),
         (r"mode of|most common|most frequent|value_counts\(\)\.idxmax|order by count\(\*\) desc", "top"),
         (r"rank by|report the group|largest mean|idxmax|idxmin|order by (?:avg|sum)\(", "top"),
+        (r"normali[sz]", "avg_scaled"),
+        (r"count (?:the )?(?:rows|records) (?:strictly )?(?:above|below)", "n_above"),
+        (r"\bmax\(\s*\) - min\(|\brange\b", "range"),
+        (r"\bmaximum\b", "max"),
+        (r"\bminimum\b", "min"),
         (r"median", "median"),
         (r"standard deviation|\.std\(|stddev", "std"),
         (r"\bmean\b|\baverage\b|\.mean\(|avg\(", "avg"),
@@ -81,16 +88,18 @@ def variable_name(description: str, program: str, columns: list[str], value: str
     """A name an analyst would give the value a step computes (``avg_revenue``, ``top_region``, ``n_outliers``),
     unique in the session."""
     text = step_text(description, program, columns)
-    prefix = next((p for pattern, p in _PREFIXES if pattern.search(text)), "")
     value = (value or "").strip()
     numeric = _NUMBER_TEXT.fullmatch(value) is not None
+    # a step that ranks and then computes a number ("rank groups by total, then average inside the winner") holds
+    # that number, not the winner
+    prefix = next((p for pattern, p in _PREFIXES if pattern.search(text) and not (p == "top" and numeric)), "")
     if not value:  # the expected value is not known: the description and program name it alone
         pass
     elif ", " in value or "; " in value or "\n" in value:
         prefix = "summary"
     elif value in ("Yes", "No", "True", "False"):
         prefix = "verdict"
-    elif not numeric:
+    elif not numeric and not prefix.startswith("top"):
         prefix = "top"
     column = _main_column(program, columns, prefix)
     if prefix in ("max_z", "n_outliers", "r", "slope", "days") and column:
