@@ -499,3 +499,39 @@ def test_a_difference_of_a_column_called_percentage_is_narrated_as_a_difference(
     assert any("negative" in t for t in on_gap), on_gap
     on_pct = [t for t in thinks if str(pct) in t]
     assert on_pct and any("below zero" in t for t in on_pct) and not any("smaller base" in t for t in on_pct)
+
+
+def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_path):
+    """A clean CSV whose days the default read leaves as text: on a trajectory that tries the `.dt` accessor
+    first, the error is the data's (text has no accessor), the next thought quotes it and names the column,
+    and the step then parses the dates and answers; where the column is not text nothing is tried first."""
+    days = ["2022-03-10", "2023-01-02", "2023-05-05", "2023-03-20", "2024-07-01", "2023-11-28"] * 5
+    (tmp_path / "visits.csv").write_text("day,n\n" + "".join(f"{d},{i}\n" for i, d in enumerate(days)))
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    read = Source("csv", "visits.csv", "", options, reader="plain").python_preamble()
+    body = (
+        "years = pd.to_datetime(df['day'], errors='coerce', format='mixed').dt.year\n"
+        "answer = int(years.value_counts().idxmax())\nprint(answer)\n"
+    )
+    hop = HopProgram("q", f"{read}\n{body}", 1, "Extract the year from day and count records per year.", "2023")
+    fixed = reading_block(hop.program, "csv", options, "visits.csv")
+
+    def run(rate):
+        policy = OfflineExpertPolicy(
+            hops=[hop], inspect=inspect_code("csv", "visits.csv", None), data_format="csv", file_name="visits.csv",
+            variant_label="t", fixed_read=fixed, reuse_first_read=default_read_suffices(fixed, "csv", options,
+            "visits.csv"), question="Which year has the most visits?", probe_rate=rate,
+        )  # fmt: skip
+        result = _run_policy(sandbox, tmp_path / "visits.csv", policy)
+        return (*_cells(result), result.final_answer)
+
+    thinks, codes, outputs, answer = run(1.0)
+    assert "day    object" in outputs[0] or re.search(r"day\s+(?:object|str)", outputs[0]), outputs[0]
+    assert "to_datetime" not in codes[1] and "df['day'].dt.year" in codes[1]
+    assert "AttributeError" in outputs[1] and ".dt accessor" in outputs[1]
+    assert "AttributeError" in thinks[2] and "`day`" in thinks[2] and "text" in thinks[2]
+    assert "pd.to_datetime(df['day']" in codes[2] and outputs[2].strip() == "2023" and answer == "2023"
+    # the most frequent year is kept and read as that, not as a number of records
+    assert re.search(r"^top_\w+ = ", codes[2], re.M) and "2023 records" not in thinks[-1], (codes[2], thinks[-1])
+    thinks, codes, outputs, answer = run(0.0)
+    assert len(codes) == 2 and not any("Error" in o for o in outputs) and answer == "2023"

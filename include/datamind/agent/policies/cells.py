@@ -67,7 +67,7 @@ _PREFIXES: tuple[tuple[re.Pattern, str], ...] = tuple(
         (DIFFERENCE.pattern, "gap"),
         (r"top month", "top_month"),
         (r"mode of|most common|most frequent|value_counts\(\)\.idxmax|order by count\(\*\) desc", "top"),
-        (r"rank by|report the group|largest mean|idxmax|idxmin|order by (?:avg|sum)\(", "top"),
+        (r"rank by|report the group|largest mean|idxmax|idxmin|order by (?:avg|sum)\(", "rank"),
         (r"normali[sz]", "avg_scaled"),
         (r"count (?:the )?(?:rows|records) (?:strictly )?(?:above|below)", "n_above"),
         (r"\bmax\(\s*\) - min\(|\brange\b", "range"),
@@ -91,8 +91,9 @@ def variable_name(description: str, program: str, columns: list[str], value: str
     value = (value or "").strip()
     numeric = _NUMBER_TEXT.fullmatch(value) is not None
     # a step that ranks and then computes a number ("rank groups by total, then average inside the winner") holds
-    # that number, not the winner
-    prefix = next((p for pattern, p in _PREFIXES if pattern.search(text) and not (p == "top" and numeric)), "")
+    # that number, not the winner (the "rank" prefix is the winner's, "top", and only for a value that is not a number)
+    prefix = next((p for pattern, p in _PREFIXES if pattern.search(text) and not (p == "rank" and numeric)), "")
+    prefix = "top" if prefix == "rank" else prefix  # (a mode stays one: a year or a month is a number)
     if not value:  # the expected value is not known: the description and program name it alone
         pass
     elif ", " in value or "; " in value or "\n" in value:

@@ -848,6 +848,9 @@ def react(r: Result, seed: str, salt: str) -> str:
         )
     if re.search(r"\bratio\b|divide", what) and "percent" not in what:
         return f"{name} is {v}, {'above' if x > 1 else 'below' if x < 1 else 'exactly'} 1"
+    if re.search(r"value_counts\(\)\.idxmax|mode of|most common|most frequent|order by count\(\*\) desc", what):
+        # the most frequent value (a year, a month): what is counted is its records, not the value itself
+        return pick((f"{v} occurs most often", f"the most frequent value is {v}"), seed, salt)
     counting = re.search(r"\bcount(?:s|ing|ed)?\b|how many|count\(\*\)|len\(|nunique|distinct|\.sum\(\)\)", what)
     if counting and float(x).is_integer() and x >= 0:
         n = int(x)
