@@ -396,3 +396,142 @@ def test_a_value_minus_the_median_is_named_as_a_difference_not_as_the_median():
     )
     assert not name.startswith("median"), name
     assert name.startswith("gap_"), name
+
+
+def test_every_composed_step_names_its_value_by_what_it_holds():
+    """Each step the synthesizer composes, on a table whose columns are called `Percentage` and `Total`: the
+    variable the expert keeps its value in starts with a prefix of that kind of value (a count of flagged rows
+    is no median, a count beyond two deviations no average), and a level, spread or gap names the measure it
+    is of, never another column the step reads."""
+    import random
+
+    import numpy as np
+    import pandas as pd
+
+    from datamind.agent.policies.cells import slug, variable_name
+    from datamind.synth.offline import steps as S
+    from datamind.synth.offline.columns import build_view
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({
+        "region": rng.choice(["North", "South", "East"], 60), "segment": rng.choice(["a", "b"], 60),
+        "Percentage": rng.uniform(0, 100, 60).round(2), "Total": rng.uniform(10, 500, 60).round(1),
+        "when": pd.date_range("2020-01-01", periods=60, freq="7D"),
+    })  # fmt: skip
+    view = build_view(df)
+    assert set(view.measures) == {"Percentage", "Total"} and "region" in view.groups
+    prefixes = {
+        "group": ("top_",), "level": ("avg_", "median_"), "spread": ("std_",), "diff": ("gap_",),
+        "count": ("n_records", "n_region", "n_above_", "n_outliers_", "n_flagged_"), "distinct": ("n_distinct_",),
+        "pct": ("pct", "cv_", "pct_rank_"), "ratio": ("ratio",), "corr": ("r_",), "days": ("days_",),
+        "bool": ("verdict",),
+    }  # fmt: skip
+    previous = {
+        "group": ("region", "North"), "level": ("Percentage", float(df["Percentage"].mean())),
+        "spread": ("Percentage", 20.0), "count": (None, 12), "diff": ("Percentage", -3.5), "pct": (None, 12.5),
+        "ratio": (None, 2.5), "corr": (None, 0.4), "days": (None, 40), "distinct": (None, 3),
+    }  # fmt: skip
+    seen = set()
+    for kind, steps in S.TRANSITIONS.items():
+        for step in steps:
+            col, value = previous[kind]
+            made = step(view, S.Value(kind, value, col, "that value", ("do it",)), random.Random(1))
+            assert made is not None, step.__name__
+            printed = {"group": "a", "bool": "Yes"}.get(made.kind, "-1.5")
+            used = narration.columns_used(made.task.py, list(df.columns))
+            name = variable_name(made.task.description, made.task.py, used, printed, set())
+            assert name.startswith(prefixes[made.kind]), (step.__name__, name)
+            if made.kind in ("level", "spread", "diff"):
+                assert name.endswith(slug(made.col)), (step.__name__, name)
+            if made.kind == "days":
+                assert name == "days_when", name
+            seen.add(made.kind)
+    assert seen == set(prefixes)  # every kind of value a step yields was named
+
+
+def test_a_difference_of_a_column_called_percentage_is_narrated_as_a_difference(sandbox, tmp_path):
+    """A real three-step chain over a column named `Percentage`: its mean, that mean minus the median, then that
+    difference as a percentage of the mean. The difference is kept as a gap and read as one (positive or
+    negative), not as a percent measured against some base because a name says percent; the real percentage
+    of the last step, below zero, is read as running against its base."""
+    import pandas as pd
+
+    values = [90, 85, 80, 88, 92, 10, 5, 86, 84, 91] * 3
+    (tmp_path / "scores.csv").write_text("team,Percentage\n" + "".join(f"t{i},{v}\n" for i, v in enumerate(values)))
+    s = pd.Series(values, dtype=float)
+    avg = round(float(s.mean()), 4)
+    gap = round(float(avg - s.median()), 4)
+    pct = round(float(gap / s.mean() * 100), 2)
+    assert gap < 0 and pct < 0 and s.median() > avg  # the chain's values, from the data
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    read = Source("csv", "scores.csv", "", options, reader="plain").python_preamble()
+    bodies = [
+        ("answer = round(float(df['Percentage'].mean()), 4)", "Mean of Percentage.", avg),
+        (
+            f"answer = round(float({avg!r} - df['Percentage'].median()), 4)",
+            "Compare the previous result with the median of Percentage. Builds on the previous question: compute "
+            "the overall average Percentage.",
+            gap,
+        ),
+        (
+            f"answer = round(float({gap!r} / df['Percentage'].mean() * 100), 2)",
+            "Scale the previous difference by the mean of Percentage. Builds on the previous question: subtract "
+            "the overall median Percentage from that average.",
+            pct,
+        ),
+    ]
+    hops = [
+        HopProgram(f"q{i}", f"{read}\n{body}\nprint(answer)\n", i, desc, str(answer))
+        for i, (body, desc, answer) in enumerate(bodies, start=1)
+    ]
+    fixed = reading_block(hops[0].program, "csv", options, "scores.csv")
+    policy = OfflineExpertPolicy(
+        hops=hops, inspect=inspect_code("csv", "scores.csv", None), data_format="csv", file_name="scores.csv",
+        variant_label="t", fixed_read=fixed, reuse_first_read=default_read_suffices(fixed, "csv", options,
+        "scores.csv"), question="q",
+    )  # fmt: skip
+    thinks, codes, outputs = _cells(_run_policy(sandbox, tmp_path / "scores.csv", policy))
+    assert [o.strip() for o in outputs[1:]] == [str(avg), str(gap), str(pct)]
+    assert re.search(r"^gap_percentage = .*\bavg_percentage\b", codes[2], re.M), codes[2]
+    assert re.search(r"^pct_percentage = .*\bgap_percentage\b", codes[3], re.M), codes[3]
+    on_gap = [re.sub(r"`[^`]*`", "", t) for t in thinks if str(gap) in t and str(pct) not in t]  # names aside
+    assert on_gap and all("percent" not in t.lower() and "smaller base" not in t for t in on_gap), on_gap
+    assert any("negative" in t for t in on_gap), on_gap
+    on_pct = [t for t in thinks if str(pct) in t]
+    assert on_pct and any("below zero" in t for t in on_pct) and not any("smaller base" in t for t in on_pct)
+
+
+def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_path):
+    """A clean CSV whose days the default read leaves as text: on a trajectory that tries the `.dt` accessor
+    first, the error is the data's (text has no accessor), the next thought quotes it and names the column,
+    and the step then parses the dates and answers; where the column is not text nothing is tried first."""
+    days = ["2022-03-10", "2023-01-02", "2023-05-05", "2023-03-20", "2024-07-01", "2023-11-28"] * 5
+    (tmp_path / "visits.csv").write_text("day,n\n" + "".join(f"{d},{i}\n" for i, d in enumerate(days)))
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    read = Source("csv", "visits.csv", "", options, reader="plain").python_preamble()
+    body = (
+        "years = pd.to_datetime(df['day'], errors='coerce', format='mixed').dt.year\n"
+        "answer = int(years.value_counts().idxmax())\nprint(answer)\n"
+    )
+    hop = HopProgram("q", f"{read}\n{body}", 1, "Extract the year from day and count records per year.", "2023")
+    fixed = reading_block(hop.program, "csv", options, "visits.csv")
+
+    def run(rate):
+        policy = OfflineExpertPolicy(
+            hops=[hop], inspect=inspect_code("csv", "visits.csv", None), data_format="csv", file_name="visits.csv",
+            variant_label="t", fixed_read=fixed, reuse_first_read=default_read_suffices(fixed, "csv", options,
+            "visits.csv"), question="Which year has the most visits?", probe_rate=rate,
+        )  # fmt: skip
+        result = _run_policy(sandbox, tmp_path / "visits.csv", policy)
+        return (*_cells(result), result.final_answer)
+
+    thinks, codes, outputs, answer = run(1.0)
+    assert "day    object" in outputs[0] or re.search(r"day\s+(?:object|str)", outputs[0]), outputs[0]
+    assert "to_datetime" not in codes[1] and "df['day'].dt.year" in codes[1]
+    assert "AttributeError" in outputs[1] and ".dt accessor" in outputs[1]
+    assert "AttributeError" in thinks[2] and "`day`" in thinks[2] and "text" in thinks[2]
+    assert "pd.to_datetime(df['day']" in codes[2] and outputs[2].strip() == "2023" and answer == "2023"
+    # the most frequent year is kept and read as that, not as a number of records
+    assert re.search(r"^top_\w+ = ", codes[2], re.M) and "2023 records" not in thinks[-1], (codes[2], thinks[-1])
+    thinks, codes, outputs, answer = run(0.0)
+    assert len(codes) == 2 and not any("Error" in o for o in outputs) and answer == "2023"

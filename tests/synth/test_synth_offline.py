@@ -425,8 +425,9 @@ def _events_db(tmp_path: Path) -> Path:
 
 
 def test_date_and_ratio_questions_on_a_database_are_answered_in_sql(root, tmp_path):
-    """Where SQLite computes a question plainly (the year or month with most records and the span of days of ISO
-    dates, the mean of a per-row ratio), a database's reference is that one SQL statement, as an analyst writes it,
+    """Where SQLite computes a question plainly (the year or month with most records, the month with the largest
+    total, the change of the yearly mean and the span of days of ISO dates, the mean of a per-row ratio), a
+    database's reference is that one SQL statement, as an analyst writes it,
     not rows fetched into pandas; its answer is the one worked out by hand (integer columns divide as reals)."""
     (row,) = catalog_rows(_events_db(tmp_path))
     source, view = load_view(root, row)
@@ -438,13 +439,22 @@ def test_date_and_ratio_questions_on_a_database_are_answered_in_sql(root, tmp_pa
         "fe_month": "3",  # March: 2022-03-10, 2023-03-05, 2023-03-20, 2023-03-28
         "time_span_days": str((dt.date(2024, 1, 15) - dt.date(2022, 3, 10)).days),
         "fe_ratio": str(round(ratio, 4)),
-    }
+        "time_best_month": "2023-03",  # amount 13 + 16 + 22, qty 3 + 5 + 6: March 2023 either way
+        # the mean of 2024 (one day) against the mean of 2022 (two days), in percent
+        "time_growth": {"amount": str(round((25 - (7 + 10) / 2) / ((7 + 10) / 2) * 100, 2)),
+                        "qty": str(round((4 - (2 + 5) / 2) / ((2 + 5) / 2) * 100, 2))},
+    }  # fmt: skip
     ratio_reverse = str(round(sum(QTY[i] / (7 + 3 * i) for i in range(7)) / 7, 4))
     for template, answer in expected.items():
         cand = by_template[template]
         assert cand.lang == "sql" and "execute_sql" not in cand.solution, template
         if template == "fe_ratio" and cand.task.params["a"] == "qty":
             answer = ratio_reverse
+        if isinstance(answer, dict):
+            answer = answer[cand.task.params["m"]]
+        if template == "time_best_month":
+            assert cand.answer == answer, cand.solution
+            continue
         assert float(cand.answer) == pytest.approx(float(answer)), (template, cand.solution)
 
 
@@ -457,8 +467,9 @@ def test_dates_sqlite_cannot_read_keep_the_pandas_program(root, tmp_path):
     source, view = load_view(root, row)
     result = synthesize_offline(view, source, ("time_based_calculation", "feature_engineering"), 20, 0, "t")
     tasks = [c.task for cands in result.candidates.values() for c in cands]
-    dated = [t for t in tasks if t.template in ("time_busiest_year", "fe_month", "time_span_days")]
-    assert dated and all(t.sql is None for t in dated)
+    kinds = ("time_busiest_year", "fe_month", "time_span_days", "time_best_month", "time_growth")
+    dated = [t for t in tasks if t.template in kinds]
+    assert {"time_best_month", "time_growth"} <= {t.template for t in dated} and all(t.sql is None for t in dated)
 
 
 def test_a_question_that_asks_for_several_steps_counts_them_in_its_hop(root, small_csv):
@@ -472,3 +483,87 @@ def test_a_question_that_asks_for_several_steps_counts_them_in_its_hop(root, sma
         steps = {"mh_top_group_mean": 2, "mh_share_above_group_mean": 3}[r["template_version"].rsplit("/", 1)[1]]
         assert r["hop"] == steps and not r["parent_query_ids"] and r["root_query_id"] == r["query_id"]
     assert all(r["hop"] == 1 for r in out.rows if r["category"] != "multi_hop_numerical_reasoning")
+
+
+# What SQLite has no aggregate for, and an analyst therefore computes in pandas after fetching the columns: medians
+# and quantiles (quartile bins, Tukey fences), standard deviations (z-scores, coefficients of variation; SQLite has
+# no STDEV, and its SQRT only where it was built with the math functions), skewness, correlation and regression,
+# tests of distributions, one-hot encoding, a count of gaps over every column, period-over-period changes.
+_SQLITE_LACKS = re.compile(
+    r"\.(?:median|quantile|std|skew|corr)\(|nanmedian|qcut|polyfit|linregress|shapiro|mannwhitneyu|get_dummies|"
+    r"\.isna\(\)\.sum\(\)|pct_change"
+)
+
+
+def test_a_database_question_computes_in_pandas_only_what_sqlite_lacks(root, tmp_path):
+    """Counts, sums, means, extremes, groups, filters and rankings over a database are SQL, in every template and
+    every composed step; a question answered in pandas there needs a statistic SQLite has no aggregate for."""
+    import random
+    import shutil
+
+    import pandas as pd
+
+    from datamind.synth.offline import steps as S
+    from datamind.synth.offline.columns import build_view
+
+    repo = Path(__file__).resolve().parents[2]
+    checked = 0
+    for db in (repo / "samples/bird/world_atlas/world_atlas.sqlite", _events_db(tmp_path)):
+        if db.parent != tmp_path:
+            db = Path(shutil.copy(db, tmp_path / db.name))
+        for row in catalog_rows(db):
+            source, view = load_view(root, row)
+            result = synthesize_offline(view, source, CATEGORY_IDS, 30, 0, "t")
+            for cand in (c for cands in result.candidates.values() for c in cands):
+                checked += 1
+                assert cand.lang == "sql" or _SQLITE_LACKS.search(cand.task.py), (cand.task.template, cand.task.py)
+    assert checked >= 100
+    frame = pd.DataFrame({
+        "city": ["Oslo", "Rome", "Oslo", "Rome", "Pisa"] * 8, "kind": ["a", "a", "b"] * 13 + ["a"],
+        "amount": [float(7 + 3 * i % 11) for i in range(40)], "qty": [float(i % 7 + 1) for i in range(40)],
+        "day": [f"2023-0{1 + i % 9}-1{i % 10}" for i in range(40)],
+    })  # fmt: skip
+    view = build_view(frame)
+    previous = {
+        "group": ("city", "Oslo"), "level": ("amount", 9.0), "spread": ("amount", 2.0), "count": (None, 12),
+        "diff": ("amount", -1.5), "pct": (None, 30.0), "ratio": (None, 2.5), "corr": (None, 0.4), "days": (None, 40),
+    }  # fmt: skip
+    steps = [(kind, step) for kind, kinds in S.TRANSITIONS.items() if kind in previous for step in kinds]
+    for kind, step in steps:
+        col, value = previous[kind]
+        made = step(view, S.Value(kind, value, col, "that value", ("do it",)), random.Random(0))
+        assert made is not None, step.__name__
+        assert made.task.sql is not None or _SQLITE_LACKS.search(made.task.py), (step.__name__, made.task.py)
+
+
+def test_every_template_value_is_named_by_what_it_holds(root, tmp_path):
+    """The offline expert keeps each template's result in a variable named after what the value is, on the
+    bundled sales table: a mean of min-max scaled values is no median, a count above a mean no average, the
+    mean inside the top group no group name, z-score outliers a count, the spread of the middle half an IQR."""
+    import shutil
+
+    from datamind.agent.policies.cells import variable_name
+    from datamind.agent.policies.narration import columns_used
+
+    repo = Path(__file__).resolve().parents[2]
+    (row,) = catalog_rows(Path(shutil.copy(repo / "samples/files/sales_orders.csv", tmp_path / "sales_orders.csv")))
+    source, view = load_view(root, row)
+    result = synthesize_offline(view, source, CATEGORY_IDS, 30, 0, "t")
+    names: dict[str, str] = {}
+    for cand in (c for cands in result.candidates.values() for c in cands):
+        used = columns_used(cand.task.py, list(view.df.columns))
+        name = variable_name(cand.task.description, cand.solution, used, cand.answer, set())
+        names.setdefault(cand.task.template, name)
+        if name.startswith("median_"):
+            assert "median" in cand.task.py, (cand.task.template, name)
+        if name.startswith("avg_") and not name.startswith("avg_scaled_"):
+            assert ".mean()" in cand.task.py, (cand.task.template, name)
+    expected = {
+        "prep_impute_scale": "avg_scaled_", "count_above_mean": "n_above_", "mh_top_group_mean": "avg_",
+        "anom_z": "n_outliers_", "anom_iqr": "n_outliers_", "stat_iqr": "iqr_", "stat_median": "median_",
+        "stat_std": "std_", "time_best_month": "top_month_", "agg_group_max": "max_", "arith_range": "range_",
+        "corr_pearson": "r_", "cmp_mean_diff": "gap_", "impact_group_lift": "gap_", "fe_zscore_max": "max_z_",
+    }  # fmt: skip
+    assert set(expected) <= set(names), set(expected) - set(names)
+    wrong = {t: names[t] for t, prefix in expected.items() if not names[t].startswith(prefix)}
+    assert not wrong, wrong

@@ -30,6 +30,22 @@ def slug(text: str, limit: int = 24) -> str:
     return s or "value"
 
 
+# A step that subtracts one value from another (what its description or program says it computes)
+DIFFERENCE = re.compile(
+    r"difference|subtract|minus|\bgap\b|inside - outside|contrast|effect estimate|with the median of", re.IGNORECASE
+)
+# A step that divides (a share, a percentage of a base, a rank as a fraction): only such a step yields a percent
+RATIO_COMPUTED = re.compile(r"/|\* ?100\b|\b100(?:\.0)? ?\*|pct=true|normalize=true|percentile rank", re.IGNORECASE)
+
+
+def step_text(description: str, program: str, columns) -> str:
+    """What a step computes, as the text that says it: its own description (not the clause naming the step it
+    builds on) and its own program, without the column names they hold, in lower case. Never the cell as the
+    session wrote it: the names of the session's variables (``avg_percentage``) say what earlier steps held."""
+    description = re.sub(r"\s*Builds on the previous question:.*$", "", description or "", flags=re.DOTALL)
+    return without_names(f"{description}\n{program or ''}", columns).lower()
+
+
 # (what the step computes, read from its description or program) -> the variable's prefix
 _PREFIXES: tuple[tuple[re.Pattern, str], ...] = tuple(
     (re.compile(p, re.IGNORECASE), prefix)
@@ -38,17 +54,25 @@ _PREFIXES: tuple[tuple[re.Pattern, str], ...] = tuple(
         (r"coefficient of variation", "cv"),
         (r"\bslope\b|least squares", "slope"),
         (r"skew", "skew"),
+        (r"outlier|fences|beyond mean", "n_outliers"),  # (z-score outliers are counted: a count)
         (r"\bz = |z-?score", "max_z"),
-        (r"outlier|fences", "n_outliers"),
+        (r"binary feature|\bflag\b", "n_flagged"),
         (r"correlation|\bcorr\(|corrcoef", "r"),
+        (r"\biqr\b|interquartile|middle half", "iqr"),
         (r"\b50th percentile\b", "median"),
         (r"\d+(?:st|nd|rd|th) percentile\b|quantile\(", "pctl"),
         (r"percent(?!ile)|share of|\* 100\b|100\.0 \*", "pct"),
         (r"\bratio\b|divide", "ratio"),
         (r"date span|days\b|julianday", "days"),
-        (r"difference|subtract|minus|\bgap\b|inside - outside|contrast|effect estimate|with the median of", "gap"),
+        (DIFFERENCE.pattern, "gap"),
+        (r"top month", "top_month"),
         (r"mode of|most common|most frequent|value_counts\(\)\.idxmax|order by count\(\*\) desc", "top"),
-        (r"rank by|report the group|largest mean|idxmax|idxmin|order by (?:avg|sum)\(", "top"),
+        (r"rank by|report the group|largest mean|idxmax|idxmin|order by (?:avg|sum)\(", "rank"),
+        (r"normali[sz]", "avg_scaled"),
+        (r"count (?:the )?(?:rows|records) (?:strictly )?(?:above|below)", "n_above"),
+        (r"\bmax\(\s*\) - min\(|\brange\b", "range"),
+        (r"\bmaximum\b", "max"),
+        (r"\bminimum\b", "min"),
         (r"median", "median"),
         (r"standard deviation|\.std\(|stddev", "std"),
         (r"\bmean\b|\baverage\b|\.mean\(|avg\(", "avg"),
@@ -63,18 +87,20 @@ _PREFIXES: tuple[tuple[re.Pattern, str], ...] = tuple(
 def variable_name(description: str, program: str, columns: list[str], value: str, taken: set[str]) -> str:
     """A name an analyst would give the value a step computes (``avg_revenue``, ``top_region``, ``n_outliers``),
     unique in the session."""
-    description = re.sub(r"\s*Builds on the previous question:.*$", "", description or "", flags=re.DOTALL)
-    text = without_names(f"{description}\n{program}", columns)
-    prefix = next((p for pattern, p in _PREFIXES if pattern.search(text)), "")
+    text = step_text(description, program, columns)
     value = (value or "").strip()
     numeric = _NUMBER_TEXT.fullmatch(value) is not None
+    # a step that ranks and then computes a number ("rank groups by total, then average inside the winner") holds
+    # that number, not the winner (the "rank" prefix is the winner's, "top", and only for a value that is not a number)
+    prefix = next((p for pattern, p in _PREFIXES if pattern.search(text) and not (p == "rank" and numeric)), "")
+    prefix = "top" if prefix == "rank" else prefix  # (a mode stays one: a year or a month is a number)
     if not value:  # the expected value is not known: the description and program name it alone
         pass
     elif ", " in value or "; " in value or "\n" in value:
         prefix = "summary"
     elif value in ("Yes", "No", "True", "False"):
         prefix = "verdict"
-    elif not numeric:
+    elif not numeric and not prefix.startswith("top"):
         prefix = "top"
     column = _main_column(program, columns, prefix)
     if prefix in ("max_z", "n_outliers", "r", "slope", "days") and column:
@@ -138,22 +164,43 @@ def _main_column(program: str, columns: list[str], prefix: str) -> str | None:
         m = re.search(r'SELECT\s+"((?:[^"]|"")+)"', program, re.IGNORECASE)
         if m and m.group(1).replace('""', '"') in columns:
             return m.group(1).replace('""', '"')
-    if prefix != "top":  # the measure an aggregate is taken of
-        for pattern in _AGGREGATED:
-            m = pattern.search(program)
-            if m and m.group(1).replace('""', '"') in columns:
-                return m.group(1).replace('""', '"')
+    if prefix == "days":  # the date column whose span it is, not the group that selects the rows
+        m = re.search(r"to_datetime\([^\n]*?,\s*['\"]([^'\"]+)['\"]\s*\]", program) or re.search(
+            r'julianday\(\s*(?:MAX|MIN)?\(?\s*"((?:[^"]|"")+)"', program, re.IGNORECASE
+        )
+        if m and m.group(1).replace('""', '"') in columns:
+            return m.group(1).replace('""', '"')
+    if prefix != "top":  # the measure an aggregate is taken of: the one the name's aggregate is taken of first
+        # (a mean gap split by a median of another column is a gap of the averaged column)
+        hits = [
+            (m.group(1).replace('""', '"'), m.group("agg").lower())
+            for pattern in _AGGREGATED
+            for m in pattern.finditer(program)
+            if m.group(1).replace('""', '"') in columns
+        ]
+        own = _PREFIX_AGGREGATE.get(prefix, ())
+        if hits:
+            return min(hits, key=lambda hit: hit[1] not in own)[0]  # min is stable: the first hit among equals
     return columns[-1] if prefix == "top" and len(columns) > 1 and "value_counts" not in program else columns[0]
 
 
-_AGGS = r"(?:mean|median|std|sum|max|min|var|quantile|skew|nunique|count)"
+_AGGS = r"(?P<agg>mean|median|std|sum|max|min|var|quantile|skew|nunique|count|corr)"
 _AGGREGATED = (
     re.compile(r"\[\s*['\"]([^'\"]+)['\"]\s*\]\s*\." + _AGGS + r"\("),
     re.compile(r",\s*['\"]([^'\"]+)['\"]\s*\]\s*\." + _AGGS + r"\("),
     re.compile(
-        r"\b(?:AVG|SUM|MEDIAN|STDDEV_SAMP|STDDEV|MAX|MIN|COUNT)\(\s*(?:DISTINCT\s+)?\"((?:[^\"]|\"\")+)\"", re.I
+        r"\b(?P<agg>AVG|SUM|MEDIAN|STDDEV_SAMP|STDDEV|MAX|MIN|COUNT|CORR)\(\s*(?:DISTINCT\s+)?\"((?:[^\"]|\"\")+)\"",
+        re.I,
     ),
 )
+# a name's prefix -> the aggregates (pandas method or SQL function, lower case) that compute what it holds
+_PREFIX_AGGREGATE = {
+    "avg": ("mean", "avg"),
+    "gap": ("mean", "avg"),
+    "median": ("median",),
+    "std": ("std", "stddev", "stddev_samp"),
+    "r": ("corr",),
+}
 
 
 # -- renaming the result of a step --------------------------------------------------------------------

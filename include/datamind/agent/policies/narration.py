@@ -14,6 +14,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from datamind.agent.policies import cells
+
 
 def pick(options: list[str] | tuple[str, ...], seed: str, salt: str) -> str:
     digest = hashlib.sha256(f"{seed}|{salt}".encode()).digest()
@@ -815,7 +817,9 @@ def react(r: Result, seed: str, salt: str) -> str:
         )
     if re.search(r"p-?value|pvalue|ttest|shapiro|chi2|f_oneway|kruskal", what) and 0 <= x <= 1:
         return f"p = {v}, {'below' if x < 0.05 else 'above'} the usual 0.05 level"
-    if re.search(r"percent(?!ile)|percentile rank|share of|\* 100\b", what):
+    # a percent only where the step divides: a name that says percent (a column `Percentage`, a variable
+    # `pct_share`) is gone from ``what``, and a difference of two percentages is a difference
+    if re.search(r"percent(?!ile)|percentile rank|share of|\* 100\b", what) and cells.RATIO_COMPUTED.search(what):
         share = re.search(
             r"share of|percentile rank|attributable|count by the number|number of records|of (?:the )?records", what
         )
@@ -827,9 +831,10 @@ def react(r: Result, seed: str, salt: str) -> str:
             )
         if 0 <= x <= 100:
             return pick((f"{name} is {v} percent", f"{v} percent for {name}"), seed, salt)
-        side = "below zero" if x < 0 else "over 100"
-        return f"{name} is {v} percent, {side}: the value is measured against a smaller base, not a share of a whole"
-    if re.search(r"difference|subtracted|minus|\bgap\b|inside - outside", what):
+        if x < 0:
+            return f"{name} is {v} percent, below zero: a relative gap, not a share of a whole"
+        return f"{name} is {v} percent, over 100: the value is larger than the base it is measured against"
+    if cells.DIFFERENCE.search(what):
         if x == 0:
             return f"{name} is exactly 0: no difference at all"
         return pick(
@@ -843,6 +848,9 @@ def react(r: Result, seed: str, salt: str) -> str:
         )
     if re.search(r"\bratio\b|divide", what) and "percent" not in what:
         return f"{name} is {v}, {'above' if x > 1 else 'below' if x < 1 else 'exactly'} 1"
+    if re.search(r"value_counts\(\)\.idxmax|mode of|most common|most frequent|order by count\(\*\) desc", what):
+        # the most frequent value (a year, a month): what is counted is its records, not the value itself
+        return pick((f"{v} occurs most often", f"the most frequent value is {v}"), seed, salt)
     counting = re.search(r"\bcount(?:s|ing|ed)?\b|how many|count\(\*\)|len\(|nunique|distinct|\.sum\(\)\)", what)
     if counting and float(x).is_integer() and x >= 0:
         n = int(x)

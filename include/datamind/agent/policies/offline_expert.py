@@ -294,6 +294,13 @@ def _narrow_relations(
     return out, (programs[-1] if check else None)
 
 
+# A whole column parsed into dates and then read through ``.dt`` (``pd.to_datetime(df['day'], ...).dt.year``): on a
+# column the first look showed as text, the same step without the parse fails on the accessor.
+_PARSED_DATES = re.compile(
+    r"pd\.to_datetime\((?P<frame>df\[(?P<q>['\"])(?P<col>(?:(?!(?P=q)).)+)(?P=q)\]), errors='coerce', "
+    r"format='mixed'\)(?=\.dt\.)"
+)
+
 # The SQL aggregates SQLite lacks, which an analyst tries first and pandas then supplies.
 _NO_SQLITE_AGGREGATE = {"median": "MEDIAN"}
 
@@ -435,9 +442,13 @@ class OfflineExpertPolicy:
             self._plan.append(_Step("check", check, hops[-1], len(hops)))
 
     def _probe_for(self, h: HopProgram) -> str | None:
-        """For a database step that loads one table into pandas only to take a median: the SQL an analyst
-        tries first (SQLite has no MEDIAN; the failure says so), on some trajectories."""
-        if self._data_format != "sqlite" or h.sql is not None:
+        """What an analyst tries first, on some trajectories, where the data or the engine then refuses it: for a
+        database step that loads one table into pandas only to take a median, that median in SQL (SQLite has
+        none); for a file step that parses a column the first look showed as text into dates, the column's
+        ``.dt`` accessor as the column stands (text has none)."""
+        if self._data_format != "sqlite":
+            return self._date_probe_for(h)
+        if h.sql is not None:
             return None
         m = re.search(r"execute_sql\(sql=((?:.|\n)*?), output_path='[^']+'\)\ndf = pd\.read_csv", h.program)
         med = re.search(r"df\[(['\"])(.+?)\1\]\.median\(\)", h.program)
@@ -456,6 +467,19 @@ class OfflineExpertPolicy:
         column = med.group(2).replace('"', '""')
         query = f'SELECT MEDIAN("{column}") FROM {table.group(1)}{table.group("rest")}'
         return f"execute_sql(sql={cells.sql_text(query)}, output_path='median.csv')"
+
+    def _date_probe_for(self, h: HopProgram) -> str | None:
+        m = _PARSED_DATES.search(h.program)
+        # (a first step only: a later step's program holds the previous printed values, which its cell replaces
+        # by the variables that hold them)
+        if not m or h.hop != 1 or self._view is None:
+            return None
+        if not narration.chance(self._seed, f"probe-{h.hop}", self._probe_rate):
+            return None
+        dtype = dict(self._view.columns).get(m.group("col").replace("\\'", "'"))
+        if dtype is None or not narration.is_text_dtype(dtype):
+            return None  # a column read as dates has the accessor: nothing would fail
+        return h.program[: m.start()] + m.group("frame") + h.program[m.end() :]
 
     def _names_in_schema(self) -> list[str]:
         """Column names a database schema print showed (quoted or bare identifiers on its lines)."""
@@ -736,7 +760,9 @@ class OfflineExpertPolicy:
         h = step.hop
         code = self._written[-1] if self._written else step.code
         columns = self._known or self._names_in_schema()
-        what = cells.without_names(f"{h.description if h else ''}\n{code}", columns).lower()
+        # what the step computes, from its own plan and program: the cell as written holds the session's names
+        # for earlier values (`avg_percentage`), which say nothing about this one
+        what = cells.step_text(h.description, h.sql or h.program, columns) if h else cells.step_text("", code, columns)
         used = narration.columns_used(_body(h.program if h else code), columns)
         column = cells.subject_column(h.description if h else "", code, used, value) if used else None
         return narration.Result(value, step.var, what, self._rows_for(code), column, step.kind_of_var)
@@ -813,6 +839,19 @@ class OfflineExpertPolicy:
     def _think_probe(self, step: _Step) -> str:
         h = step.hop
         assert h is not None
+        dates = re.search(r"df\[(['\"])(.+?)\1\]\.dt\.", step.code) if self._data_format != "sqlite" else None
+        if dates:
+            prev = self._by_hop.get(step.index - 1)
+            lead = narration.cap(narration.react(prev, f"{self._seed}-{step.index}", "prev")) + ". " if prev else ""
+            col = dates.group(2)
+            return lead + narration.pick(
+                (
+                    f"The dates in `{col}` should give this through the `.dt` accessor, as the column stands.",
+                    f"I read the calendar parts straight off `{col}` with `.dt`.",
+                ),
+                self._seed,
+                f"probe-{step.index}",
+            )
         med = re.search(r"MEDIAN\(\"(.+?)\"\)", step.code)
         col = med.group(1) if med else "the column"
         prev = self._by_hop.get(step.index - 1)
@@ -833,9 +872,23 @@ class OfflineExpertPolicy:
         )
 
     def _think_after_probe(self, probe: _Step, step: _Step, cols: list[str], doing: str) -> str:
+        dates = re.search(r"df\[(['\"])(.+?)\1\]\.dt\.", probe.code) if self._data_format != "sqlite" else None
         if probe.probe_ok:
-            return f"SQLite answered {narration.short(probe.probe_output or '', 40)}; {doing} in pandas as a check."
+            engine = "The column" if dates else "SQLite"
+            return f"{engine} answered {narration.short(probe.probe_output or '', 40)}; {doing} in pandas as a check."
         error = narration.read_view(probe.probe_output or "").error or "an error"
+        if dates:
+            col = f"`{dates.group(2)}`"
+            return narration.pick(
+                (
+                    f"That fails ({error}): {col} was read as text, not as dates, so it is parsed with "
+                    "pd.to_datetime first" + (f", the result kept in `{step.var}`." if step.var else "."),
+                    f"{col} holds its dates as text ({error}). Parsing it with pd.to_datetime is the way round"
+                    + (f"; the result goes into `{step.var}`." if step.var else "."),
+                ),
+                self._seed,
+                f"after-probe-{step.index}",
+            )
         col = f"`{cols[0]}`" if cols else "the column"
         return narration.pick(
             (

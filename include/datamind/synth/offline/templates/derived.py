@@ -214,6 +214,19 @@ def time_busiest_year(view, rng):
         )
 
 
+def _growth_sql(year: str | None, d: str, m: str) -> str | None:
+    """SQL for the change of the yearly mean from the first year to the last, in percent: averages per year,
+    then the first and the last of them; ``year`` is the engine's reading of the year (None: it cannot read it)."""
+    if year is None:
+        return None
+    first, last = "(SELECT a FROM per_year ORDER BY y LIMIT 1)", "(SELECT a FROM per_year ORDER BY y DESC LIMIT 1)"
+    return (
+        f"WITH per_year AS (SELECT {year} AS y, AVG({qi(m)}) AS a FROM {{src}} WHERE {qi(d)} IS NOT NULL "
+        f"AND {qi(m)} IS NOT NULL GROUP BY y HAVING y IS NOT NULL) "
+        f"SELECT ROUND(({last} - {first}) * 100.0 / {first}, 2)"
+    )
+
+
 @template("time_based_calculation")
 def time_growth(view, rng):
     df = view.df
@@ -231,7 +244,9 @@ def time_growth(view, rng):
             f"t = df.assign(_y={_years_expr(view, d)}).dropna(subset=['_y', {m!r}])\n"
             f"means = t.groupby('_y')[{m!r}].mean().sort_index()\n"
             "answer = round(float((means.iloc[-1] - means.iloc[0]) / means.iloc[0] * 100), 2)",
+            _growth_sql(_years_sqlite(view, d), d, m),
             params={"d": d, "m": m},
+            duck=_growth_sql(_years_sql(view, d), d, m),
             alt=(
                 (
                     f"t = df.assign(_y={_years_expr(view, d)}).dropna(subset=['_y', {m!r}])\n"
@@ -274,6 +289,11 @@ def time_best_month(view, rng):
             f"t = df.assign(_m=pd.to_datetime({c(d)}, errors='coerce', format='mixed').dt.to_period('M'))\n"
             f"t = t.dropna(subset=['_m', {m!r}])\n"
             f"answer = str(t.groupby('_m')[{m!r}].sum().idxmax())",
+            # a month total is a GROUP BY an analyst writes in SQL where SQLite reads the days (ISO text)
+            f"SELECT strftime('%Y-%m', {qi(d)}) AS mo FROM {{src}} WHERE strftime('%Y-%m', {qi(d)}) IS NOT NULL "
+            f"AND {qi(m)} IS NOT NULL GROUP BY mo ORDER BY SUM({qi(m)}) DESC LIMIT 1"
+            if iso_days(view.df[d])
+            else None,
             params={"d": d, "m": m},
             alt=(
                 (
