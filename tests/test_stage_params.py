@@ -63,6 +63,14 @@ def test_valid_values_pass_and_unknown_keys_are_refused():
         Knobs.from_form({"nn": 2})
 
 
+def test_a_stage_function_takes_its_parameter_class_only():
+    params = Knobs(n=2)
+    assert Knobs.given(params) is params
+    for other in ({"n": 2}, None, Source()):  # a form, nothing, another stage's parameters
+        with pytest.raises(TypeError, match=r"expected Knobs, got \w+; build it with Knobs.from_form"):
+            Knobs.given(other)
+
+
 def test_the_fingerprint_covers_what_is_produced_not_how_it_is_scheduled():
     assert Knobs(workers=5).fingerprint == Knobs().fingerprint  # declared fingerprint=False
     assert Knobs(hidden=8).fingerprint != Knobs().fingerprint  # out of the form, still what is produced

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from datamind.agent.params import RolloutParams
 from datamind.agent.policies.measures import copies_question, sample_measures, summarize
 from datamind.ingest.sources import list_source_files
 from datamind.ingest.stage import ingest_shard, plan_ingest
+from datamind.judge.params import JudgeParams
 from datamind.judge.stage import judge_shard, plan_judging
 from datamind.profile.stage import plan_profile, profile_shard
 from datamind.publish.audit import audit_version, sample_figures
@@ -19,11 +21,12 @@ from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET
 from datamind.shards import read_rows
 from datamind.storage import DataRoot
+from datamind.synth.params import SynthParams
 from datamind.synth.stage import plan_synthesis, synthesize_shard
 from datamind.tables import read_manifest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
-SYNTH = {"queries_per_category": 1, "n_chains": 3, "verify_solutions": False}
+SYNTH = SynthParams(queries_per_category=1, n_chains=3, verify_solutions=False)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +39,10 @@ def release(tmp_path_factory, sandbox):
         profile_shard(root, spec, "run")
     for spec in plan_synthesis(root, 50, SYNTH):
         synthesize_shard(root, spec, SYNTH, "run")
-    for spec in plan_sampling(root, 50, {}):
-        sample_shard(root, spec, {}, "run", sandbox=sandbox)
-    for spec in plan_judging(root, 50, {}):
-        judge_shard(root, spec, {}, "run", sandbox=sandbox)
+    for spec in plan_sampling(root, 50, RolloutParams()):
+        sample_shard(root, spec, RolloutParams(), "run", sandbox=sandbox)
+    for spec in plan_judging(root, 50, JudgeParams()):
+        judge_shard(root, spec, JudgeParams(), "run", sandbox=sandbox)
     publish_dataset(root, "run")
     manifest = read_manifest(root)
     rows = read_rows(root, DATASET, f"dataset/v{manifest['version']}")
