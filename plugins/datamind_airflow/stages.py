@@ -64,13 +64,14 @@ def sharded_stage(
         from datamind import stage_settings
 
         params, root = deployment.run_params(), runtime.data_root()
-        redo = stage_settings.redo(stage, root, _stage_only(params))
+        stage_params = params_type.from_form(_stage_only(params))
+        redo = stage_settings.redo(stage, root, stage_params)
         if redo is not None:  # said before any shard spends anything
             log.warning("%s", redo.message())
         get_current_context()["ti"].xcom_push(
             key=SETTINGS_KEY, value={"params": params, "redo": redo.to_dict() if redo else None}
         )
-        specs = plan(root, params_type.from_form(_stage_only(params)), runtime.max_shards())
+        specs = plan(root, stage_params, runtime.max_shards())
         runtime.log_summary(f"{stage}: plan", {"shards": len(specs), **({"redo": redo.to_dict()} if redo else {})})
         return specs
 

@@ -131,12 +131,13 @@ def test_the_release_is_portable(release):
 def test_the_held_out_split_evaluated_with_the_offline_expert(release, sandbox):
     """evaluate_agent's reference run: the offline expert replays each held-out query's programs in the
     sandbox; the rule judge compares with the executed reference answers."""
+    from datamind.evaluate.params import EvalParams
     from datamind.evaluate.stage import evaluate
 
     root, manifest, rows = release
     test_rows = [r for r in rows if r["split"] == "test"]
     assert test_rows and {r["split"] for r in rows} == {"train", "test"}
-    summary = evaluate(root, {"suites": {"heldout": ""}, "trials": 2, "max_turns": 10}, sandbox=sandbox)
+    summary = evaluate(root, EvalParams(suites={"heldout": ""}, trials=2, max_turns=10), sandbox=sandbox)
     fig = summary["suites"]["heldout"]
     assert fig["n"] == len({r["query_id"] for r in test_rows})
     assert fig["pass@1"] >= 0.9 and fig["pass@2"] >= fig["pass@1"]
