@@ -23,17 +23,17 @@ from datamind_airflow.ingest_tasks import INGEST_DAG, ingest_form, ingest_source
 SCHEDULE, SOURCE = drop_folder("bird", BirdSource())
 
 
-def discover(params: dict) -> list:
+def discover(source: BirdSource, limits) -> list:
     """Discover and sample the databases, hash them and shard the new ones."""
     from datamind.ingest.bird import discover_bird
 
-    with runtime.fail_fast_on_permanent_errors(f"cannot read BIRD source {params['source_uri']!r}"):
-        return discover_bird(params["source_uri"], sample_size=params.get("sample_size"), seed=params["seed"])
+    with runtime.fail_fast_on_permanent_errors(f"cannot read BIRD source {source.source_uri!r}"):
+        return discover_bird(source.source_uri, sample_size=source.sample_size, seed=source.seed)
 
 
 @dag(schedule=SCHEDULE, doc_md=__doc__, params=ingest_form(SOURCE), **INGEST_DAG)
 def ingest_bird():
-    ingest_source(discover)
+    ingest_source(BirdSource, discover)
 
 
 ingest_bird()

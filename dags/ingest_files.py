@@ -18,23 +18,22 @@ from airflow.sdk import dag
 
 from datamind.ingest.params import FilesSource
 from datamind_airflow import drop_folder, runtime
-from datamind_airflow.ingest_tasks import INGEST_DAG, ingest_form, ingest_source, limits_from_params
+from datamind_airflow.ingest_tasks import INGEST_DAG, ingest_form, ingest_source
 
 SCHEDULE, SOURCE = drop_folder("files", FilesSource())
 
 
-def discover(params: dict) -> list:
+def discover(source: FilesSource, limits) -> list:
     """List the source, hash every file and split the new ones into shards."""
     from datamind.ingest.sources import list_sources
 
-    uris = [params["source_uri"], *(params.get("more_source_uris") or [])]
     with runtime.fail_fast_on_permanent_errors("ingest_files cannot list its source"):
-        return list_sources(uris, limits_from_params(params))
+        return list_sources([source.source_uri, *source.more_source_uris], limits)
 
 
 @dag(schedule=SCHEDULE, doc_md=__doc__, params=ingest_form(SOURCE), **INGEST_DAG)
 def ingest_files():
-    ingest_source(discover)
+    ingest_source(FilesSource, discover)
 
 
 ingest_files()

@@ -22,6 +22,7 @@ the same filtering as every source into `catalog/files`, which triggers **profil
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 
 import pendulum
@@ -29,15 +30,8 @@ from airflow.sdk import CronTriggerTimetable, dag, get_current_context
 
 from datamind.ingest.kaggle_config import KaggleCrawlConfig
 from datamind.ingest.params import KaggleRun
-from datamind.stage_params import form_schema
 from datamind_airflow import DAG_DEFAULTS, runtime
-from datamind_airflow.ingest_tasks import (
-    ingest_form,
-    ingest_shard,
-    limits_from_params,
-    plan_source_files,
-    publish_catalog,
-)
+from datamind_airflow.ingest_tasks import ingest_form, ingest_shard, plan_source_files, publish_catalog, read_form
 from datamind_airflow.lineage import task
 
 log = logging.getLogger(__name__)
@@ -61,28 +55,26 @@ def ingest_kaggle():
         from datamind.ingest.kaggle_stage import crawl_to_landing
 
         context = get_current_context()
-        params = dict(context["params"])
-        config_keys = form_schema(KaggleCrawlConfig)
         run_type = str(getattr(context["dag_run"].run_type, "value", context["dag_run"].run_type))
         with runtime.fail_fast_on_permanent_errors("Kaggle crawl window"):
+            limits, run, form = read_form(context["params"], KaggleRun, KaggleCrawlConfig)
             window = crawl_window(
-                params["crawl_window"], run_type, context.get("data_interval_start"), context.get("data_interval_end")
+                run.crawl_window, run_type, context.get("data_interval_start"), context.get("data_interval_end")
             )
-            config = KaggleCrawlConfig.from_dict({**{k: params[k] for k in config_keys}, **window})
+            config = replace(form, **window)
         if config.windowed:
             log.info("crawling datasets last updated in [%s, %s)", config.updated_since, config.updated_before)
-        conn = runtime.connection_dict(params["kaggle_conn_id"])
+        conn = runtime.connection_dict(run.kaggle_conn_id)
         credentials = (
             KaggleCredentials.from_connection(conn.get("login"), conn.get("password"), conn.get("extra"))
             if conn
             else None
         )
-        limits = limits_from_params(params)
         # missing or refused credentials will not fix themselves between retries
         with runtime.fail_fast_on_permanent_errors("Kaggle crawl", also=(KaggleAuthError,)):
             files, summary = crawl_to_landing(runtime.data_root(), config, credentials, limits, runtime.run_id())
         runtime.log_summary("Kaggle crawl", summary)
-        return plan_source_files(files, "kaggle", params)
+        return plan_source_files(files, "kaggle", run.shard_size)
 
     summaries = ingest_shard.expand(spec=crawl())
     publish_catalog(summaries, source_name="kaggle")

@@ -35,14 +35,14 @@ from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
-def plan(root, params, max_shards):
+def plan(root, params: JudgeParams, max_shards):
     """Queries with sampled trajectories and no judging outcome yet, split into shards."""
     from datamind.judge.stage import plan_judging
 
-    return plan_judging(root, int(params["shard_size"]), params, max_shards)
+    return plan_judging(root, params.shard_size, params, max_shards)
 
 
-def process(root, spec, params, run_id, llm_client):
+def process(root, spec, params: JudgeParams, run_id, llm_client):
     from datamind.judge.stage import judge_shard
 
     return judge_shard(root, spec, params, run_id, llm_client=llm_client)
@@ -66,7 +66,7 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def judge_trajectories():
-    sharded_stage("judge_trajectories", plan=plan, process=process)
+    sharded_stage("judge_trajectories", JudgeParams, plan=plan, process=process)
 
 
 judge_trajectories()

@@ -21,14 +21,14 @@ from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
-def plan(root, params, max_shards):
+def plan(root, params: ProfileParams, max_shards):
     """Accepted files without a catalog/tables row yet, split into shards."""
     from datamind.profile.stage import plan_profile
 
-    return plan_profile(root, ProfileParams.from_form(params).shard_size, max_shards)
+    return plan_profile(root, params.shard_size, max_shards)
 
 
-def process(root, spec, params, run_id, llm_client):
+def process(root, spec, params: ProfileParams, run_id, llm_client):
     from datamind.profile.stage import profile_shard
 
     return profile_shard(root, spec, run_id)
@@ -43,7 +43,7 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def profile_files():
-    sharded_stage("profile_files", plan=plan, process=process)
+    sharded_stage("profile_files", ProfileParams, plan=plan, process=process)
 
 
 profile_files()

@@ -69,7 +69,7 @@ def publish_dataset():
 
         try:
             return release.publish(
-                root, run_id, deployment.run_params(), validate=validate,
+                root, run_id, PublishParams.from_form(deployment.run_params()), validate=validate,
                 report_url=framed_report_url(ti.dag_id, ti.run_id, ti.task_id), viewer_url=framed_release_url,
             )  # fmt: skip
         except NothingToPublish as exc:  # a retry would find the same inputs: fail now, saying which stage

@@ -25,14 +25,14 @@ from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
-def plan(root, params, max_shards):
+def plan(root, params: RolloutParams, max_shards):
     """Queries without trajectories yet, split into shards."""
     from datamind.rollout.stage import plan_sampling
 
-    return plan_sampling(root, int(params["shard_size"]), params, max_shards)
+    return plan_sampling(root, params.shard_size, params, max_shards)
 
 
-def process(root, spec, params, run_id, llm_client):
+def process(root, spec, params: RolloutParams, run_id, llm_client):
     from datamind.rollout.stage import sample_shard
 
     return sample_shard(root, spec, params, run_id, llm_client=llm_client)
@@ -47,7 +47,7 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def sample_trajectories():
-    sharded_stage("sample_trajectories", plan=plan, process=process)
+    sharded_stage("sample_trajectories", RolloutParams, plan=plan, process=process)
 
 
 sample_trajectories()

@@ -27,14 +27,14 @@ from datamind_airflow.forms import form_params
 from datamind_airflow.stages import sharded_stage
 
 
-def plan(root, params, max_shards):
+def plan(root, params: SynthParams, max_shards):
     """Profiled tables not yet synthesized with these parameters, split into shards."""
     from datamind.synth.stage import plan_synthesis
 
-    return plan_synthesis(root, int(params["shard_size"]), params, max_shards)
+    return plan_synthesis(root, params.shard_size, params, max_shards)
 
 
-def process(root, spec, params, run_id, llm_client):
+def process(root, spec, params: SynthParams, run_id, llm_client):
     from datamind.synth.stage import synthesize_shard
 
     return synthesize_shard(root, spec, params, run_id, llm_client=llm_client)
@@ -51,7 +51,7 @@ def process(root, spec, params, run_id, llm_client):
     **DAG_DEFAULTS,
 )
 def synthesize_queries():
-    sharded_stage("synthesize_queries", plan=plan, process=process)
+    sharded_stage("synthesize_queries", SynthParams, plan=plan, process=process)
 
 
 synthesize_queries()

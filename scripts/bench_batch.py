@@ -77,7 +77,9 @@ def main() -> int:
     from test_rollout_llm_e2e import fake_models
     from test_synth_llm_path import PARAMS, responder
 
+    from datamind.agent.params import RolloutParams
     from datamind.assets import DIRS
+    from datamind.judge.params import JudgeParams
     from datamind.judge.stage import judge_shard, plan_judging
     from datamind.rollout.stage import plan_sampling, sample_shard
     from datamind.sandbox import Sandbox, SandboxLimits
@@ -91,7 +93,7 @@ def main() -> int:
         write_catalog(root, catalog_rows(csv))
         return plan_synthesis(root, 10, PARAMS)[0]
 
-    judge_params = {"judge_backend": "llm", "reflection_rounds": 1}
+    judge_params = JudgeParams(judge_backend="llm", reflection_rounds=1)
     results = []
     with FakeOpenAIServer() as server, Sandbox(SandboxLimits(wall_s=20.0, cpu_s=20)) as sandbox:
         results.append(compare(
@@ -102,8 +104,8 @@ def main() -> int:
 
         def judge_prepare(root):
             build_corpus(root, str(Path(root.root).parent))
-            for spec in plan_sampling(root, 10, {}):
-                sample_shard(root, spec, {}, "bench", sandbox=sandbox)
+            for spec in plan_sampling(root, 10, RolloutParams()):
+                sample_shard(root, spec, RolloutParams(), "bench", sandbox=sandbox)
             return plan_judging(root, 10, judge_params)[0]
 
         results.append(compare(

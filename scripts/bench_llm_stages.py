@@ -111,7 +111,7 @@ def pipeline(root: DataRoot, config: LLMConfig, args) -> list[dict]:
                  lambda c: [synthesize_shard(root, s, synth, "bench-synth", llm_client=c) for s in specs]),
         _measure("sampling", config,
                  lambda c: [sample_shard(root, s, rollout, "bench-rollout", llm_client=c)
-                            for s in plan_sampling(root, params=rollout)]),
+                            for s in plan_sampling(root, None, rollout)]),
         _measure("judging", config,
                  lambda c: [judge_shard(root, s, judge, "bench-judge", llm_client=c)
                             for s in plan_judging(root, params=judge)]),

@@ -25,7 +25,9 @@ sys.path.insert(0, str(REPO / "tests"))
 from fakes.openai_server import FakeOpenAIServer  # noqa: E402
 from rollout.corpus import build_corpus, queries  # noqa: E402
 
+from datamind.agent.params import RolloutParams  # noqa: E402
 from datamind.filters.rules import apply_filters  # noqa: E402
+from datamind.judge.params import JudgeParams  # noqa: E402
 from datamind.judge.stage import judge_shard, plan_judging  # noqa: E402
 from datamind.llm import LLMClient, LLMConfig  # noqa: E402
 from datamind.publish.stage import publish_dataset  # noqa: E402
@@ -65,9 +67,9 @@ def bench_offline(sandbox, base: Path, copies: int, repeats: int):
     times, n_traj, n_turns = [], 0, 0
     for i in range(repeats):
         root = fresh_root(base / f"off{i}", rows)
-        specs = plan_sampling(root, 1000, {})
+        specs = plan_sampling(root, 1000, RolloutParams())
         t0 = time.perf_counter()
-        summaries = [sample_shard(root, s, {"exec_workers": 2}, "bench", sandbox=sandbox) for s in specs]
+        summaries = [sample_shard(root, s, RolloutParams(exec_workers=2), "bench", sandbox=sandbox) for s in specs]
         times.append(time.perf_counter() - t0)
         n_traj = sum(s["n_trajectories"] for s in summaries)
         from datamind.schemas import TRAJECTORIES
@@ -107,12 +109,12 @@ def bench_llm(sandbox, base: Path, copies: int):
                 max_concurrency=16,
             )
             client = LLMClient(cfg, cache=None)
-            specs = plan_sampling(root, 1000, {"backend": "llm"})
+            specs = plan_sampling(root, 1000, RolloutParams(backend="llm"))
             t0 = time.perf_counter()
             s = sample_shard(
                 root,
                 specs[0],
-                {"backend": "llm", "concurrency": conc, "exec_workers": 2},
+                RolloutParams(backend="llm", concurrency=conc, exec_workers=2),
                 "bench",
                 llm_client=client,
                 sandbox=sandbox,
@@ -132,11 +134,11 @@ def bench_judge(sandbox, sampled_root: DataRoot, base: Path, repeats: int):
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(Path(sampled_root.root).parent, dst)
         root = DataRoot(str(dst / "data"))
-        specs = plan_judging(root, 1000, {})
+        specs = plan_judging(root, 1000, JudgeParams())
         n = sum(len(s["query_ids"]) for s in specs)
         t0 = time.perf_counter()
         for s in specs:
-            judge_shard(root, s, {}, "bench", sandbox=sandbox)
+            judge_shard(root, s, JudgeParams(), "bench", sandbox=sandbox)
         times.append(time.perf_counter() - t0)
     t = median(times)
     print(

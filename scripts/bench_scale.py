@@ -137,47 +137,58 @@ def write_sources(folder: Path, n: int) -> None:
 # -- the stages, as the DAGs call them ------------------------------------------------------------------------
 
 
-def _params(stage: str) -> dict:
+def _form(stage: str) -> dict:
+    """This bench's form for the stage: what a run's conf would carry."""
     if stage == "synth":
         return {**SYNTH, "n_chains": SYNTH_N_CHAINS, "shard_size": SHARDS["synth"]}
     return {"shard_size": SHARDS[stage]} if stage in SHARDS else {}
 
 
-def plan(
-    stage: str, root, src: Path, params: dict | None = None, max_shards: int | None = AIRFLOW_MAX_MAP_LENGTH
-) -> list[dict]:
-    """The stage's planner as its DAG calls it (``params``: the DAG form's values; default this bench's), under
-    Airflow's mapping limit (``max_shards``; None: unlimited, each shard of the size asked for)."""
-    params = _params(stage) if params is None else params
+def _params(stage: str):
+    """The stage's parameters built from its form, as the DAG edge builds them (``StageParams.from_form``)."""
+    from datamind.agent.params import RolloutParams
+    from datamind.judge.params import JudgeParams
+    from datamind.profile.params import ProfileParams
+    from datamind.publish.params import PublishParams
+    from datamind.synth.params import SynthParams
+
+    if stage == "ingest":  # ingest takes its shard size alone
+        return None
+    types = {"profile": ProfileParams, "synth": SynthParams, "rollout": RolloutParams, "judge": JudgeParams}
+    return types.get(stage, PublishParams).from_form(_form(stage))
+
+
+def plan(stage: str, root, src: Path, max_shards: int | None = AIRFLOW_MAX_MAP_LENGTH) -> list[dict]:
+    """The stage's planner as its DAG calls it, with this bench's parameters, under Airflow's mapping limit
+    (``max_shards``; None: unlimited, each shard of the size asked for)."""
+    params = _params(stage)
     if stage == "ingest":
         from datamind.ingest.sources import list_source_files
         from datamind.ingest.stage import plan_ingest
 
-        return plan_ingest(root, list_source_files(str(src)), "bench", params.get("shard_size", 50), max_shards)
+        return plan_ingest(root, list_source_files(str(src)), "bench", SHARDS["ingest"], max_shards)
     if stage == "profile":
-        from datamind.profile.params import ProfileParams
         from datamind.profile.stage import plan_profile
 
-        return plan_profile(root, params.get("shard_size", ProfileParams().shard_size), max_shards)
+        return plan_profile(root, params.shard_size, max_shards)
     if stage == "synth":
-        from datamind.synth.params import SynthParams
         from datamind.synth.stage import plan_synthesis
 
-        return plan_synthesis(root, params.get("shard_size", SynthParams().shard_size), params, max_shards)
+        return plan_synthesis(root, params.shard_size, params, max_shards)
     if stage == "rollout":
         from datamind.rollout.stage import plan_sampling
 
-        return plan_sampling(root, params.get("shard_size"), params, max_shards)
+        return plan_sampling(root, params.shard_size, params, max_shards)
     if stage == "judge":
         from datamind.judge.stage import plan_judging
 
-        return plan_judging(root, params.get("shard_size"), params, max_shards)
+        return plan_judging(root, params.shard_size, params, max_shards)
     return [{"publish": True}]  # publishing has no plan: it streams every judged row into one release
 
 
-def process(stage: str, root, spec: dict, run_id: str, params: dict | None = None) -> dict:
+def process(stage: str, root, spec: dict, run_id: str) -> dict:
     """One shard of the stage as its mapped task runs it."""
-    params = _params(stage) if params is None else params
+    params = _params(stage)
     stage_module = importlib.import_module(STAGE_MODULES[stage])
     if stage == "ingest":
         return stage_module.ingest_shard(root, spec, None, run_id)
@@ -189,7 +200,7 @@ def process(stage: str, root, spec: dict, run_id: str, params: dict | None = Non
         return stage_module.sample_shard(root, spec, params, run_id)
     if stage == "judge":
         return stage_module.judge_shard(root, spec, params, run_id)
-    return stage_module.publish_dataset(root, run_id, **params)
+    return stage_module.publish_dataset(root, run_id, params)
 
 
 def spec_items(stage: str, spec: dict) -> int:

@@ -29,6 +29,7 @@ from datamind.storage import DataRoot  # noqa: E402
 
 
 def evaluate_model(root: DataRoot, checkpoint: str, args) -> tuple[dict, dict, float]:
+    from datamind.evaluate.params import EvalParams
     from datamind.evaluate.stage import evaluate
 
     suites = {"heldout": args.version or ""}
@@ -45,7 +46,8 @@ def evaluate_model(root: DataRoot, checkpoint: str, args) -> tuple[dict, dict, f
         "concurrency": 1,  # one CPU server: requests queue there anyway
     }
     t0 = time.perf_counter()
-    summary = evaluate(root, params)  # per suite: pass@k, outcomes and how the agent worked (evaluate.behaviour)
+    # per suite: pass@k, outcomes and how the agent worked (evaluate.behaviour)
+    summary = evaluate(root, EvalParams.from_form(params))
     return summary["suites"], summary, time.perf_counter() - t0
 
 

@@ -3,7 +3,7 @@ hint reads the hinted shards only, falling back to the whole table for what a st
 
 from __future__ import annotations
 
-from datamind import tables
+from datamind import shards, tables
 from datamind.schemas import REJECTIONS, rejection
 from datamind.shards import write_shard
 from datamind.storage import DataRoot
@@ -24,8 +24,8 @@ def test_hints_find_every_version_and_a_stale_hint_loses_nothing(tmp_path, monke
     assert where == {"x": {a, b}, "y": {a}, "z": {c}}
 
     opened = []
-    real = type(root).open
-    monkeypatch.setattr(type(root), "open", lambda self, p, *args, **kw: opened.append(p) or real(self, p, *args, **kw))
+    real = shards.parquet_source
+    monkeypatch.setattr(shards, "parquet_source", lambda r, p: opened.append(p) or real(r, p))
     got = tables.read(root, "rejections", where=("item_id", {"x"}), hint=sorted(where["x"]))
     assert sorted(got.column("reason_code").to_pylist()) == ["first", "second"] and c not in opened
 
@@ -59,3 +59,17 @@ def test_a_shard_size_is_raised_just_enough_to_fit_the_mapping_limit():
             continue
         assert fit_shard_size(counts, size, cap) == fitting[0], (counts, size, cap)
     assert fit_shard_size([50_000], 20, None) == 20  # no limit given: the size asked for
+
+
+def test_a_local_shard_is_handed_to_arrow_by_its_path_not_as_a_python_file(tmp_path):
+    """Arrow's threads call back into a Python file object, and a call left over after the read returned aborts a
+    process that exits meanwhile ("terminate called without an active exception"): 3 aborts in 100 runs of a
+    read-and-exit script before, 0 in 100 after. The race is too rare to provoke here; its cause is checked."""
+    root = DataRoot(str(tmp_path))
+    path = _shard(root, "part-a.parquet", [("x", "first")])
+    with shards.parquet_source(root, path) as source:
+        assert source == path
+    memory = DataRoot(f"memory://{tmp_path.name}")  # another filesystem: fsspec's file object, as before
+    remote = _shard(memory, "part-a.parquet", [("x", "first")])
+    with shards.parquet_source(memory, remote) as source:
+        assert not isinstance(source, str) and source.read(4) == b"PAR1"

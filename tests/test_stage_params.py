@@ -63,6 +63,14 @@ def test_valid_values_pass_and_unknown_keys_are_refused():
         Knobs.from_form({"nn": 2})
 
 
+def test_a_stage_function_takes_its_parameter_class_only():
+    params = Knobs(n=2)
+    assert Knobs.given(params) is params
+    for other in ({"n": 2}, None, Source()):  # a form, nothing, another stage's parameters
+        with pytest.raises(TypeError, match=r"expected Knobs, got \w+; build it with Knobs.from_form"):
+            Knobs.given(other)
+
+
 def test_the_fingerprint_covers_what_is_produced_not_how_it_is_scheduled():
     assert Knobs(workers=5).fingerprint == Knobs().fingerprint  # declared fingerprint=False
     assert Knobs(hidden=8).fingerprint != Knobs().fingerprint  # out of the form, still what is produced
@@ -100,3 +108,31 @@ def test_a_patterned_field_says_its_allowed_characters_in_words_before_anyone_su
         "Recorded as the files' source. Allowed characters: lowercase letters, digits, _ . - (no spaces, no "
         "capitals); it must start with one of: lowercase letters, digits."
     )
+
+
+_FORM = {"shard_size": 2}  # a valid form for each stage below: only the type is wrong
+STAGE_CALLS = {
+    "plan_synthesis": ("datamind.synth.stage", lambda f, root: f(root, 2, _FORM)),
+    "synthesize_shard": ("datamind.synth.stage", lambda f, root: f(root, {"shard_id": "s"}, _FORM, "r")),
+    "summarize_run": ("datamind.synth.stage", lambda f, root: f(root, _FORM)),
+    "plan_sampling": ("datamind.rollout.stage", lambda f, root: f(root, 2, _FORM)),
+    "sample_shard": ("datamind.rollout.stage", lambda f, root: f(root, {"query_ids": []}, _FORM, "r")),
+    "plan_judging": ("datamind.judge.stage", lambda f, root: f(root, 2, _FORM)),
+    "judge_shard": ("datamind.judge.stage", lambda f, root: f(root, {"query_ids": []}, _FORM, "r")),
+    "evaluate": ("datamind.evaluate.stage", lambda f, root: f(root, {"suites": {"heldout": ""}})),
+    "publish_dataset": ("datamind.publish.stage", lambda f, root: f(root, "r", {"shard_rows": 2})),
+    "publish": (
+        "datamind.publish.release",
+        lambda f, root: f(root, "r", {}, validate=None, report_url="", viewer_url=str),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STAGE_CALLS))
+def test_every_stage_function_refuses_a_form_it_would_have_to_convert(name, tmp_path):
+    """The form becomes parameters once, at the DAG edge: a stage handed a dict says so instead of reading it."""
+    import importlib
+
+    module, call = STAGE_CALLS[name]
+    with pytest.raises(TypeError, match=r"expected \w+Params, got dict; build it with \w+Params\.from_form"):
+        call(getattr(importlib.import_module(module), name), str(tmp_path / "data"))

@@ -7,10 +7,12 @@ only whole shards behind.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -78,6 +80,21 @@ def shard_paths(root: DataRoot, rel_dir: str) -> list[str]:
     return root.glob(rel_dir, "**", "*.parquet") if root.exists(rel_dir) else []
 
 
+@contextlib.contextmanager
+def parquet_source(root: DataRoot, path: str) -> Iterator[Any]:
+    """What pyarrow reads the shard at ``path`` from. A local shard is handed over by its path, so Arrow reads
+    it with its own I/O. Given a Python file object instead, Arrow's I/O threads call back into Python to read
+    it, and some of that work (the file's release) can run after the read returned: when it runs while the
+    interpreter exits, the thread is ended as it takes the GIL and the process aborts ("terminate called
+    without an active exception", a short-lived planner process once; apache/arrow#33975). A shard of another
+    filesystem is read through fsspec's file object."""
+    if root.is_local:
+        yield path
+    else:
+        with root.open(path) as fh:
+            yield fh
+
+
 def read_table(
     root: DataRoot,
     schema: TableSchema,
@@ -95,11 +112,11 @@ def read_table(
     wanted = pa.array(sorted(set(where[1])), type=pa.string()) if where else None
     tables = []
     for path in shard_paths(root, rel_dir) if paths is None else sorted(set(paths)):
-        with root.open(path) as fh:
+        with parquet_source(root, path) as source:
             if wanted is None:
-                t = pq.read_table(fh, columns=columns)
+                t = pq.read_table(source, columns=columns)
             else:
-                pf = pq.ParquetFile(fh)
+                pf = pq.ParquetFile(source)
                 mask = pc.is_in(pf.read(columns=[where[0]]).column(0), value_set=wanted)
                 if not pc.any(mask).as_py():
                     continue

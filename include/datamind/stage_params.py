@@ -201,6 +201,17 @@ class StageParams:
         return cls(**raw)
 
     @classmethod
+    def given(cls, params: Any):
+        """``params`` as a stage function receives them: an instance of this class, nothing else. A form or a dict
+        is turned into one once, at the DAG edge (``from_form``); a stage that converted again would be a second
+        place deciding what a key means."""
+        if not isinstance(params, cls):
+            raise TypeError(
+                f"expected {cls.__name__}, got {type(params).__name__}; build it with {cls.__name__}.from_form(...)"
+            )
+        return params
+
+    @classmethod
     def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:
         """A stage's own reading of its form before the fields are checked (nested settings, "all")."""
         return raw

@@ -178,13 +178,13 @@ def _redo(stage, item, fp, here, others, cls, new, settings_of, files_of) -> Red
     )
 
 
-def _synthesis(root, params: Mapping[str, Any]) -> Redo | None:
+def _synthesis(root, params: Any) -> Redo | None:
     from datamind import tables
     from datamind.assets import DIRS
     from datamind.schemas import CATALOG_TABLES
     from datamind.synth.params import SynthParams
 
-    p = SynthParams.from_form(dict(params))
+    p = SynthParams.given(params)
     fp = p.fingerprint
     parts = {name.removeprefix("params="): tables.queries(root, name.removeprefix("params=")) for name in
              tables.partitions(root, "queries")}  # fmt: skip
@@ -201,13 +201,13 @@ def _synthesis(root, params: Mapping[str, Any]) -> Redo | None:
     return _redo("synthesize_queries", "tables", fp, here, others, SynthParams, p, settings_of, files_of)
 
 
-def _judging(root, params: Mapping[str, Any]) -> Redo | None:
+def _judging(root, params: Any) -> Redo | None:
     from datamind import tables
     from datamind.assets import DIRS
     from datamind.judge.params import JudgeParams
     from datamind.schemas import QUERIES
 
-    p = JudgeParams.from_form(dict(params))
+    p = JudgeParams.given(params)
     fp = p.fingerprint
     names = [name.removeprefix("params=") for name in tables.judged_partitions(root)]
     others = {other: tables.judged(root, f"params={other}").done() for other in names}
@@ -228,8 +228,9 @@ def _judging(root, params: Mapping[str, Any]) -> Redo | None:
 _REDO = {"synthesize_queries": _synthesis, "judge_trajectories": _judging}
 
 
-def redo(stage: str, root, params: Mapping[str, Any]) -> Redo | None:
-    """What a run of ``stage`` with ``params`` would do again that runs under other settings covered (None:
-    nothing; stages whose output is not partitioned by their settings never redo)."""
+def redo(stage: str, root, params: Any) -> Redo | None:
+    """What a run of ``stage`` with ``params`` (an instance of the stage's parameter class) would do again that
+    runs under other settings covered (None: nothing; stages whose output is not partitioned by their settings
+    never redo)."""
     check = _REDO.get(stage)
     return check(root, params) if check else None

@@ -1,14 +1,19 @@
-"""Tasks shared by every ingest_* DAG: a source-specific plan task feeds these two."""
+"""Tasks shared by every ingest_* DAG: a source-specific plan task feeds these two.
+
+A run's form is read once, by the plan task (``read_form``): the acceptance limits and each source class built
+with ``StageParams.from_form``, and a key none of them declares refused there."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pendulum
 from airflow.sdk import Param
 
 from datamind.settings import Limits
+from datamind.stage_params import StageParams, form_schema
 from datamind_airflow import CATALOG_FILES, DAG_DEFAULTS, runtime
 from datamind_airflow.forms import form_params
 from datamind_airflow.lineage import task
@@ -26,19 +31,28 @@ def ingest_form(*sources: object) -> dict[str, Param]:
     return out
 
 
-def limits_from_params(params: dict[str, Any]):
-    return runtime.settings().limits.with_overrides(
-        min_rows=params.get("min_rows"),
-        max_rows=params.get("max_rows"),
-        max_db_table_rows=params.get("max_db_table_rows"),
-    )
+def read_limits(params: Mapping[str, Any]) -> Limits:
+    """The acceptance limits a run works under: this deployment's, with the form's values of the fields the form
+    shows over them."""
+    return runtime.settings().limits.with_overrides(**{k: params.get(k) for k in form_schema(Limits)})
 
 
-def plan_source_files(files, source_name: str, params: dict[str, Any]) -> list[dict]:
+def read_form(params: Mapping[str, Any], *classes: type[StageParams]) -> tuple:
+    """An ingest run's form read once: ``(limits, *one instance per class)``, each class built with ``from_form``
+    from the keys it declares. A key that neither the limits nor any class declares is refused here, so a typo
+    in a run's conf never silently means a default."""
+    declared = [set(form_schema(Limits)), *({f.name for f in dataclasses.fields(c)} for c in classes)]
+    unknown = sorted(set(params) - set().union(*declared))
+    if unknown:
+        raise ValueError(f"unknown ingest parameter(s) {unknown}; known: {sorted(set().union(*declared))}")
+    own = dict(zip(classes, declared[1:], strict=True))
+    return (read_limits(params), *(c.from_form({k: v for k, v in params.items() if k in own[c]}) for c in classes))
+
+
+def plan_source_files(files, source_name: str, shard_size: int) -> list[dict]:
     """Hash, dedupe and shard ``files``; files already in the catalog are skipped (reruns are no-ops)."""
     from datamind.ingest.stage import plan_ingest
 
-    shard_size = int(params.get("shard_size") or runtime.settings().shard_size)
     specs = plan_ingest(runtime.data_root(), files, source_name, shard_size, runtime.max_shards())
     runtime.log_summary(
         f"Planned {source_name}",
@@ -54,8 +68,8 @@ def ingest_shard(spec: dict) -> dict:
 
     from datamind.ingest.stage import ingest_shard as run_shard
 
-    params = get_current_context()["params"]
-    summary = run_shard(runtime.data_root(), spec, limits_from_params(params), runtime.run_id())
+    params = get_current_context()["params"]  # its keys were checked when the run was planned (read_form)
+    summary = run_shard(runtime.data_root(), spec, read_limits(params), runtime.run_id())
     runtime.log_summary(f"Shard {spec.get('shard_id')}", summary)
     return summary
 
@@ -73,16 +87,17 @@ def publish_catalog(summaries: list[dict], source_name: str) -> dict:
     return result
 
 
-def ingest_source(discover: Callable[[dict[str, Any]], list]) -> None:
-    """The tasks of an ingest DAG over a source form, inside its ``@dag`` function: ``plan`` (``discover(params)``
-    lists the source's files, failing at once on a source that is not there; the new ones are hashed and
-    sharded) -> ``ingest_shard`` per shard -> ``publish_catalog``."""
+def ingest_source(source_type: type[StageParams], discover: Callable[[Any, Limits], list]) -> None:
+    """The tasks of an ingest DAG over a source form (``source_type``), inside its ``@dag`` function: ``plan``
+    (``discover(source, limits)`` lists the source's files, failing at once on a source that is not there; the
+    new ones are hashed and sharded) -> ``ingest_shard`` per shard -> ``publish_catalog``."""
 
     @task(task_id="plan", doc_md=discover.__doc__)
     def plan() -> list[dict]:
         from airflow.sdk import get_current_context
 
-        params = get_current_context()["params"]
-        return plan_source_files(discover(params), params["source_name"], params)
+        with runtime.fail_fast_on_permanent_errors("the run's parameters"):  # a retry reads the same form
+            limits, source = read_form(get_current_context()["params"], source_type)
+        return plan_source_files(discover(source, limits), source.source_name, source.shard_size)
 
     publish_catalog(ingest_shard.expand(spec=plan()), source_name="{{ params.source_name }}")

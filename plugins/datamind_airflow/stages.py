@@ -1,9 +1,13 @@
 """The shape every processing DAG shares: plan shards -> process each (mapped) -> validate and publish.
 
-A DAG file supplies two plain functions with lazy imports (so parsing stays cheap):
+A DAG file supplies its stage's parameter class and two plain functions with lazy imports (so parsing stays
+cheap):
 
     plan(root, params, max_shards) -> list[shard_spec]   (at most max_shards of them)
     process(root, spec, params, run_id, llm_client) -> summary dict
+
+``params`` is an instance of that class, built here from the run's form (``StageParams.from_form``): the one
+place a form's keys become a stage's parameters, so a stage function takes its parameter class only.
 
 and this module wires them into tasks, hands each shard an LLM client when the run's backend is
 ``llm``, and publishes the output table's Asset after Great Expectations has checked what the run wrote.
@@ -22,6 +26,7 @@ from airflow.sdk import get_current_context
 
 from datamind.assets import DIRS
 from datamind.llm.config import CONNECTION_KEYS
+from datamind.stage_params import StageParams
 from datamind.stages import STAGES, contract
 from datamind_airflow import announces, deployment, runtime
 from datamind_airflow.batch import run_or_defer
@@ -30,8 +35,8 @@ from datamind_airflow.lineage import task
 log = logging.getLogger(__name__)
 SETTINGS_KEY = "settings"  # the plan task's XCom: the run's resolved parameters and what it redoes
 
-PlanFn = Callable[[Any, dict[str, Any], int], list[dict[str, Any]]]
-ProcessFn = Callable[[Any, dict[str, Any], dict[str, Any], str, Any], dict[str, Any]]
+PlanFn = Callable[[Any, StageParams, int], list[dict[str, Any]]]
+ProcessFn = Callable[[Any, dict[str, Any], StageParams, str, Any], dict[str, Any]]
 
 
 def _stage_only(params: dict[str, Any]) -> dict[str, Any]:
@@ -45,9 +50,12 @@ def run_params() -> dict[str, Any]:
     return settings["params"] if settings else deployment.run_params()
 
 
-def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shards: int = 2):
+def sharded_stage(
+    stage: str, params_type: type[StageParams], *, plan: PlanFn, process: ProcessFn, parallel_shards: int = 2
+):
     """Instantiate the three tasks inside the calling ``@dag`` function of ``stage`` (a DAG id of the stage
-    catalog, which names the table it writes, that table's contract and directory, and its Asset)."""
+    catalog, which names the table it writes, that table's contract and directory, and its Asset); ``plan`` and
+    ``process`` receive the run's parameters as a ``params_type``."""
     writes = STAGES[stage].writes
     table, rel_dir, outlet = contract(writes), DIRS[writes], announces(stage)
 
@@ -56,13 +64,14 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
         from datamind import stage_settings
 
         params, root = deployment.run_params(), runtime.data_root()
-        redo = stage_settings.redo(stage, root, _stage_only(params))
+        stage_params = params_type.from_form(_stage_only(params))
+        redo = stage_settings.redo(stage, root, stage_params)
         if redo is not None:  # said before any shard spends anything
             log.warning("%s", redo.message())
         get_current_context()["ti"].xcom_push(
             key=SETTINGS_KEY, value={"params": params, "redo": redo.to_dict() if redo else None}
         )
-        specs = plan(root, _stage_only(params), runtime.max_shards())
+        specs = plan(root, stage_params, runtime.max_shards())
         runtime.log_summary(f"{stage}: plan", {"shards": len(specs), **({"redo": redo.to_dict()} if redo else {})})
         return specs
 
@@ -72,11 +81,12 @@ def sharded_stage(stage: str, *, plan: PlanFn, process: ProcessFn, parallel_shar
 
         params = run_params()
         root, run_id = runtime.data_root(), runtime.run_id()
+        stage_params = params_type.from_form(_stage_only(params))
         with client_for(params) as client:
             if client is None or params.get("request_mode", "online") == "online":
-                summary = process(root, spec, _stage_only(params), run_id, client)
+                summary = process(root, spec, stage_params, run_id, client)
             else:
-                shard = lambda r, c: process(r, spec, _stage_only(params), run_id, c)  # noqa: E731
+                shard = lambda r, c: process(r, spec, stage_params, run_id, c)  # noqa: E731
                 summary = run_or_defer(f"{stage}:{spec.get('shard_id')}", shard, client, params)
         runtime.log_summary(f"{stage}: shard {spec.get('shard_id')}", summary)
         return summary

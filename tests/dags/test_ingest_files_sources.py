@@ -40,3 +40,27 @@ def test_a_single_file_source_keeps_its_name_in_the_catalog_and_the_staged_copy(
     staged = Path(row["staged_uri"])
     assert staged == Path(root.path("raw", "drop", row["file_id"], "sales_orders.csv"))
     assert staged.read_bytes() == data
+
+
+def test_an_ingest_form_is_read_once_into_its_classes_and_a_stray_key_is_refused():
+    import pytest
+
+    from datamind.ingest.kaggle_config import KaggleCrawlConfig
+    from datamind.ingest.params import FilesSource, KaggleRun
+    from datamind.settings import Limits
+    from datamind.stage_params import form_schema
+    from datamind_airflow.ingest_tasks import read_form
+
+    limits_form = {k: v["default"] for k, v in form_schema(Limits).items()}
+    form = {**limits_form, **FilesSource().to_dict(), "more_source_uris": None, "sample_rows_over_limit": 300}
+    limits, source = read_form(form, FilesSource)
+    assert source == FilesSource()  # the form's empty list of more sources reads back as none
+    # every limit the form shows reaches the ingest: the row sample size used to be left out
+    assert limits.sample_rows_over_limit == 300 and limits.min_rows == Limits().min_rows
+    with pytest.raises(ValueError, match=r"unknown ingest parameter\(s\) \['sourec_uri'\]"):
+        read_form({**form, "sourec_uri": "/typo"}, FilesSource)
+
+    crawl_form = {k: v["default"] for k, v in form_schema(KaggleCrawlConfig).items()}
+    kaggle = {**limits_form, **KaggleRun(shard_size=7).to_dict(), **crawl_form, "max_pages": 2}
+    _, run, crawl = read_form(kaggle, KaggleRun, KaggleCrawlConfig)
+    assert run.shard_size == 7 and crawl.max_pages == 2 and crawl.queries == KaggleCrawlConfig().queries

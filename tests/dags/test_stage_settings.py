@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 from datamind import stage_settings, tables
+from datamind.agent.params import RolloutParams
 from datamind.assets import DIRS
+from datamind.judge.params import JudgeParams
 from datamind.schemas import CATALOG_TABLES
 from datamind.shards import write_shard
 from datamind.storage import DataRoot
@@ -100,28 +103,26 @@ def test_a_synthesis_under_other_settings_names_what_it_redoes_and_which_setting
     root = DataRoot(str(tmp_path / "data"))
     before = SynthParams(queries_per_category=1, n_chains=0)
     _covered(root, before, {"t1": "f1", "t2": "f1", "t3": "f2"})
-    assert stage_settings.redo("synthesize_queries", root, before.to_dict()) is None  # the same settings: nothing
-    assert stage_settings.redo("synthesize_queries", root, {**before.to_dict(), "shard_size": 3}) is None  # no fp
+    assert stage_settings.redo("synthesize_queries", root, before) is None  # the same settings: nothing
+    assert stage_settings.redo("synthesize_queries", root, replace(before, shard_size=3)) is None  # no fp
 
-    redo = stage_settings.redo("synthesize_queries", root, {})  # the form's defaults, as issue 47 found them
+    redo = stage_settings.redo("synthesize_queries", root, SynthParams())  # the defaults, as issue 47 found them
     assert (redo.n_items, redo.n_files) == (3, 2)
     assert redo.by_fingerprint == {before.fingerprint: 3} and redo.fingerprint == SynthParams().fingerprint
     assert redo.differs == {"n_chains": (0, 3), "queries_per_category": (1, 2)}
     message = redo.message()
     assert "will redo 3 tables (2 data files)" in message and "datamind_settings_synthesize_queries" in message
     assert redo.to_dict()["tables_redone"] == 3
-    assert stage_settings.redo("sample_trajectories", root, {}) is None  # not partitioned by its settings
+    assert stage_settings.redo("sample_trajectories", root, RolloutParams()) is None  # not partitioned by its settings
 
 
 def test_a_judging_under_other_settings_names_the_queries_it_judges_again(tmp_path):
-    from datamind.judge.params import JudgeParams
-
     root = DataRoot(str(tmp_path / "data"))
     before = JudgeParams(strategy="random_select")
     tables.judged(root, before.partition).commit("s1", ["q1", "q2"], {})
     root.write_text(f"judged/{before.partition}/params.json", json.dumps(before.to_dict()))
-    assert stage_settings.redo("judge_trajectories", root, {"strategy": "random_select"}) is None
-    redo = stage_settings.redo("judge_trajectories", root, {})
+    assert stage_settings.redo("judge_trajectories", root, JudgeParams(strategy="random_select")) is None
+    redo = stage_settings.redo("judge_trajectories", root, JudgeParams())
     assert redo.n_items == 2 and redo.item == "queries" and redo.by_fingerprint == {before.fingerprint: 2}
     assert redo.differs == {"strategy": ("random_select", JudgeParams().strategy)}
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from datamind.agent.params import RolloutParams
 from datamind.agent.policies.measures import copies_question, sample_measures, summarize
 from datamind.ingest.sources import list_source_files
 from datamind.ingest.stage import ingest_shard, plan_ingest
+from datamind.judge.params import JudgeParams
 from datamind.judge.stage import judge_shard, plan_judging
 from datamind.profile.stage import plan_profile, profile_shard
 from datamind.publish.audit import audit_version, sample_figures
@@ -19,11 +21,12 @@ from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import DATASET
 from datamind.shards import read_rows
 from datamind.storage import DataRoot
+from datamind.synth.params import SynthParams
 from datamind.synth.stage import plan_synthesis, synthesize_shard
 from datamind.tables import read_manifest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
-SYNTH = {"queries_per_category": 1, "n_chains": 3, "verify_solutions": False}
+SYNTH = SynthParams(queries_per_category=1, n_chains=3, verify_solutions=False)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +39,10 @@ def release(tmp_path_factory, sandbox):
         profile_shard(root, spec, "run")
     for spec in plan_synthesis(root, 50, SYNTH):
         synthesize_shard(root, spec, SYNTH, "run")
-    for spec in plan_sampling(root, 50, {}):
-        sample_shard(root, spec, {}, "run", sandbox=sandbox)
-    for spec in plan_judging(root, 50, {}):
-        judge_shard(root, spec, {}, "run", sandbox=sandbox)
+    for spec in plan_sampling(root, 50, RolloutParams()):
+        sample_shard(root, spec, RolloutParams(), "run", sandbox=sandbox)
+    for spec in plan_judging(root, 50, JudgeParams()):
+        judge_shard(root, spec, JudgeParams(), "run", sandbox=sandbox)
     publish_dataset(root, "run")
     manifest = read_manifest(root)
     rows = read_rows(root, DATASET, f"dataset/v{manifest['version']}")
@@ -128,12 +131,13 @@ def test_the_release_is_portable(release):
 def test_the_held_out_split_evaluated_with_the_offline_expert(release, sandbox):
     """evaluate_agent's reference run: the offline expert replays each held-out query's programs in the
     sandbox; the rule judge compares with the executed reference answers."""
+    from datamind.evaluate.params import EvalParams
     from datamind.evaluate.stage import evaluate
 
     root, manifest, rows = release
     test_rows = [r for r in rows if r["split"] == "test"]
     assert test_rows and {r["split"] for r in rows} == {"train", "test"}
-    summary = evaluate(root, {"suites": {"heldout": ""}, "trials": 2, "max_turns": 10}, sandbox=sandbox)
+    summary = evaluate(root, EvalParams(suites={"heldout": ""}, trials=2, max_turns=10), sandbox=sandbox)
     fig = summary["suites"]["heldout"]
     assert fig["n"] == len({r["query_id"] for r in test_rows})
     assert fig["pass@1"] >= 0.9 and fig["pass@2"] >= fig["pass@1"]

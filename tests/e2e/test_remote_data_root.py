@@ -12,10 +12,11 @@ from datamind.profile.stage import plan_profile, profile_shard
 from datamind.schemas import CATALOG_FILES, CATALOG_TABLES, QUERIES
 from datamind.shards import read_table
 from datamind.storage import DataRoot
+from datamind.synth.params import SynthParams
 from datamind.synth.stage import plan_synthesis, synthesize_shard
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "files"
-PARAMS = {"queries_per_category": 1, "n_chains": 1, "verify_solutions": False}
+PARAMS = SynthParams(queries_per_category=1, n_chains=1, verify_solutions=False)
 
 
 def _run_pipeline(root: DataRoot) -> dict[str, list]:

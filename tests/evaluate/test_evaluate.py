@@ -9,6 +9,7 @@ import re
 import sqlite3
 import threading
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -112,7 +113,7 @@ def test_dabench_with_a_scripted_agent(root, dabench, server, agent_client, sand
         return [f"<think>The table has loaded; the result follows.</think>\n<answer>{value}</answer>"]
 
     server.responder = ScriptedAgent({i.item_id: i.question for i in items}, script, first, final)
-    params = {"agent_conn_id": "datamind_agent", "suites": {"dabench": str(dabench)}, "limit": 5}
+    params = EvalParams(agent_conn_id="datamind_agent", suites={"dabench": str(dabench)}, limit=5)
     summary = evaluate(root, params, agent_client, sandbox=sandbox)
 
     p1, p3 = expected(script)
@@ -242,7 +243,9 @@ def test_tablebench_file_written_by_the_test(root, tmp_path, server, agent_clien
         return [f"<think>Read off the table.</think>\n<answer>{answers[key][0 if right else 1]}</answer>"]
 
     server.responder = ScriptedAgent({i.item_id: i.question for i in loaded.items}, script, first, final)
-    summary = evaluate(root, {"agent_conn_id": "a", "suites": {"tablebench": str(path)}}, agent_client, sandbox=sandbox)
+    summary = evaluate(
+        root, EvalParams(agent_conn_id="a", suites={"tablebench": str(path)}), agent_client, sandbox=sandbox
+    )
     fig = summary["suites"]["tablebench"]
     p1, p3 = expected(script)
     assert (fig["n"], fig["pass@1"], fig["pass@3"]) == (2, round(p1, 4), round(p3, 4))
@@ -256,7 +259,7 @@ def test_bad_parameters_fail_at_once(root):
     with pytest.raises(ValueError, match="at least one suite"):
         EvalParams()
     with pytest.raises(SuiteError, match="held-out split"):
-        evaluate(root, {"suites": {"dabench": "/nowhere"}})
+        evaluate(root, EvalParams(suites={"dabench": "/nowhere"}))
     with pytest.raises(SuiteError, match="no DABench questions file"):
         load_dabench(str(root.path()))
 
@@ -299,7 +302,7 @@ def test_the_model_as_judge_grades_free_form_answers(root, tmp_path, server, age
     server.responder = agent
     config = LLMConfig(base_url=server.base_url, api_key="sk-test", models={"judge": "judge-model"}, max_retries=1)
     judge = LLMClient(config, cache=ResponseCache(root))
-    params = {"agent_conn_id": "a", "suites": {"tablebench": str(path)}}
+    params = EvalParams(agent_conn_id="a", suites={"tablebench": str(path)})
     summary = evaluate(root, params, agent_client, judge, sandbox=sandbox)
     assert summary["suites"]["tablebench"]["pass@1"] == 1.0
     rows = duckdb.sql(
@@ -307,7 +310,7 @@ def test_the_model_as_judge_grades_free_form_answers(root, tmp_path, server, age
     ).fetchall()
     assert {r[0] for r in rows} == {"llm:judge-model"} and all("same" in r[1] for r in rows)
     # the rule judge alone cannot see that "It is row y, with b = 9." answers "y"
-    rule = evaluate(root, {**params, "trials": 1}, agent_client, sandbox=sandbox)
+    rule = evaluate(root, replace(params, trials=1), agent_client, sandbox=sandbox)
     assert rule["suites"]["tablebench"]["pass@1"] == 0.0
 
     # The judge through the Batch API (request_mode=batch) grades the same trials the same way, asking each

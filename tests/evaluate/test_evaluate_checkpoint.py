@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from datamind.evaluate.params import EvalParams
 from datamind.evaluate.serve import serve
 from datamind.evaluate.stage import evaluate
 
@@ -57,13 +58,9 @@ def test_a_checkpoint_is_evaluated_as_the_agent(root, tmp_path, sandbox):
         )
         + "\n"
     )
-    params = {
-        "checkpoint": _tiny(tmp_path),
-        "suites": {"tablebench": str(path)},
-        "trials": 2,
-        "max_turns": 2,
-        "max_tokens": 16,
-    }
+    params = EvalParams(
+        checkpoint=_tiny(tmp_path), suites={"tablebench": str(path)}, trials=2, max_turns=2, max_tokens=16
+    )
     summary = evaluate(root, params, sandbox=sandbox)
     fig = summary["suites"]["tablebench"]
     assert fig["n"] == 1 and sum(fig["outcomes"].values()) == 2  # both trials ran to an outcome

@@ -63,7 +63,7 @@ def config(**overrides) -> KaggleCrawlConfig:
         request_timeout_s=10,
     )
     base.update(overrides)
-    return KaggleCrawlConfig.from_dict(base)
+    return KaggleCrawlConfig.from_form(base)
 
 
 CREDS = KaggleCredentials(username=USER, key=KEY)
@@ -532,12 +532,12 @@ def test_license_names_map_to_canonical_ids(name, expected):
     assert license_id(name) == expected
 
 
-def test_config_from_dict_validates():
-    cfg = KaggleCrawlConfig.from_dict({"queries": "retail", "file_types": [".CSV"], "licenses": ["cc0"]})
+def test_config_from_form_validates():
+    cfg = KaggleCrawlConfig.from_form({"queries": "retail", "file_types": [".CSV"], "licenses": ["cc0"]})
     assert cfg.queries == ("retail",) and cfg.file_types == ("csv",)
     assert cfg.allows_license("CC0: Public Domain") and not cfg.allows_license("CC BY 4.0")
-    assert KaggleCrawlConfig.from_dict({"licenses": ["Some Custom License"]}).allows_license("some custom license")
-    assert KaggleCrawlConfig.from_dict(cfg.to_dict()) == cfg
+    assert KaggleCrawlConfig.from_form({"licenses": ["Some Custom License"]}).allows_license("some custom license")
+    assert KaggleCrawlConfig.from_form(cfg.to_dict()) == cfg
     for bad in (
         {"quereis": ["x"]},
         {"file_types": ["json"]},
@@ -547,7 +547,7 @@ def test_config_from_dict_validates():
         {"retries": "many"},
     ):
         with pytest.raises(ValueError):
-            KaggleCrawlConfig.from_dict(bad)
+            KaggleCrawlConfig.from_form(bad)
 
 
 class _Resp:

@@ -10,6 +10,7 @@ import pytest
 from rollout.corpus import build_corpus, expected
 
 from datamind.agent import protocol
+from datamind.agent.params import RolloutParams
 from datamind.assets import DIRS
 from datamind.judge.consistency import OfflineJudge
 from datamind.judge.reflection import Round, reflect
@@ -56,8 +57,8 @@ def sampled_dir(sandbox, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("judge")
     root = DataRoot(str(tmp / "data"))
     build_corpus(root, str(tmp))
-    for spec in plan_sampling(root, 10, {}):
-        sample_shard(root, spec, {}, "run-1", sandbox=sandbox)
+    for spec in plan_sampling(root, 10, RolloutParams()):
+        sample_shard(root, spec, RolloutParams(), "run-1", sandbox=sandbox)
     return tmp
 
 
@@ -68,7 +69,8 @@ def sampled(sampled_dir, tmp_path):
     return DataRoot(str(tmp_path / "copy" / "data"))
 
 
-def _judge(root, sandbox, **params):
+def _judge(root, sandbox, **form):
+    params = JudgeParams(**form)
     return [judge_shard(root, s, params, "run-1", sandbox=sandbox) for s in plan_judging(root, 10, params)]
 
 
@@ -109,7 +111,7 @@ def test_con_select_with_reflection_rescues_the_inconsistent_query(sampled, sand
     kept_ids = {r["trajectory_id"] for r in judged.values()}
     rejected_ids = {r["item_id"] for r in rej}
     assert all_ids == kept_ids | rejected_ids and not kept_ids & rejected_ids
-    assert plan_judging(sampled, 10, {}) == []  # nothing left to judge
+    assert plan_judging(sampled, 10, JudgeParams()) == []  # nothing left to judge
 
 
 def test_without_reflection_the_inconsistent_query_is_dropped(sampled, sandbox):
@@ -207,10 +209,12 @@ def test_a_shard_killed_between_its_writes_is_judged_again_and_nothing_is_lost(s
     with pytest.raises(SystemExit):
         _judge(sampled, sandbox)
     assert read_rows(sampled, DATASET, DIRS["judged"])  # the first write landed ...
-    assert {q for s in plan_judging(sampled, 10, {}) for q in s["query_ids"]} == {f"q{i}" for i in range(1, 7)}
+    assert {q for s in plan_judging(sampled, 10, JudgeParams()) for q in s["query_ids"]} == {
+        f"q{i}" for i in range(1, 7)
+    }
     monkeypatch.setattr(js, "write_shard", real)  # ... yet every query is planned again, and the rerun completes
     _judge(sampled, sandbox)
-    assert plan_judging(sampled, 10, {}) == []
+    assert plan_judging(sampled, 10, JudgeParams()) == []
     judged = read_rows(sampled, DATASET, DIRS["judged"])
     assert sorted(r["query_id"] for r in judged) == ["q1", "q2", "q3", "q4", "q6"]  # no duplicates
     rej = read_rows(sampled, REJECTIONS, "rejections/judge")
@@ -223,8 +227,8 @@ def test_the_judge_takes_n_from_the_trajectories_it_judges(sandbox, tmp_path):
     It used to take N from its own default RolloutParams (3) and reject every query as too_few_samples."""
     root = DataRoot(str(tmp_path / "data"))
     build_corpus(root, str(tmp_path))
-    for spec in plan_sampling(root, 10, {"n_samples": 2}):
-        sample_shard(root, spec, {"n_samples": 2}, "run-1", sandbox=sandbox)
+    for spec in plan_sampling(root, 10, RolloutParams(n_samples=2)):
+        sample_shard(root, spec, RolloutParams(n_samples=2), "run-1", sandbox=sandbox)
     _judge(root, sandbox, reflection_rounds=0)
     judged = {r["query_id"] for r in read_rows(root, DATASET, DIRS["judged"])}
     assert {"q1", "q2", "q4", "q6"} <= judged  # the queries whose two samples agree

@@ -13,6 +13,7 @@ from review.release_builder import sample_row
 
 from datamind.assets import DIRS
 from datamind.publish import release
+from datamind.publish.params import PublishParams
 from datamind.publish.stage import NothingToPublish
 from datamind.schemas import DATASET
 from datamind.shards import write_shard
@@ -53,7 +54,7 @@ def _publish(root, run_id: str, validate, params: dict | None = None) -> dict:
     return release.publish(
         root,
         run_id,
-        params or {},
+        PublishParams.from_form(params),
         validate=validate,
         report_url="/report/publish",
         viewer_url=lambda v: f"/viewer/{v}/",

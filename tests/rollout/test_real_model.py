@@ -56,14 +56,22 @@ def test_one_synthesis_request_is_recorded_as_what_the_model_wrote(served, tmp_p
 
     from datamind import grounding as G
     from datamind.storage import DataRoot
+    from datamind.synth.params import SynthParams
     from datamind.synth.stage import plan_synthesis, synthesize_shard
 
     root = DataRoot(str(tmp_path / "data"))
     csv = tmp_path / "sales.csv"
     csv.write_text(SMALL_CSV)
     write_catalog(root, catalog_rows(csv))
-    params = {"backend": "llm", "categories": ["counting"], "queries_per_category": 1, "n_chains": 0}
-    params.update(parse_retries=0, reference_repairs=0)  # one request: the test is about the path, not the yield
+    # one request: the test is about the path, not the yield
+    params = SynthParams(
+        backend="llm",
+        categories=("counting",),
+        queries_per_category=1,
+        n_chains=0,
+        parse_retries=0,
+        reference_repairs=0,
+    )
     client = _client(served, root, synthesizer={"max_tokens": 96, "temperature": 0.7, "seed": 7})
     (spec,) = plan_synthesis(root, 10, params)
     synthesize_shard(root, spec, params, "run-real", llm_client=client)
@@ -86,9 +94,10 @@ def test_one_synthesis_request_is_recorded_as_what_the_model_wrote(served, tmp_p
 
 
 def test_one_short_trajectory_records_the_agents_real_outcome(served, corpus, sandbox):
+    from datamind.agent.params import RolloutParams
     from datamind.rollout.stage import plan_sampling, sample_shard
 
-    rollout = {"backend": "llm", "n_samples": 1, "max_turns": 1, "max_tokens": 24, "seed": 3}
+    rollout = RolloutParams(backend="llm", n_samples=1, max_turns=1, max_tokens=24, seed=3)
     specs = plan_sampling(corpus, 1, rollout)
     spec = next(s for s in specs if s["query_ids"])
     client = _client(served, corpus)

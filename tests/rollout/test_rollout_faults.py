@@ -16,7 +16,9 @@ from fakes.openai_server import Fault
 from rollout.corpus import build_corpus, expected, queries
 from test_rollout_llm_e2e import fake_models
 
+from datamind.agent.params import RolloutParams
 from datamind.assets import DIRS
+from datamind.judge.params import JudgeParams
 from datamind.judge.stage import plan_judging
 from datamind.llm import LLMClient, LLMConfig, ResponseCache
 from datamind.rollout.stage import REJECTIONS_DIR, plan_sampling, sample_shard, sampling_state
@@ -24,7 +26,7 @@ from datamind.schemas import REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
 from datamind.vocabulary import TRANSIENT_LLM_ERRORS
 
-ROLLOUT = {"backend": "llm", "n_samples": 3, "max_turns": 5, "max_attempts": 3, "concurrency": 8}
+ROLLOUT = RolloutParams(backend="llm", n_samples=3, max_turns=5, max_attempts=3, concurrency=8)
 N_QUERIES = 8
 
 
@@ -119,7 +121,7 @@ def test_twenty_percent_faults_lose_nothing_and_a_healthy_rerun_finishes(root, t
     }
     assert {(q, i) for q, idx in state.resample.items() for i in idx} == transient
     # Queries still waiting for a re-sample are not judged yet; the others are.
-    judgeable = {q for spec in plan_judging(root, 100, {}) for q in spec["query_ids"]}
+    judgeable = {q for spec in plan_judging(root, 100, JudgeParams()) for q in spec["query_ids"]}
     assert judgeable == {f"f{i}" for i in range(N_QUERIES)} - set(state.resample)
 
     # Healthy endpoint: the next run re-samples exactly the transient failures, nothing else.
@@ -156,4 +158,4 @@ def test_attempts_are_bounded(root, tmp_path, server, sandbox):
     rows = read_rows(root, TRAJECTORIES, DIRS["trajectories"])
     assert Counter((r["query_id"], r["sample_index"]) for r in rows) == {("f0", i): 3 for i in range(3)}
     assert plan_sampling(root, 4, ROLLOUT) == []
-    assert [s["query_ids"] for s in plan_judging(root, 100, {})] == [["f0"]]
+    assert [s["query_ids"] for s in plan_judging(root, 100, JudgeParams())] == [["f0"]]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rollout.corpus import build_corpus, queries
 
+from datamind.agent.params import RolloutParams
 from datamind.assets import DIRS
 from datamind.rollout.stage import plan_sampling, sample_shard
 from datamind.schemas import TRAJECTORIES
@@ -22,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent(
     """
     import json, sys
+    from datamind.agent.params import RolloutParams
     from datamind.rollout import stage
     spec = json.loads(sys.argv[2])
     real = stage.run_one
@@ -31,7 +33,7 @@ CHILD = textwrap.dedent(
         return result
     stage.run_one = run_one
     print("STARTED", flush=True)
-    stage.sample_shard(sys.argv[1], spec, {"exec_workers": 1}, "run-killed")
+    stage.sample_shard(sys.argv[1], spec, RolloutParams(exec_workers=1), "run-killed")
     print("DONE", flush=True)
     """
 )
@@ -57,7 +59,7 @@ def test_killed_sampling_task_leaves_nothing_partial_and_rerun_writes_one_shard(
     import json
 
     build_corpus(root, str(tmp_path), _copies(8))
-    [spec] = plan_sampling(root, 100, {})
+    [spec] = plan_sampling(root, 100, RolloutParams())
     env = {**os.environ, "PYTHONPATH": str(REPO / "include")}
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, root.url, json.dumps(spec)],
@@ -76,9 +78,9 @@ def test_killed_sampling_task_leaves_nothing_partial_and_rerun_writes_one_shard(
         child.stdout.close()
     tdir = Path(root.path(DIRS["trajectories"]))
     assert not tdir.exists() or not list(tdir.glob("*.parquet"))  # nothing half-done is visible
-    assert plan_sampling(root, 100, {}) == [spec]  # the killed shard is still to do, under the same name
+    assert plan_sampling(root, 100, RolloutParams()) == [spec]  # the killed shard is still to do, under the same name
 
-    summary = sample_shard(root, spec, {}, "run-rerun", sandbox=sandbox)
+    summary = sample_shard(root, spec, RolloutParams(), "run-rerun", sandbox=sandbox)
     assert [p.name for p in tdir.glob("*.parquet")] == [f"part-{spec['shard_id']}.parquet"]
     rows = read_rows(root, TRAJECTORIES, DIRS["trajectories"])
     ids = [(r["query_id"], r["sample_index"]) for r in rows]
@@ -88,7 +90,7 @@ def test_killed_sampling_task_leaves_nothing_partial_and_rerun_writes_one_shard(
     # The rerun equals a run that was never interrupted (same ids, conversations and answers).
     clean = DataRoot(str(tmp_path / "uninterrupted"))
     build_corpus(clean, str(tmp_path / "clean-staged"), _copies(8))
-    sample_shard(clean, spec, {}, "run-clean", sandbox=sandbox)
+    sample_shard(clean, spec, RolloutParams(), "run-clean", sandbox=sandbox)
     volatile = ("run_id", "created_at")
 
     def content(r: DataRoot) -> dict:

@@ -11,7 +11,9 @@ from fakes.openai_server import count_words
 from rollout.corpus import build_corpus, expected, queries
 
 from datamind.agent import protocol
+from datamind.agent.params import RolloutParams
 from datamind.assets import DIRS
+from datamind.judge.params import JudgeParams
 from datamind.judge.stage import judge_shard, plan_judging
 from datamind.llm import LLMClient, LLMConfig, ResponseCache
 from datamind.publish.stage import publish_dataset
@@ -20,7 +22,8 @@ from datamind.schemas import DATASET, REJECTIONS, TRAJECTORIES
 from datamind.shards import read_rows
 
 EXP = expected()
-ROLLOUT = {"backend": "llm", "n_samples": 3, "max_turns": 5}
+ROLLOUT_FORM = {"backend": "llm", "n_samples": 3, "max_turns": 5}
+ROLLOUT = RolloutParams.from_form(ROLLOUT_FORM)
 
 
 def fake_models(body: dict) -> str:
@@ -75,7 +78,7 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
     assert all(m["role"] in ("system", "user", "assistant") for b in expert_calls for m in b["messages"])
 
     # the judge's own rollout settings differ: reflection must still resample as round 0 did
-    judge_params = {"judge_backend": "llm", "rollout": {**ROLLOUT, "top_p": 0.5}, "reflection_rounds": 2}
+    judge_params = JudgeParams(judge_backend="llm", rollout={**ROLLOUT_FORM, "top_p": 0.5}, reflection_rounds=2)
     jspecs = plan_judging(root, 10, judge_params)
     j = judge_shard(root, jspecs[0], judge_params, "run-llm", llm_client=llm_client, sandbox=sandbox)
     assert (j["n_consistent_round0"], j["n_rescued_by_reflection"], j["n_judged_samples"]) == (1, 1, 2)
@@ -140,9 +143,9 @@ def test_unparseable_judge_replies_become_a_recorded_rejection(root, tmp_path, s
 
     server.responder = lambda body: "They all look the same to me."  # never the required tags
     build_corpus(root, str(tmp_path), [queries()[0]])
-    for spec in plan_sampling(root, 10, {}):
-        sample_shard(root, spec, {}, "run", sandbox=sandbox)
-    params = {"judge_backend": "llm"}
+    for spec in plan_sampling(root, 10, RolloutParams()):
+        sample_shard(root, spec, RolloutParams(), "run", sandbox=sandbox)
+    params = JudgeParams(judge_backend="llm")
     summary = judge_shard(
         root, plan_judging(root, 10, params)[0], params, "run", llm_client=llm_client, sandbox=sandbox
     )
@@ -195,12 +198,11 @@ def test_judge_defaults_handle_llm_sampled_trajectories_without_losing_them(
     for spec in plan_sampling(root, 10, ROLLOUT):
         sample_shard(root, spec, ROLLOUT, "run-llm", llm_client=llm_client, sandbox=sandbox)
     calls = server.request_count
-    for spec in plan_judging(root, 10, {}):
-        judge_shard(root, spec, {}, "run-judge")  # no llm_client: the defaults
+    for spec in plan_judging(root, 10, JudgeParams()):
+        judge_shard(root, spec, JudgeParams(), "run-judge")  # no llm_client: the defaults
     assert server.request_count == calls
     judged = read_rows(root, DATASET, DIRS["judged"])
     assert {r["query_id"] for r in judged} == {"q1"}
-    from datamind.judge.params import JudgeParams
     from datamind.judge.stage import rejections_dir
     from datamind.schemas import REJECTIONS
 
@@ -218,7 +220,7 @@ def test_judging_in_batch_mode_keeps_the_online_verdicts_row_for_row(tmp_path, s
     from datamind.storage import DataRoot
 
     server.responder = fake_models
-    params = {"judge_backend": "llm", "reflection_rounds": 1}
+    params = JudgeParams(judge_backend="llm", reflection_rounds=1)
 
     def client(root):
         cfg = LLMConfig(base_url=server.base_url, api_key="sk-test", models={"judge": "judge-model"}, max_retries=0)
@@ -227,8 +229,8 @@ def test_judging_in_batch_mode_keeps_the_online_verdicts_row_for_row(tmp_path, s
     def sampled(name):
         root = DataRoot(str(tmp_path / name / "data"))
         build_corpus(root, str(tmp_path / name))
-        for spec in plan_sampling(root, 10, {}):
-            sample_shard(root, spec, {}, "run", sandbox=sandbox)
+        for spec in plan_sampling(root, 10, RolloutParams()):
+            sample_shard(root, spec, RolloutParams(), "run", sandbox=sandbox)
         return root
 
     def rows_of(root):

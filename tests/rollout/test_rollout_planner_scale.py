@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from datamind.agent.params import RolloutParams
+from datamind.judge.params import JudgeParams
 from datamind.rollout import stage
 from datamind.schemas import QUERIES, TRAJECTORIES
 from datamind.shards import write_shard
@@ -53,7 +55,7 @@ def test_planning_thousands_of_queries_reads_the_output_a_bounded_number_of_time
     monkeypatch.setattr(
         type(root), "open", lambda self, path, *a, **kw: opened.append(path) or real(self, path, *a, **kw)
     )
-    specs = stage.plan_sampling(root, 500, {})
+    specs = stage.plan_sampling(root, 500, RolloutParams())
     planned = [q for s in specs for q in s["query_ids"]]
     assert planned == [q["query_id"] for q in queries[1000:]] and len(specs) == 4
     # every shard of queries and trajectories is read once, not once per query
@@ -69,11 +71,11 @@ def test_the_sampling_and_judging_plans_fit_airflows_mapping_limit_at_thousands_
     write_shard(root, QUERIES, "queries", queries, "part-q.parquet")
     done = [q["query_id"] for q in queries[:1500]]
     write_shard(root, TRAJECTORIES, "trajectories", _trajectories(done), "part-t.parquet")
-    assert len(stage.plan_sampling(root, 1, {})) == 1500  # no limit: the size asked for
+    assert len(stage.plan_sampling(root, 1, RolloutParams())) == 1500  # no limit: the size asked for
     for cap in (1024, 7):
         for specs, expected in (
-            (stage.plan_sampling(root, 1, {}, max_shards=cap), [q["query_id"] for q in queries[1500:]]),
-            (plan_judging(root, 1, {}, max_shards=cap), done),
+            (stage.plan_sampling(root, 1, RolloutParams(), max_shards=cap), [q["query_id"] for q in queries[1500:]]),
+            (plan_judging(root, 1, JudgeParams(), max_shards=cap), done),
         ):
             assert len(specs) <= cap
             assert [q for s in specs for q in s["query_ids"]] == expected
@@ -91,7 +93,7 @@ def test_a_shard_reads_only_the_files_its_tasks_are_in(corpus, monkeypatch):
     root.remove("queries")
     for r in rows:  # one shard per query, so a shard's files are a visible subset
         write_shard(root, QUERIES, "queries", [r], f"part-{r['query_id']}.parquet")
-    specs = {s["query_ids"][0]: s for s in stage.plan_sampling(root, 1, {})}
+    specs = {s["query_ids"][0]: s for s in stage.plan_sampling(root, 1, RolloutParams())}
     child = next(r for r in rows if r["parent_query_ids"])
     sources = specs[child["query_id"]]["task_sources"]
     chain = {child["query_id"], *child["parent_query_ids"]}
@@ -121,12 +123,12 @@ def test_shards_take_their_queries_from_as_few_files_as_they_can(root):
     ids = [q["query_id"] for q in queries]
     for k in range(4):  # file k holds every 4th query: any 250 consecutive ids touch all four files
         write_shard(root, QUERIES, "queries", queries[k::4], f"part-{k}.parquet")
-    specs = stage.plan_sampling(root, 250, {})
+    specs = stage.plan_sampling(root, 250, RolloutParams())
     assert [len(s["task_sources"]["queries"]) for s in specs] == [1, 1, 1, 1]
     assert sorted(q for s in specs for q in s["query_ids"]) == ids
 
     for k in range(4):
         write_shard(root, TRAJECTORIES, "trajectories", _trajectories(ids[k::4]), f"part-{k}.parquet")
-    specs = plan_judging(root, 250)
+    specs = plan_judging(root, 250, JudgeParams())
     assert [len(s["sources"]) for s in specs] == [1, 1, 1, 1]
     assert sorted(q for s in specs for q in s["query_ids"]) == ids

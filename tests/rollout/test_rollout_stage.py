@@ -30,8 +30,8 @@ def sampled(sandbox, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sampled")
     root = DataRoot(str(tmp / "data"))
     build_corpus(root, str(tmp))
-    specs = plan_sampling(root, 10, {})
-    summaries = [sample_shard(root, s, {}, "run-1", sandbox=sandbox) for s in specs]
+    specs = plan_sampling(root, 10, RolloutParams())
+    summaries = [sample_shard(root, s, RolloutParams(), "run-1", sandbox=sandbox) for s in specs]
     return root, specs, summaries
 
 
@@ -91,10 +91,10 @@ def test_xlsx_sheet_is_inspected_and_absolute_paths_point_at_the_session_copy(sa
 
 def test_plan_skips_sampled_queries_and_rerun_rewrites_the_same_shard(sampled, sandbox):
     root, specs, summaries = sampled
-    assert plan_sampling(root, 10, {}) == []
+    assert plan_sampling(root, 10, RolloutParams()) == []
     before = sorted(os.listdir(root.path(DIRS["trajectories"])))
     ids_before = sorted(r["trajectory_id"] for r in read_rows(root, TRAJECTORIES, DIRS["trajectories"]))
-    again = sample_shard(root, specs[0], {}, "run-2", sandbox=sandbox)
+    again = sample_shard(root, specs[0], RolloutParams(), "run-2", sandbox=sandbox)
     assert again["path"] == summaries[0]["path"]
     assert sorted(os.listdir(root.path(DIRS["trajectories"]))) == before
     assert sorted(r["trajectory_id"] for r in read_rows(root, TRAJECTORIES, DIRS["trajectories"])) == ids_before
@@ -107,12 +107,12 @@ def test_queries_that_cannot_run_are_rejected_with_a_reason(root, tmp_path, sand
     orphan = dict(rows[0], query_id="q_orphan", hop=2, parent_query_ids=["missing"], root_query_id="missing")
     nofile = dict(rows[0], query_id="q_nofile", table_id="t_none", file_id="f_none")
     build_corpus(root, str(tmp_path), [rows[0], orphan, nofile])
-    specs = plan_sampling(root, 10, {})
-    summary = sample_shard(root, specs[0], {}, "run-1", sandbox=sandbox)
+    specs = plan_sampling(root, 10, RolloutParams())
+    summary = sample_shard(root, specs[0], RolloutParams(), "run-1", sandbox=sandbox)
     assert summary["n_rejected_queries"] == 2
     rej = {r["query_id"]: r["reason_code"] for r in read_rows(root, REJECTIONS, "rejections/rollout")}
     assert rej == {"q_orphan": "missing_parent", "q_nofile": "no_data_file"}
-    assert plan_sampling(root, 10, {}) == []  # rejected queries are not planned again
+    assert plan_sampling(root, 10, RolloutParams()) == []  # rejected queries are not planned again
 
 
 def test_params_validate_and_round_trip():
@@ -156,7 +156,7 @@ def starved_sandbox():
 
 def test_a_sandbox_failure_is_recorded_and_sampled_again_never_kept(root, tmp_path, sandbox, starved_sandbox):
     build_corpus(root, str(tmp_path), queries()[:1])
-    params = {"max_attempts": 3}
+    params = RolloutParams(max_attempts=3)
     for spec in plan_sampling(root, 10, params):
         sample_shard(root, spec, params, "run-broken", sandbox=starved_sandbox)
     rows = read_rows(root, TRAJECTORIES, DIRS["trajectories"])
@@ -181,7 +181,7 @@ def test_the_offline_policy_runs_live_interpreters_and_writes_the_chunked_transc
     live_root, specs, _ = sampled  # sampled with the defaults: live sessions
     chunked = DataRoot(str(tmp_path / "data"))
     build_corpus(chunked, str(tmp_path))
-    sample_shard(chunked, specs[0], {"sandbox_mode": "chunked"}, "run-chunked", sandbox=sandbox)
+    sample_shard(chunked, specs[0], RolloutParams(sandbox_mode="chunked"), "run-chunked", sandbox=sandbox)
 
     def transcripts(root):
         return {

@@ -33,19 +33,22 @@ from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows
 from datamind.storage import DataRoot
 from datamind.synth.offline.execute import run_in_subprocess
+from datamind.synth.params import SynthParams
 from datamind.synth.stage import plan_synthesis, summarize_run, synthesize_shard
 
 pytestmark = pytest.mark.corpus
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 # The stage's own verification is off here: the test below re-runs every program itself.
-PARAMS = {
-    "queries_per_category": 1,
-    "n_chains": 2,
-    "min_hops": 2,
-    "max_hops": 5,
-    "shard_size": 60,
-    "verify_solutions": False,
-}
+PARAMS = SynthParams.from_form(
+    {
+        "queries_per_category": 1,
+        "n_chains": 2,
+        "min_hops": 2,
+        "max_hops": 5,
+        "shard_size": 60,
+        "verify_solutions": False,
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +65,7 @@ def corpus(tmp_path_factory):
         tables += [r for r in catalog_rows(path) if r["format"] == "sqlite" or 20 <= r["n_rows"] <= 1000]
     root = DataRoot(str(tmp_path_factory.mktemp("corpus") / "data"))
     write_catalog(root, tables)
-    specs = plan_synthesis(root, PARAMS["shard_size"], PARAMS)
+    specs = plan_synthesis(root, PARAMS.shard_size, PARAMS)
     summaries = [synthesize_shard(root, s, PARAMS, "corpus-run") for s in specs]
     return {
         "root": root,

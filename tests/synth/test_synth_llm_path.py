@@ -23,7 +23,7 @@ from datamind.synth.stage import plan_synthesis, synthesize_shard
 from datamind.synth.table import load_view
 
 CATEGORIES = ["ranking", "counting", "causal_analysis"]
-PARAMS = {
+FORM = {
     "backend": "llm",
     "categories": CATEGORIES,
     "queries_per_category": 2,
@@ -31,6 +31,7 @@ PARAMS = {
     "min_hops": 3,
     "max_hops": 3,
 }
+PARAMS = SynthParams.from_form(FORM)
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 
 
@@ -119,7 +120,7 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     (table,) = catalog
     meta = P.meta_for_prompt(table["meta_info"])
     source, _ = load_view(root, table)
-    params = SynthParams.from_form(PARAMS)
+    params = PARAMS
     roles = table_roles(table, parse_overrides(params.column_roles))
     rules = grounding_context(table, *question_rules(table, source, roles), roles)
     prompt = P.render_query_prompt(meta, "ranking", 0, avoid=[], data=P.program_context(source), rules=rules)
@@ -208,7 +209,7 @@ def test_bad_meta_info_is_a_rejection_not_a_crash(root, small_csv, llm_server, c
     (row,) = catalog_rows(small_csv)
     row["meta_info"] = json.dumps({"description": "x"})
     write_catalog(root, [row])
-    params = {**PARAMS, "n_chains": 0}
+    params = SynthParams.from_form({**FORM, "n_chains": 0})
     (spec,) = plan_synthesis(root, 10, params)
     summary = synthesize_shard(root, spec, params, "r", llm_client=client_factory())
     assert summary["n_queries"] == 0 and summary["rejections"] == {"bad_meta_info": 1}
@@ -221,7 +222,7 @@ def test_a_failed_hop_records_every_later_hop_it_cost(root, catalog, llm_server,
         return "no tags at all" if "# Previous question" in prompt else responder(body)
 
     llm_server.responder = broken_chains
-    params = {**PARAMS, "categories": ["ranking"], "queries_per_category": 1}
+    params = SynthParams.from_form({**FORM, "categories": ["ranking"], "queries_per_category": 1})
     (spec,) = plan_synthesis(root, 10, params)
     summary = synthesize_shard(root, spec, params, "run-1", llm_client=client_factory())
     rows = read_rows(root, QUERIES, "queries")
@@ -237,7 +238,9 @@ def test_a_failed_hop_records_every_later_hop_it_cost(root, catalog, llm_server,
 # Two categories, three seed chains: the offline walk also starts chains with aggregation and statistics questions,
 # and its later hops take most of the 18 categories.
 TWO = ["ranking", "counting"]
-NARROW = {**PARAMS, "categories": TWO, "queries_per_category": 1, "n_chains": 3, "min_hops": 2, "max_hops": 3}
+NARROW = SynthParams.from_form(
+    {**FORM, "categories": TWO, "queries_per_category": 1, "n_chains": 3, "min_hops": 2, "max_hops": 3}
+)
 
 
 def _compose_prompts(server) -> list[str]:
@@ -309,8 +312,8 @@ def test_llm_questions_a_database_cannot_answer_are_rejected_with_their_reason(
 
     llm_server.responder = reply
     write_catalog(root, catalog_rows(small_sqlite))
-    params = dict(PARAMS, categories=["ranking", "counting", "statistical_analysis", "aggregation"], n_chains=0)
-    params["queries_per_category"] = 1
+    four = ["ranking", "counting", "statistical_analysis", "aggregation"]
+    params = SynthParams.from_form(dict(FORM, categories=four, n_chains=0, queries_per_category=1))
     for spec in plan_synthesis(root, 10, params):
         synthesize_shard(root, spec, params, "run-1", llm_client=client_factory())
     kept = [r for r in read_rows(root, QUERIES, "queries") if r["backend"] == "llm"]
@@ -392,7 +395,7 @@ def test_a_question_must_fill_its_template_and_its_program_print_an_answer_of_it
         )
 
     llm_server.responder = reply
-    params = dict(PARAMS, n_chains=0, queries_per_category=1)
+    params = SynthParams.from_form(dict(FORM, n_chains=0, queries_per_category=1))
     for spec in plan_synthesis(root, 10, params):
         synthesize_shard(root, spec, params, "run-1", llm_client=client_factory())
     kept = [r for r in read_rows(root, QUERIES, "queries") if r["backend"] == "llm"]

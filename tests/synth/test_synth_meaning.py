@@ -283,6 +283,7 @@ def test_a_model_written_question_names_the_left_out_rows_and_a_planted_answer_i
     from datamind.llm import LLMClient, LLMConfig, ResponseCache
     from datamind.schemas import QUERIES, REJECTIONS
     from datamind.shards import read_rows
+    from datamind.synth.params import SynthParams
     from datamind.synth.stage import plan_synthesis, synthesize_shard
 
     (tmp_path / "files").mkdir()
@@ -301,7 +302,7 @@ def test_a_model_written_question_names_the_left_out_rows_and_a_planted_answer_i
         )
 
     llm_server.responder = responder
-    params = {"backend": "llm", "categories": ["counting", "aggregation"], "queries_per_category": 1, "n_chains": 0}
+    params = SynthParams(backend="llm", categories=("counting", "aggregation"), queries_per_category=1, n_chains=0)
     config = LLMConfig(
         base_url=llm_server.base_url, api_key="sk-test-not-real", models={"synthesizer": "m"}, timeout_s=2.0
     )

@@ -17,7 +17,8 @@ from datamind.storage import DataRoot
 from datamind.synth.params import SynthParams
 from datamind.synth.stage import output_dir, plan_synthesis, summarize_run, synthesize_shard
 
-PARAMS = {"queries_per_category": 2, "n_chains": 2, "shard_size": 2}
+FORM = {"queries_per_category": 2, "n_chains": 2, "shard_size": 2}
+PARAMS = SynthParams.from_form(FORM)
 
 
 @pytest.fixture
@@ -53,9 +54,7 @@ def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(ro
 
     for s in summaries:  # each shard's commit record names its Parquet shard and carries its summary
         (parquet,) = [root.path(p) for p in s["files"]["queries"]]
-        record = json.loads(
-            root.read_text(output_dir(SynthParams.from_form(PARAMS)), "_commits", f"{s['shard_id']}.json")
-        )
+        record = json.loads(root.read_text(output_dir(PARAMS), "_commits", f"{s['shard_id']}.json"))
         assert record["items"] == sorted(s["table_ids"]) and record["n_queries"] == s["n_queries"]
         meta = pq.read_schema(parquet).metadata
         assert meta[b"datamind.table"] == b"queries" and meta[b"datamind.schema_version"] == QUERIES.version.encode()
@@ -71,7 +70,7 @@ def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(ro
         and run["n_tables"] == 3
         and run["by_category"] == dict(Counter(r["category"] for r in rows))
     )
-    assert os.path.exists(root.path(output_dir(SynthParams.from_form(PARAMS)), "run-run-1.summary.json"))
+    assert os.path.exists(root.path(output_dir(PARAMS), "run-run-1.summary.json"))
 
     # rerun: nothing planned, an explicit shard call reuses its summary and rewrites nothing
     mtimes = {p: os.path.getmtime(p) for p in root.glob("queries", "**", "*")}
@@ -83,10 +82,11 @@ def test_stage_writes_queries_rejections_and_summaries_then_reruns_as_a_no_op(ro
 
 
 def test_new_parameters_get_their_own_partition(root, catalog):
-    params = {**PARAMS, "verify_solutions": False}
+    form = {**FORM, "verify_solutions": False}
+    params = SynthParams.from_form(form)
     first = plan_synthesis(root, 10, params)
     synthesize_shard(root, first[0], params, "r")
-    other = {**params, "seed": 5, "categories": ["ranking", "counting"], "n_chains": 0}
+    other = SynthParams.from_form({**form, "seed": 5, "categories": ["ranking", "counting"], "n_chains": 0})
     (spec,) = plan_synthesis(root, 10, other)
     assert spec["params_fingerprint"] != first[0]["params_fingerprint"]
     summary = synthesize_shard(root, spec, other, "r")
@@ -104,7 +104,7 @@ def test_missing_and_unreadable_tables_become_rejections(root, catalog, small_cs
     spec = {
         "shard_id": "s1",
         "table_ids": [gone_row["table_id"], "no-such-table"],
-        "params_fingerprint": SynthParams.from_form(PARAMS).fingerprint,
+        "params_fingerprint": PARAMS.fingerprint,
     }
     summary = synthesize_shard(root, spec, PARAMS, "r")
     assert summary["n_queries"] == 0
@@ -132,11 +132,11 @@ def test_bad_parameters_fail_clearly(bad, message):
 
 
 def test_llm_backend_without_a_client_is_refused(root, catalog):
-    params = {**PARAMS, "backend": "llm"}
+    params = SynthParams.from_form({**FORM, "backend": "llm"})
     (spec, *_) = plan_synthesis(root, 10, params)
     with pytest.raises(ValueError, match="llm_client"):
         synthesize_shard(root, spec, params, "r")
-    assert json.loads(json.dumps(SynthParams.from_form(params).to_dict()))["backend"] == "llm"
+    assert json.loads(json.dumps(params.to_dict()))["backend"] == "llm"
 
 
 def test_a_stored_answer_that_the_standalone_program_does_not_reproduce_is_rejected(root, catalog, monkeypatch):
@@ -150,7 +150,9 @@ def test_a_stored_answer_that_the_standalone_program_does_not_reproduce_is_rejec
         return "12345.0" if ".median()" in body else answer
 
     monkeypatch.setattr(engine, "run_body_on_frame", wrong_for_medians)
-    params = {**PARAMS, "categories": ["statistical_analysis", "comparison", "ranking"], "queries_per_category": 3}
+    params = SynthParams.from_form(
+        {**FORM, "categories": ["statistical_analysis", "comparison", "ranking"], "queries_per_category": 3}
+    )
     summaries = [synthesize_shard(root, s, params, "r") for s in plan_synthesis(root, 10, params)]
     rows = read_rows(root, QUERIES, "queries")
     rejected = [r for r in read_rows(root, REJECTIONS, "rejections") if r["reason_code"] == "reference_unverified"]
@@ -167,11 +169,12 @@ def test_a_stored_answer_that_the_standalone_program_does_not_reproduce_is_rejec
 # programs cost once (~100 MB) is then in both figures, and their difference is the measured shard's reading.
 _SYNTHESIZE_AND_MEASURE = """
 import json, sys
+from datamind.synth.params import SynthParams
 from datamind.synth.stage import plan_synthesis, synthesize_shard
 from datamind.storage import DataRoot
 def peak_kb():
     return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])
-params = json.loads(sys.argv[3])
+params = SynthParams.from_form(json.loads(sys.argv[3]))
 for name in ("warm", "measured"):
     root = DataRoot(sys.argv[1 if name == "warm" else 2])
     (spec,) = plan_synthesis(root, 10, params)
@@ -221,7 +224,7 @@ def test_a_staged_workbook_past_the_parser_caps_costs_only_its_table_at_synthesi
     warm = _staged_root(tmp_path / "warm", small)
     costly = {**small, "strings.xlsx": lambda p: shared_strings_workbook(p, 2_000_000)}
     root = _staged_root(tmp_path / "measured", costly)
-    script = [sys.executable, "-c", _SYNTHESIZE_AND_MEASURE, warm.path(""), root.path(""), json.dumps(PARAMS)]
+    script = [sys.executable, "-c", _SYNTHESIZE_AND_MEASURE, warm.path(""), root.path(""), json.dumps(FORM)]
     cap_mb, measured, grown_mb = run_under_parser_cap(script, 600)
     print(f"\nsynthesis under a {cap_mb} MB parser cap: peak RSS {measured['before_kb'] / 1024:.0f} -> "
           f"{measured['after_kb'] / 1024:.0f} MB")  # fmt: skip

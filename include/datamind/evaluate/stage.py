@@ -198,7 +198,7 @@ def load_items(root: DataRoot, p: EvalParams) -> tuple[list[EvalItem], dict[str,
 
 def evaluate(
     root: DataRoot | str,
-    params: EvalParams | dict,
+    params: EvalParams,
     agent_client: Any | None = None,
     judge_client: Any | None = None,
     *,
@@ -206,7 +206,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run, judge, write results + summary + report; returns the summary."""
     root = DataRoot.of(root)
-    p = params if isinstance(params, EvalParams) else EvalParams.from_form(params)
+    p = EvalParams.given(params)
     if p.offline and set(p.suites) - {"heldout"}:
         raise SuiteError("the offline reference policy has programs only for the held-out split; name an agent_conn_id")
     if p.checkpoint and agent_client is None:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from datamind.stage_params import check_ranges, param
+from datamind.stage_params import StageParams, check_ranges, param
 
 # Sort orders the Kaggle dataset search accepts (kagglesdk ``DatasetSortBy`` members, lower camel case).
 SORT_ORDERS = ("hottest", "votes", "updated", "active", "published", "relevance", "usability", "downloadCount")
@@ -134,7 +134,7 @@ def crawl_window(mode: str, run_type: str, start: datetime | None, end: datetime
 
 
 @dataclass(frozen=True)
-class KaggleCrawlConfig:
+class KaggleCrawlConfig(StageParams):
     """One crawl's search and limits. ``licenses`` is an allow-list of canonical ids (see ``LICENSE_IDS``)
     or exact Kaggle license names; a dataset whose license is not on it is skipped, never downloaded.
     The form fields are ingest_kaggle's trigger form; the rest are set from Python."""
@@ -194,14 +194,9 @@ class KaggleCrawlConfig:
             object.__setattr__(self, "sort_by", "updated")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> KaggleCrawlConfig:
-        """Build from DAG params (JSON); unknown keys are an error so a typo never silently uses a default."""
-        data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown Kaggle crawl setting(s) {unknown}; known: {sorted(known)}")
-        return cls(**{k: v for k, v in data.items() if v is not None})
+    def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """A setting the form left empty takes its default."""
+        return {k: v for k, v in raw.items() if v is not None}
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}

@@ -1,7 +1,8 @@
 """The trigger forms of the ingest DAGs, declared once (``datamind.stage_params``).
 
 Every ingest DAG's form is its source's fields here, the acceptance limits (``settings.Limits``, as the
-deployment set them) and a shard size. A DAG shows its deployment's values (a watched drop folder's URI and
+deployment set them) and a shard size; the DAG edge reads a run's form into these classes once
+(``datamind_airflow.ingest_tasks.read_form``). A DAG shows its deployment's values (a watched drop folder's URI and
 name) by handing an instance to the form generator, never by writing a default of its own.
 """
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from datamind.ingest.kaggle_config import CRAWL_WINDOWS
 from datamind.settings import REPO_ROOT
-from datamind.stage_params import check_ranges, param
+from datamind.stage_params import StageParams, check_ranges, param
 
 SOURCE_NAME_PATTERN = "^[a-z0-9][a-z0-9_.-]*$"  # part of every file_id and of folder names under the data root
 
@@ -30,7 +31,7 @@ def source_name(default: str):
 
 
 @dataclass(frozen=True)
-class FilesSource:
+class FilesSource(StageParams):
     """ingest_files: any directory, glob, archive or fsspec URL, and more of them for a backfill."""
 
     source_uri: str = param(
@@ -54,7 +55,7 @@ class FilesSource:
 
 
 @dataclass(frozen=True)
-class BirdSource:
+class BirdSource(StageParams):
     """ingest_bird: a BIRD / OmniSQL tree of ``<db_id>/<db_id>.sqlite`` folders, optionally sampled."""
 
     source_uri: str = param(
@@ -75,7 +76,7 @@ class BirdSource:
 
 
 @dataclass(frozen=True)
-class KaggleRun:
+class KaggleRun(StageParams):
     """What ingest_kaggle's form asks beyond the crawl itself (``KaggleCrawlConfig``)."""
 
     crawl_window: str = param(

@@ -77,21 +77,17 @@ def shard_id(query_ids: list[str]) -> str:
     return stable_id(sorted(query_ids))
 
 
-def _p(params: dict | JudgeParams | None) -> JudgeParams:
-    return params if isinstance(params, JudgeParams) else JudgeParams.from_form(params)
-
-
 def plan_judging(
     root: DataRoot | str,
-    shard_size: int | None = None,
-    params: dict | JudgeParams | None = None,
+    shard_size: int | None,
+    params: JudgeParams,
     max_shards: int | None = None,
 ) -> list[dict]:
     """Shard specs (at most ``max_shards``) over queries that have round-0 trajectories and no judging outcome
     yet, taken by the trajectory file they are in, then by id (a shard reads a few sampling shards, not one per
     query)."""
     root = DataRoot.of(root)
-    p = _p(params)
+    p = JudgeParams.given(params)
     # Queries with a trajectory still to be sampled again (a transient LLM failure) wait for it.
     state = tables.sampling_state(root, RolloutParams.attempts_allowed)
     done = tables.judged(root, p.partition).migrate().done()
@@ -476,7 +472,7 @@ def _write(
 def judge_shard(
     root: DataRoot | str,
     spec: dict,
-    params: dict | JudgeParams | None,
+    params: JudgeParams,
     run_id: str | None,
     llm_client: Any | None = None,
     *,
@@ -484,7 +480,7 @@ def judge_shard(
 ) -> dict:
     """Judge, rescue and select the queries of ``spec``; returns a JSON-able summary."""
     root = DataRoot.of(root)
-    p = _p(params)
+    p = JudgeParams.given(params)
     if (p.judge == "llm" or p.rollout_params.backend == "llm") and llm_client is None:
         raise ValueError("an LLM judge or LLM reflection needs an llm_client")
     sid = str(spec.get("shard_id") or shard_id(spec["query_ids"]))

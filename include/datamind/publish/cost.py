@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datamind.assets import DIRS
-from datamind.shards import column_counts, shard_paths
+from datamind.shards import column_counts, parquet_source, shard_paths
 from datamind.storage import DataRoot
 
 _FIELDS = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cached_completion_tokens")
@@ -41,8 +41,8 @@ def _usage(root: DataRoot, rel: str) -> pa.Table:
     about one row per query and model (the release's samples pick theirs in a join)."""
     merged, pending, pending_rows = _USAGE.empty_table(), [], 0
     for path in shard_paths(root, rel) if root.exists(rel) else []:
-        with root.open(path) as fh:
-            pf = pq.ParquetFile(fh)
+        with parquet_source(root, path) as source:
+            pf = pq.ParquetFile(source)
             names = pf.schema_arrow.names
             t = pf.read(columns=[c for c in ("query_id", "model", *_FIELDS) if c in names])
         if "model" not in names:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from datamind.filters import linguistic
 from datamind.filters.rules import MAX_ANSWER_TOKENS, FilterConfig
@@ -40,6 +41,11 @@ class PublishParams(StageParams):
 
     def __post_init__(self) -> None:
         check_ranges(self)
+
+    @classmethod
+    def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """The form's empty judging configuration is none named: the only one there is."""
+        return {**raw, "judged_partition": raw.get("judged_partition") or None}
 
     def filter_config(self) -> FilterConfig:
         return FilterConfig(self.max_answer_tokens, self.allow_void_turns, self.max_minority_script_share)

@@ -16,6 +16,7 @@ from typing import Any
 
 from datamind import tables
 from datamind.publish import promotion
+from datamind.publish.params import PublishParams
 from datamind.storage import DataRoot
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def _log_summary(title: str, summary: dict[str, Any], skip: tuple[type, ...] = (
 def publish(
     root: DataRoot | str,
     run_id: str,
-    params: dict[str, Any],
+    params: PublishParams,
     *,
     validate: Validate,
     report_url: str,
@@ -48,8 +49,7 @@ def publish(
     from datamind.publish.stage import publish_dataset
 
     root = DataRoot.of(root)
-    params = {**params, "judged_partition": params.get("judged_partition") or None}
-    manifest = publish_dataset(root, run_id, params)
+    manifest = publish_dataset(root, run_id, PublishParams.given(params))
     _log_summary("Published dataset", manifest)
     _log_summary("Dataset audit (python -m datamind.publish.audit)", manifest.get("audit") or {}, (dict,))
     if manifest.get("unchanged"):  # the same release again: nothing to promote, train_agent is not woken

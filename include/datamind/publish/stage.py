@@ -272,15 +272,16 @@ def _over_file_share(kept: pa.Table, share: float) -> frozenset[str]:
 def publish_dataset(
     root: DataRoot | str,
     run_id: str | None,
-    params: PublishParams | dict | None = None,
+    params: PublishParams | None = None,
     **overrides,
 ) -> dict:
     """Filter the judged rows and publish them as a new dataset version; returns its manifest.
 
-    ``params`` (or keyword overrides of its fields, e.g. ``shard_rows=100``): ``judged_partition`` picks one
-    judging configuration (``params=<fp>``); it may be omitted when there is only one.
+    ``params`` (None: the defaults), or keyword overrides of its fields (e.g. ``shard_rows=100``):
+    ``judged_partition`` picks one judging configuration (``params=<fp>``); it may be omitted when there is only
+    one.
     """
-    p = params if isinstance(params, PublishParams) else PublishParams.from_form(params)
+    p = PublishParams() if params is None else PublishParams.given(params)
     p = replace(p, **overrides) if overrides else p
     root = DataRoot.of(root)
     t0 = time.perf_counter()

@@ -53,8 +53,8 @@ def sampling_state(root: DataRoot, max_attempts: int | None = None) -> SamplingS
 
 def plan_sampling(
     root: DataRoot | str,
-    shard_size: int | None = None,
-    params: dict | RolloutParams | None = None,
+    shard_size: int | None,
+    params: RolloutParams,
     max_shards: int | None = None,
 ) -> list[dict]:
     """Shard specs (JSON-able, for XCom / dynamic task mapping; at most ``max_shards``) over queries not sampled
@@ -62,7 +62,7 @@ def plan_sampling(
     taken by the file they are in, then by id: a shard's tasks come from a few query files rather than one
     file each (ids are hashes, so id order alone scatters a shard over the whole table)."""
     root = DataRoot.of(root)
-    p = params if isinstance(params, RolloutParams) else RolloutParams.from_form(params)
+    p = RolloutParams.given(params)
     index = TaskSources.build(root)  # one pass over the inputs: each shard reads only the files its tasks are in
     ids = sorted(index.query_path, key=lambda q: (index.query_path[q], q))
     tables.trajectories(root).migrate()
@@ -119,7 +119,7 @@ async def _sample_all(jobs: list[tuple], params: RolloutParams, pool: SandboxPoo
 def sample_shard(
     root: DataRoot | str,
     spec: dict,
-    params: dict | RolloutParams | None,
+    params: RolloutParams,
     run_id: str | None,
     llm_client: Any | None = None,
     *,
@@ -127,7 +127,7 @@ def sample_shard(
 ) -> dict:
     """Sample N trajectories for each query of ``spec``; returns a JSON-able summary."""
     root = DataRoot.of(root)
-    p = params if isinstance(params, RolloutParams) else RolloutParams.from_form(params)
+    p = RolloutParams.given(params)
     if p.backend == "llm" and llm_client is None:
         raise ValueError("backend='llm' needs an llm_client")
     t0 = time.perf_counter()

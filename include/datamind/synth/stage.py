@@ -46,10 +46,6 @@ def rejections_dir(params: SynthParams) -> str:
     return tables.synthesis_rejections_dir(params.fingerprint)
 
 
-def _params(params: SynthParams | dict | None) -> SynthParams:
-    return params if isinstance(params, SynthParams) else SynthParams.from_form(params)
-
-
 def catalog_by_id(
     root: DataRoot, table_ids: list[str] | None = None, sources: list[str] | None = None
 ) -> dict[str, dict]:
@@ -66,10 +62,10 @@ def catalog_by_id(
 
 
 def plan_synthesis(
-    root: DataRoot, shard_size: int, params: SynthParams | dict | None = None, max_shards: int | None = None
+    root: DataRoot, shard_size: int, params: SynthParams, max_shards: int | None = None
 ) -> list[dict[str, Any]]:
     """Shard specs over catalog tables not yet synthesized with these parameters (at most ``max_shards``)."""
-    params = _params(params)
+    params = SynthParams.given(params)
     done = tables.queries(root, params.fingerprint).migrate().done()
     where = tables.key_paths(root, "catalog_tables", "table_id")  # every shard of each table
     todo = sorted(set(where) - done, key=lambda t: (min(where[t]), t))  # by location, as profiling plans
@@ -157,13 +153,13 @@ def without_unused_seeds(rows: list[dict]) -> list[dict]:
 def synthesize_shard(
     root: DataRoot,
     shard_spec: dict[str, Any],
-    params: SynthParams | dict | None,
+    params: SynthParams,
     run_id: str | None,
     llm_client=None,
     sandbox=None,
 ) -> dict[str, Any]:
     """Synthesize queries for the shard's tables; returns the shard summary (also written as JSON)."""
-    params = _params(params)
+    params = SynthParams.given(params)
     if shard_spec.get("params_fingerprint", params.fingerprint) != params.fingerprint:
         raise ValueError("shard spec was planned with different synthesis parameters")
     if params.backend == "llm" and llm_client is None:
@@ -335,9 +331,9 @@ def _verify_solutions(
     return sum(1 for q in work.queries if q.get("reference_solution"))
 
 
-def summarize_run(root: DataRoot, params: SynthParams | dict | None, run_id: str | None = None) -> dict[str, Any]:
+def summarize_run(root: DataRoot, params: SynthParams, run_id: str | None = None) -> dict[str, Any]:
     """Merge the shard summaries of these parameters (optionally one run) and write the run summary."""
-    params = _params(params)
+    params = SynthParams.given(params)
     total: dict[str, Any] = {
         "params_fingerprint": params.fingerprint,
         "params": params.to_dict(),
