@@ -10,6 +10,7 @@ import re
 import pytest
 from rollout.corpus import build_corpus, queries
 
+from datamind.agent.params import RolloutParams
 from datamind.agent.policies.llm_expert import LAST_TURN_NOTE
 from datamind.assets import DIRS
 from datamind.llm import LLMClient, ResponseCache
@@ -36,7 +37,7 @@ def test_the_last_allowed_turn_answers_without_changing_what_is_recorded(
     server.responder = keeps_exploring
     client = LLMClient(dataclasses.replace(llm_client.config, grammar="llama.cpp"), cache=ResponseCache(root))
     build_corpus(root, str(tmp_path), [q for q in queries() if q["query_id"] == "q1"])
-    params = {"backend": "llm", "n_samples": 2, "max_turns": 3, "last_turn_answers": last_turn_answers}
+    params = RolloutParams(backend="llm", n_samples=2, max_turns=3, last_turn_answers=last_turn_answers)
     sample_shard(root, plan_sampling(root, 10, params)[0], params, "run", llm_client=client, sandbox=sandbox)
 
     trajs = read_rows(root, TRAJECTORIES, DIRS["trajectories"])
