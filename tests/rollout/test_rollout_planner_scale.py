@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from datamind import shards
 from datamind.agent.params import RolloutParams
 from datamind.judge.params import JudgeParams
 from datamind.rollout import stage
@@ -51,10 +52,12 @@ def test_planning_thousands_of_queries_reads_the_output_a_bounded_number_of_time
     for k in range(0, len(done), 250):  # several output shards
         write_shard(root, TRAJECTORIES, "trajectories", _trajectories(done[k : k + 250]), f"part-{k}.parquet")
     opened = []
-    real = type(root).open
+    real, real_source = type(root).open, shards.parquet_source
+    # a local shard reaches Arrow by its path (shards.parquet_source), anything else through DataRoot.open
     monkeypatch.setattr(
         type(root), "open", lambda self, path, *a, **kw: opened.append(path) or real(self, path, *a, **kw)
     )
+    monkeypatch.setattr(shards, "parquet_source", lambda r, path: opened.append(path) or real_source(r, path))
     specs = stage.plan_sampling(root, 500, RolloutParams())
     planned = [q for s in specs for q in s["query_ids"]]
     assert planned == [q["query_id"] for q in queries[1000:]] and len(specs) == 4
