@@ -105,13 +105,14 @@ def test_a_shard_reads_only_the_files_its_tasks_are_in(corpus, monkeypatch):
 
     whole, _ = load_tasks(root, [child["query_id"]])
     opened = []
-    real = type(root).open
+    real, real_source = type(root).open, shards.parquet_source
     monkeypatch.setattr(
         type(root), "open", lambda self, path, *a, **kw: opened.append(path) or real(self, path, *a, **kw)
     )
+    monkeypatch.setattr(shards, "parquet_source", lambda r, path: opened.append(path) or real_source(r, path))
     hinted, errors = load_tasks(root, [child["query_id"]], sources)
     assert not errors and hinted == whole and [t.chain for t in hinted.values()] == [t.chain for t in whole.values()]
-    assert set(opened) <= {p for paths in sources.values() for p in paths}, opened
+    assert opened and set(opened) <= {p for paths in sources.values() for p in paths}, opened
     stale = {"queries": [root.path("queries", "part-q1.parquet")], "catalog_tables": [], "catalog_files": []}
     assert load_tasks(root, [child["query_id"]], stale)[0] == whole  # what the hint misses is looked up
 
