@@ -40,8 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datamind.assets import DIRS
-from datamind.ingest.loaders import load_recorded
-from datamind.ingest.loaders.common import column_values
+from datamind.formats import load_recorded
+from datamind.formats.common import column_values
 from datamind.ingest.sources import list_source_files
 from datamind.ingest.stage import ingest_shard, plan_ingest
 from datamind.profile.stage import plan_profile, profile_files, profile_shard

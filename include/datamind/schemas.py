@@ -65,7 +65,7 @@ TABLE_VERDICT = pa.struct(
         _f("reason", _STR),
         _f("n_rows", pa.int64()),
         _f("n_cols", pa.int32()),
-        _f("read_options", _STR),  # JSON: how loaders.load_table reloads this table (1.1)
+        _f("read_options", _STR),  # JSON: how formats.load_table reloads this table (1.1)
     ]
 )
 

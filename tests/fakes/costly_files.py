@@ -62,7 +62,7 @@ def vm_mb(code: str) -> float:
 def parser_child_cap_mb(headroom_mb: int = 64) -> int:
     """A parse memory cap just above what the parser child needs to start (its loaders and workbook reader):
     the small files of a test fit in ``headroom_mb``, a costly one does not."""
-    return int(vm_mb("from datamind.ingest.loaders import load_tables\nimport python_calamine")) + headroom_mb
+    return int(vm_mb("from datamind.formats import load_tables\nimport python_calamine")) + headroom_mb
 
 
 def run_under_parser_cap(argv: list[str], timeout: int) -> tuple[int, dict, float]:

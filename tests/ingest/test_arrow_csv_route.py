@@ -12,9 +12,9 @@ import json
 import pandas as pd
 import pytest
 
-from datamind.ingest.loaders import TableColumns, load_recorded, load_table, load_tables
-from datamind.ingest.loaders.arrow_csv import _verified_column_types
-from datamind.ingest.loaders.common import frame_columns
+from datamind.formats import TableColumns, load_recorded, load_table, load_tables
+from datamind.formats.arrow_csv import _verified_column_types
+from datamind.formats.common import frame_columns
 from datamind.profile.meta import TableToProfile, profile_table, profile_tables
 from datamind.settings import Limits
 
@@ -111,7 +111,7 @@ def test_a_reload_the_arrow_reader_cannot_parse_falls_back_to_pandas(tmp_path, c
     path.write_text("a,b\n1,x\n" + "".join(f"{i},q{i}\n" for i in _ROWS))
     options = load_tables(str(path)).tables[0].read_options
     wrong = {**options, "column_types": ["int64", "int64"]}  # "b" holds text
-    with caplog.at_level("WARNING", logger="datamind.ingest.loaders"):
+    with caplog.at_level("WARNING", logger="datamind.formats"):
         loaded = load_recorded(str(path), [wrong], frames=False)[0]
     assert loaded.columns is None
     assert "no longer parse with Arrow's reader" in caplog.text and "ArrowInvalid" in caplog.text

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from datamind.ingest.decontam import BenchmarkIndex, build_index, load_index, ngrams
+from datamind.decontamination import BenchmarkIndex, build_index, load_index, ngrams
 from datamind.ingest.sources import list_source_files
 from datamind.ingest.stage import ingest_shard, plan_ingest
 from datamind.schemas import CATALOG_FILES

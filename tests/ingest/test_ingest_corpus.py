@@ -151,7 +151,7 @@ def test_messy_csvs(corpus):
     t = next(t for t in tables if t["file_id"] == countries["file_id"])
     opts = json.loads(t["read_options"])
     assert (opts["sep"], opts["decimal"]) == (";", ",")
-    from datamind.ingest.loaders import load_table
+    from datamind.formats import load_table
 
     df = load_table(t["staged_uri"], opts)
     lines = (DATA / "messy_csv" / "countries_of_the_world_semicolon_decimalcomma.csv").read_text().splitlines()

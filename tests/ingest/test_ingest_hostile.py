@@ -14,7 +14,7 @@ from hostile_files import CORPUS, write_corpus
 from ingest_builders import table_rows, write_csv, xlsx_bytes
 from test_ingest_stage import SAMPLES, catalog, run_ingest
 
-from datamind.ingest.parse_worker import IsolatedParser, ParseLimit
+from datamind.formats.parse_worker import IsolatedParser, ParseLimit
 from datamind.settings import Limits
 
 
@@ -277,7 +277,7 @@ def test_a_benchmark_file_that_breaks_the_reader_costs_only_itself_when_indexing
     the same capped child (the sparse-workbook bomb used to abort the indexing process itself)."""
     import json
 
-    from datamind.ingest.decontam import build_index
+    from datamind.decontamination import build_index
 
     folder = tmp_path / "dabench"
     tables = folder / "da-dev-tables"

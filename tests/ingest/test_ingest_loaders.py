@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from ingest_builders import make_sqlite, table_rows, write_csv, xlsx_bytes
 
-from datamind.ingest.loaders import load_table, load_tables
-from datamind.ingest.loaders.common import name_index
+from datamind.formats import load_table, load_tables
+from datamind.formats.common import name_index
 from datamind.settings import Limits
 
 
@@ -213,15 +213,15 @@ def test_column_index_is_the_one_pandas_builds_from_the_names(names):
 
 
 def test_every_catalogued_format_has_one_registry_entry_that_loads_and_reloads_it(tmp_path):
-    """``loaders.FORMATS`` is the one place a table format is added: the catalog and the quality suites name
+    """``formats.FORMATS`` is the one place a table format is added: the catalog and the quality suites name
     the same formats, and each entry's reload gives back the frame its load recorded."""
     import sqlite3
 
-    from datamind.ingest import loaders
+    from datamind import formats
     from datamind.ingest.stage import CATALOG_FORMATS
     from datamind.quality.suites import TABLE_FORMATS
 
-    assert set(loaders.FORMATS) == set(CATALOG_FORMATS) == set(TABLE_FORMATS)
+    assert set(formats.FORMATS) == set(CATALOG_FORMATS) == set(TABLE_FORMATS)
     csv = tmp_path / "t.csv"
     csv.write_text("a,b\n1,x\n2,y\n")
     db = tmp_path / "t.sqlite"
@@ -229,12 +229,12 @@ def test_every_catalogued_format_has_one_registry_entry_that_loads_and_reloads_i
         con.execute("CREATE TABLE t (a INTEGER, b TEXT)")
         con.executemany("INSERT INTO t VALUES (?, ?)", [(1, "x"), (2, "y")])
     for path in (csv, db):
-        result = loaders.load_tables(str(path))
+        result = formats.load_tables(str(path))
         (table,) = result.tables
-        assert result.format in loaders.FORMATS and table.read_options["format"] == result.format
-        again = loaders.load_table(str(path), table.read_options)
+        assert result.format in formats.FORMATS and table.read_options["format"] == result.format
+        again = formats.load_table(str(path), table.read_options)
         assert again.to_dict("list") == table.df.to_dict("list") == {"a": [1, 2], "b": ["x", "y"]}
-        (recorded,) = loaders.load_recorded(str(path), [table.read_options])
+        (recorded,) = formats.load_recorded(str(path), [table.read_options])
         assert recorded.df.to_dict("list") == {"a": [1, 2], "b": ["x", "y"]}
     with pytest.raises(ValueError, match="unknown table format 'parquet'"):
-        loaders.load_table(str(csv), {"format": "parquet"})
+        formats.load_table(str(csv), {"format": "parquet"})

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 from ingest_builders import csv_rows, make_sqlite, table_rows, write_csv, xlsx_bytes
 
-from datamind.ingest.loaders import load_tables
+from datamind.formats import load_tables
 from datamind.ingest.rules import RULES, check_file, check_tables
 from datamind.settings import Limits
 

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from ingest_builders import table_rows, xlsx_bytes
 
-from datamind.ingest import sniff
+from datamind.formats import sniff
 
 
 def test_format_comes_from_content_not_extension(tmp_path):

@@ -24,10 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from datamind.ingest.loaders import decode_text, load_table, read_csv_text
-from datamind.ingest.loaders.common import _strip_text
-from datamind.ingest.loaders.text import _has_blank_line
-from datamind.ingest.loaders.workbook import _cell_kinds, _cells_frame
+from datamind.formats import decode_text, load_table, read_csv_text
+from datamind.formats.common import _strip_text
+from datamind.formats.text import _has_blank_line
+from datamind.formats.workbook import _cell_kinds, _cells_frame
 from datamind.profile.meta import (
     _DATEISH,
     TableToProfile,

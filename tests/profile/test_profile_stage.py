@@ -12,8 +12,8 @@ import pytest
 from fakes.costly_files import run_under_parser_cap, shared_strings_workbook
 
 from datamind.assets import DIRS
+from datamind.formats import load_table
 from datamind.ingest.bird import discover_bird
-from datamind.ingest.loaders import load_table
 from datamind.ingest.sources import list_source_files
 from datamind.ingest.stage import ingest_shard, plan_ingest
 from datamind.profile.stage import plan_profile, profile_shard

@@ -210,7 +210,7 @@ def test_roots_left_by_dead_owners_are_swept_and_live_ones_kept(tmp_path):
         alive.rmdir()
 
 
-@pytest.mark.parametrize("module", ["datamind", "datamind.ingest.loaders", "airflow", "airflow.sdk"])
+@pytest.mark.parametrize("module", ["datamind", "datamind.formats", "airflow", "airflow.sdk"])
 @pytest.mark.parametrize("fixture", ["sandbox", "raw_sandbox"])
 def test_the_projects_own_packages_cannot_be_imported_in_a_cell(module, fixture, request, csv_file):
     """A program in a training sample must only use what a model will have: never the pipeline's code."""

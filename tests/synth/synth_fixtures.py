@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from datamind.formats import load_tables
 from datamind.ids import stable_id
-from datamind.ingest.loaders import load_tables
 from datamind.profile.stage import profile_rows
 from datamind.schemas import CATALOG_TABLES
 from datamind.shards import write_shard

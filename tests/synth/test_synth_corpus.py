@@ -27,7 +27,7 @@ from scipy import stats
 from synth_fixtures import catalog_rows, write_catalog
 
 from datamind.categories import CATEGORY_IDS
-from datamind.ingest.loaders import load_table
+from datamind.formats import load_table
 from datamind.phrasing import without_format
 from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import read_rows

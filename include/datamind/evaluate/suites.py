@@ -1,9 +1,8 @@
-"""Evaluation suites: the benchmarks (``datamind.ingest.benchmarks``) plus the project's own held-out split."""
+"""Evaluation suites: the benchmarks (``datamind.benchmarks``) plus the project's own held-out split."""
 
 from __future__ import annotations
 
-from datamind.evaluate.params import SUITE_KINDS
-from datamind.ingest.benchmarks import (  # noqa: F401 - the suite API in one place
+from datamind.benchmarks import (  # noqa: F401 - the suite API in one place
     EvalItem,
     Loaded,
     SuiteError,
@@ -12,6 +11,7 @@ from datamind.ingest.benchmarks import (  # noqa: F401 - the suite API in one pl
     load_dabench,
     load_tablebench,
 )
+from datamind.evaluate.params import SUITE_KINDS
 
 # -- the project's own held-out split ----------------------------------------------------------
 

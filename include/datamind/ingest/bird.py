@@ -17,8 +17,7 @@ import random
 from collections import defaultdict
 from typing import Any
 
-from datamind.ingest import sniff
-from datamind.ingest.loaders import decode_text
+from datamind.formats import decode_text, sniff
 from datamind.ingest.sources import SourceFile, SourceReadError, list_source_files
 from datamind.settings import Limits
 

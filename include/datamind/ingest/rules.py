@@ -64,7 +64,7 @@ File rules (``check_file``), applied before/after the table rules:
 ``duplicate_content``  the same bytes as a file earlier in the batch or already accepted (stage.py)
 ``benchmark_overlap``  the file's bytes, or one of its tables (same schema, >= 90% of rows, whatever the
                        row/column order, encoding or CSV/XLSX format), belong to a configured benchmark
-                       (``DATAMIND_BENCHMARKS``; decontam.py): the reason names the benchmark item
+                       (``DATAMIND_BENCHMARKS``; datamind.decontamination): the reason names the benchmark item
 =====================  ===============================================================================
 
 Database rules (SQLite): the table rules apply per table, except ``too_few_rows`` and with the database
@@ -81,7 +81,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from datamind.ingest.loaders import LoadedTable, LoadResult
+from datamind.formats import LoadedTable, LoadResult
 from datamind.settings import Limits
 
 ACCEPTED = "accepted"

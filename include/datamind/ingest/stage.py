@@ -30,11 +30,10 @@ from typing import Any
 import pyarrow.compute as pc
 
 from datamind.assets import DIRS
+from datamind.decontamination import BenchmarkIndex, load_index
+from datamind.formats import LoadResult, sniff
+from datamind.formats.parse_worker import IsolatedParser
 from datamind.ids import stable_id
-from datamind.ingest import sniff
-from datamind.ingest.decontam import BenchmarkIndex, load_index
-from datamind.ingest.loaders import LoadResult
-from datamind.ingest.parse_worker import IsolatedParser
 from datamind.ingest.rules import ACCEPTED, RULES, Verdict, check_file, check_tables
 from datamind.ingest.sources import SourceFile, SourceReadError, precheck_message
 from datamind.schemas import CATALOG_FILES

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pandas.tseries.api import guess_datetime_format
 
-from datamind.ingest.loaders.common import TableColumns, arrow_kernel, frame_columns
+from datamind.formats.common import TableColumns, arrow_kernel, frame_columns
 from datamind.profile import semantics
 
 _DATEISH = re.compile(

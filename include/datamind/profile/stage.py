@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 
 from datamind import tables
 from datamind.assets import DIRS
+from datamind.formats import LoadedTable
+from datamind.formats.parse_worker import IsolatedParser, ParserUnavailable
 from datamind.ids import stable_id
-from datamind.ingest.loaders import LoadedTable
-from datamind.ingest.parse_worker import IsolatedParser, ParserUnavailable
 from datamind.profile.meta import TableToProfile, profile_tables
 from datamind.roles import with_roles
 from datamind.schemas import CATALOG_TABLES, REJECTIONS, rejection

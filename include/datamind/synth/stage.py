@@ -26,8 +26,8 @@ from typing import Any
 
 from datamind import tables
 from datamind.assets import DIRS
+from datamind.decontamination import BenchmarkIndex, load_index
 from datamind.ids import stable_id
-from datamind.ingest.decontam import BenchmarkIndex, load_index
 from datamind.schemas import QUERIES, REJECTIONS
 from datamind.shards import chunk, write_shard
 from datamind.storage import DataRoot

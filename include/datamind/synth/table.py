@@ -28,7 +28,7 @@ from datamind.data_source import (
     open_source,
     parse_read_options,
 )
-from datamind.ingest.parse_worker import IsolatedParser, ParseLimit, ParserUnavailable
+from datamind.formats.parse_worker import IsolatedParser, ParseLimit, ParserUnavailable
 from datamind.phrasing import glossary, polish_question, scope_question
 from datamind.roles import parse_overrides, table_roles
 from datamind.settings import Limits
@@ -69,8 +69,8 @@ def data_path(root: DataRoot, staged_uri: str) -> str:
 
 
 def _ingest_frame(parser: IsolatedParser, path: str, read_options: dict) -> pd.DataFrame | None:
-    """The frame the profiler saw (ingest's loader replaying ``read_options``, in ``parser``'s capped child);
-    None without a recipe."""
+    """The frame the profiler saw (``datamind.formats`` replaying ``read_options``, in ``parser``'s capped
+    child); None without a recipe."""
     if "format" not in read_options:
         return None
     result = parser.load_recorded(path, [read_options], frames=True)

@@ -11,8 +11,8 @@ import re
 from itertools import islice
 from typing import Any
 
-from datamind.ingest import sniff
-from datamind.ingest.loaders.common import LoadError
+from datamind.formats import sniff
+from datamind.formats.common import LoadError
 from datamind.settings import Limits
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from datamind.ingest.loaders.common import LoadedTable, LoadError, LoadResult
+from datamind.formats.common import LoadedTable, LoadError, LoadResult
 from datamind.settings import Limits
 
 log = logging.getLogger(__name__)

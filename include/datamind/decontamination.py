@@ -138,8 +138,8 @@ class BenchmarkIndex:
 
 def build_index(suites: dict[str, str], ngram: int = NGRAM, table_dir: str | None = None) -> BenchmarkIndex:
     """Tables and questions of every configured benchmark (the held-out split is ours: not a benchmark)."""
-    from datamind.ingest.benchmarks import load_benchmark
-    from datamind.ingest.parse_worker import IsolatedParser
+    from datamind.benchmarks import load_benchmark
+    from datamind.formats.parse_worker import IsolatedParser
     from datamind.settings import Limits
 
     index = BenchmarkIndex(ngram=ngram)

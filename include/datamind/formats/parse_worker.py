@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO, TypeVar
 
-from datamind.ingest.loaders import LoadResult
+from datamind.formats import LoadResult
 from datamind.settings import Limits
 
 _HEADER = struct.Struct("!Q")
@@ -96,7 +96,7 @@ class IsolatedParser:
         result, death = self._exchange({"path": local_path, "filename": filename, **extra})
         if isinstance(result, LoadResult):
             return result
-        from datamind.ingest import sniff
+        from datamind.formats import sniff
 
         declared = sniff.declared_format(filename or os.path.basename(local_path))
         return LoadResult("unknown", declared, None, [], death or "the parser sent no result", "parse_limit")
@@ -159,7 +159,7 @@ class IsolatedParser:
         self._stderr = self._stderr or tempfile.TemporaryFile()
         env = {k: os.environ[k] for k in _CHILD_ENV_KEYS if k in os.environ} | _SINGLE_THREAD
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-m", "datamind.ingest.parse_worker"],
+            [sys.executable, "-I", "-m", "datamind.formats.parse_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -227,7 +227,7 @@ def _child_main() -> None:
     requests = sys.stdin.buffer
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     limits = _read_frame(requests)
-    from datamind.ingest.loaders import load_tables  # imported before the cap: the cap is for parsing
+    from datamind.formats import load_tables  # imported before the cap: the cap is for parsing
 
     cap = limits.parse_memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -250,7 +250,7 @@ def _child_main() -> None:
 
 def _replay(path: str, recorded: list[dict], frames: bool, limits: Limits) -> LoadResult:
     """``load_recorded`` as a LoadResult: what the file raises is its result, like ``load_tables``'s."""
-    from datamind.ingest.loaders import load_recorded
+    from datamind.formats import load_recorded
 
     fmt = recorded[0]["format"] if recorded else "unknown"
     try:

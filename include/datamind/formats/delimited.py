@@ -12,9 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-from datamind.ingest import sniff
-from datamind.ingest.loaders.arrow_csv import _column_type, _verified_column_types
-from datamind.ingest.loaders.common import (
+from datamind.formats import sniff
+from datamind.formats.arrow_csv import _column_type, _verified_column_types
+from datamind.formats.common import (
     LoadedTable,
     LoadError,
     LoadResult,
@@ -23,7 +23,7 @@ from datamind.ingest.loaders.common import (
     column_values,
     name_index,
 )
-from datamind.ingest.loaders.text import (
+from datamind.formats.text import (
     _check_first_line_width,
     _csv_body,
     _has_blank_line,

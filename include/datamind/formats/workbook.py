@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from datamind.ingest import sniff
-from datamind.ingest.loaders.common import LoadedTable, LoadError, LoadResult, _tidy, column_names, name_index
+from datamind.formats import sniff
+from datamind.formats.common import LoadedTable, LoadError, LoadResult, _tidy, column_names, name_index
 from datamind.settings import Limits
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,9 @@
 """Turn one file into tables, and record for each table the ``read_options`` that reload it identically.
 
+The file formats, below every stage: ingestion loads a file here, and profiling and synthesis reload what it
+recorded through the same code (``sniff`` names the format from the bytes, one module per format beside
+``common``, and ``parse_worker`` runs all of it in a capped child process).
+
 ``load_tables`` decides (format, encoding, dialect, header rows, repairs) once; ``load_table`` replays a
 table from its ``read_options`` without guessing again, so ingestion, profiling and every later stage
 see exactly the same DataFrame.
@@ -24,8 +28,9 @@ are checked against ``limits.max_uncompressed_bytes`` before decompressing, and 
 dimensions are wider than ``max_cols`` or larger than the cell cap is never handed to the reader; a csv whose
 first line alone has more than ``max_cols`` fields is refused unparsed; SQLite values past a size cap fail
 their query (``SQLITE_LIMIT_LENGTH``), a table's total value bytes are summed in SQL before it is read, row
-counts come from ``COUNT(*)`` and a table above ``max_db_table_rows`` is never materialized. The ingest
-stage also runs this module in a capped child process (``parse_worker.py``) for what these bounds miss.
+counts come from ``COUNT(*)`` and a table above ``max_db_table_rows`` is never materialized. Every stage
+that reads an untrusted file runs this module in a capped child process (``parse_worker``) for what these
+bounds miss.
 """
 
 from __future__ import annotations
@@ -41,13 +46,13 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from datamind.ingest import sniff
-from datamind.ingest.loaders.arrow_csv import _arrow_csv_columns
-from datamind.ingest.loaders.common import LoadedTable, LoadError, LoadResult, TableColumns, _gunzip
-from datamind.ingest.loaders.database import _connect_ro, _load_sqlite, _primary_key, _qident
-from datamind.ingest.loaders.delimited import _load_csv, _read_csv_bytes, read_csv_text
-from datamind.ingest.loaders.text import _stem, decode_text
-from datamind.ingest.loaders.workbook import _load_workbook, _sheet_frame
+from datamind.formats import sniff
+from datamind.formats.arrow_csv import _arrow_csv_columns
+from datamind.formats.common import LoadedTable, LoadError, LoadResult, TableColumns, _gunzip
+from datamind.formats.database import _connect_ro, _load_sqlite, _primary_key, _qident
+from datamind.formats.delimited import _load_csv, _read_csv_bytes, read_csv_text
+from datamind.formats.text import _stem, decode_text
+from datamind.formats.workbook import _load_workbook, _sheet_frame
 from datamind.settings import Limits
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from datamind.ingest.loaders.common import _NAMES_DTYPE, TableColumns, _tidy_columns, column_names, frame_columns
-from datamind.ingest.loaders.text import _csv_body, _header_cells
+from datamind.formats.common import _NAMES_DTYPE, TableColumns, _tidy_columns, column_names, frame_columns
+from datamind.formats.text import _csv_body, _header_cells
 
 log = logging.getLogger(__name__)
 
