@@ -877,29 +877,27 @@ class OfflineExpertPolicy:
             engine = "The column" if dates else "SQLite"
             return f"{engine} answered {narration.short(probe.probe_output or '', 40)}; {doing} in pandas as a check."
         error = narration.read_view(probe.probe_output or "").error or "an error"
+
+        def kept(lead: str) -> str:  # where the recovered value goes, when the step keeps one
+            return f"{lead} `{step.var}`." if step.var else "."
+
         if dates:
             col = f"`{dates.group(2)}`"
-            return narration.pick(
-                (
-                    f"That fails ({error}): {col} was read as text, not as dates, so it is parsed with "
-                    "pd.to_datetime first" + (f", the result kept in `{step.var}`." if step.var else "."),
-                    f"{col} holds its dates as text ({error}). Parsing it with pd.to_datetime is the way round"
-                    + (f"; the result goes into `{step.var}`." if step.var else "."),
-                ),
-                self._seed,
-                f"after-probe-{step.index}",
+            options = (
+                f"That fails ({error}): {col} was read as text, not as dates, so it is parsed with "
+                "pd.to_datetime first" + kept(", the result kept in"),
+                f"{col} holds its dates as text ({error}). Parsing it with pd.to_datetime is the way round"
+                + kept("; the result goes into"),
             )
-        col = f"`{cols[0]}`" if cols else "the column"
-        return narration.pick(
-            (
+        else:
+            col = f"`{cols[0]}`" if cols else "the column"
+            options = (
                 f"The database refuses it ({error}): this SQLite has no median aggregate. So I fetch {col} and take "
-                "the median in pandas" + (f", keeping it in `{step.var}`." if step.var else "."),
+                "the median in pandas" + kept(", keeping it in"),
                 f"No MEDIAN in SQLite for {col} ({error}). Pulling the column into pandas is the simple way round"
-                + (f"; the result goes into `{step.var}`." if step.var else "."),
-            ),
-            self._seed,
-            f"after-probe-{step.index}",
-        )
+                + kept("; the result goes into"),
+            )
+        return narration.pick(options, self._seed, f"after-probe-{step.index}")
 
     def _settled(self) -> str | None:
         """Yes/No for the last hop, from the number the previous step printed; None when it printed more."""
