@@ -130,3 +130,48 @@ def test_non_select_keeps_all_consistent_and_non_con_keeps_everything_answered()
     assert selection.select("non_con", CONSISTENT, [True, True, True]) == [0, 1, 2]
     with pytest.raises(ValueError):
         selection.select("best", CONSISTENT, [True])
+
+
+class _CountingModel:
+    """The LLM judge's interface; says "no" to everything, so a call shows up in the verdict."""
+
+    name = "judge-model"
+    template_version = "consistency@test"
+
+    def __init__(self):
+        self.asked: list[list[str]] = []
+
+    async def judge(self, question, answers):
+        self.asked.append(answers)
+        return Verdict("the model looked", False, 0, self.name)
+
+
+@pytest.mark.parametrize(
+    "answers, reference, asks",
+    [
+        (["Engineering", "engineering.", "Engineering"], "Engineering", False),  # equal and confirmed
+        (["68", "68.0", "68"], "0", True),  # equal, but the executed reference says otherwise
+        (["68", "0", "68"], "68", True),  # a split: the model reads them
+        (["North", "North", "North"], None, True),  # nothing to confirm them with
+    ],
+)
+def test_agreement_first_asks_the_model_only_where_rule_and_reference_leave_it_open(answers, reference, asks):
+    from datamind.agent.answer import RuleAnswerJudge
+    from datamind.judge.llm_judge import AgreementFirst
+
+    model = _CountingModel()
+
+    def confirms(answer):
+        return reference is not None and RuleAnswerJudge().judge_sync("q", answer, reference).correct
+
+    v = asyncio.run(AgreementFirst(model, OfflineJudge(), confirms).judge("Which department?", answers))
+    assert bool(model.asked) is asks
+    assert v.consistent is (not asks) and (v.judge == "agreement") is (not asks)
+
+
+def test_the_agreement_switch_is_part_of_an_llm_judges_partition_only():
+    from datamind.judge.params import JudgeParams
+
+    assert JudgeParams().fingerprint == JudgeParams(agree_by_rule=False).fingerprint  # offline judge: the rule
+    on, off = JudgeParams(judge_backend="llm"), JudgeParams(judge_backend="llm", agree_by_rule=False)
+    assert on.fingerprint != off.fingerprint

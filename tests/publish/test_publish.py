@@ -673,3 +673,34 @@ def test_the_audit_judges_copied_questions_answer_forms_file_concentration_and_t
     many = audit_rows([sample(i, f"f{i}", "Count.", "3") for i in range(20)], held_out={"f0", "f1"}, test_fraction=0.1)
     judged = {v["name"]: v["ok"] for v in verdicts(many)}
     assert judged["top_file_share"] is True and judged["split_fraction_gap"] is True  # 1/20 each, 2/20 held out
+
+
+def test_yield_holds_the_offline_engine_to_its_bar_and_reports_a_models_acceptance_rate(tmp_path):
+    """A query of the offline engine's that publishes nothing is a defect; a model's questions are meant to be
+    filtered, so theirs is reported (``model_yield``) and not held to the engine's bar."""
+    from datamind.publish.audit import Synthesised, audit_rows, verdicts
+    from datamind.schemas import QUERIES
+
+    root = DataRoot(str(tmp_path / "data"))
+    queries = [
+        {"query_id": f"q{i}", "file_id": "f1", "category": "counting", "hop": 1, "question": f"Q{i}?",
+         "backend": "offline" if i < 4 else "llm", "model": None if i < 4 else "qwen", "created_at": NOW}
+        for i in range(10)
+    ]  # fmt: skip
+    write_shard(root, QUERIES, DIRS["queries"], queries, "part-a.parquet")
+    synthesised = Synthesised.of(root)
+    assert synthesised == Synthesised({"counting": 4}, 6)
+
+    def row(i, question_model):
+        return {**judged_row(i), "category": "counting", "question_model": question_model}
+
+    # all four engine questions published, one of the six a model wrote
+    figures = audit_rows([row(0, "offline"), row(1, "offline"), row(2, None), row(3, "offline"), row(4, "qwen")],
+                         synthesised)  # fmt: skip
+    assert figures["yield"] == 1.0 and figures["model_yield"] == round(1 / 6, 4)
+    assert "yield" not in {m.split(" =")[0] for m in figures["misses"]}
+    # an engine question lost is a miss, whatever the model wrote
+    lost = audit_rows([row(0, "offline"), row(4, "qwen"), row(5, "qwen")], synthesised)
+    assert lost["yield"] == 0.25 and {v["name"]: v["ok"] for v in verdicts(lost)}["yield"] is False
+    # a release a model wrote alone has no engine yield to judge
+    assert "yield" not in audit_rows([row(4, "qwen")], Synthesised({}, 6))

@@ -83,8 +83,13 @@ def test_llm_sampling_judging_reflection_and_publishing(root, tmp_path, server, 
     j = judge_shard(root, jspecs[0], judge_params, "run-llm", llm_client=llm_client, sandbox=sandbox)
     assert (j["n_consistent_round0"], j["n_rescued_by_reflection"], j["n_judged_samples"]) == (1, 1, 2)
     judged = {r["query_id"]: r for r in read_rows(root, DATASET, DIRS["judged"])}
-    by_tid = {t["trajectory_id"]: t for t in read_rows(root, TRAJECTORIES, DIRS["trajectories"])}
-    assert by_tid[judged["q1"]["trajectory_id"]]["sample_index"] == 1  # the judge's <number>2</number>
+    # q1's three answers are equal and its executed reference confirms them: the judge model was never asked
+    # about it. q3's equal answers contradict their reference, so the model judged them and reflection ran; the
+    # reflected answers agree with each other and with the reference, so that round needed no call either.
+    judge_prompts = [b["messages"][-1]["content"] for b in server.bodies if b["model"] == "judge-model"]
+    assert judge_prompts and not any(by_id["q1"]["question"] in t for t in judge_prompts)
+    assert sum(by_id["q3"]["question"] in t for t in judge_prompts) == 1
+    assert judged["q1"]["judge_verdict"] == "yes" and "LLM judge was not asked" in judged["q1"]["judge_reasoning"]
     assert judged["q3"]["reflection_round"] == 1 and EXP["q3"] in judged["q3"]["final_answer"]
     # the served model wrote the trajectories (a reflected one too), the offline engine the questions: both said
     assert {(r["model"], r["question_model"]) for r in judged.values()} == {("expert-model", "offline")}
@@ -145,7 +150,7 @@ def test_unparseable_judge_replies_become_a_recorded_rejection(root, tmp_path, s
     build_corpus(root, str(tmp_path), [queries()[0]])
     for spec in plan_sampling(root, 10, RolloutParams()):
         sample_shard(root, spec, RolloutParams(), "run", sandbox=sandbox)
-    params = JudgeParams(judge_backend="llm")
+    params = JudgeParams(judge_backend="llm", agree_by_rule=False)  # the offline answers agree: ask anyway
     summary = judge_shard(
         root, plan_judging(root, 10, params)[0], params, "run", llm_client=llm_client, sandbox=sandbox
     )
@@ -220,7 +225,8 @@ def test_judging_in_batch_mode_keeps_the_online_verdicts_row_for_row(tmp_path, s
     from datamind.storage import DataRoot
 
     server.responder = fake_models
-    params = JudgeParams(judge_backend="llm", reflection_rounds=1)
+    # every verdict from the model (agreeing answers too), so the reflection round's verdict waits for round 0's
+    params = JudgeParams(judge_backend="llm", reflection_rounds=1, agree_by_rule=False)
 
     def client(root):
         cfg = LLMConfig(base_url=server.base_url, api_key="sk-test", models={"judge": "judge-model"}, max_retries=0)

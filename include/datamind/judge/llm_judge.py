@@ -2,20 +2,26 @@
 
 The reply must hold ``<reasoning>``, ``<correct>yes|no</correct>`` and ``<number>k</number>`` with k in 1..N;
 anything else is re-asked (bounded) by the LLM client and finally raises ``ParseFailure``.
+
+:class:`AgreementFirst` asks it only where its reading adds something: answers the programmatic equivalence
+finds equal, and that the query's executed reference confirms, are consistent without a call.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from datamind.agent import templates
+from datamind.judge.consistency import OfflineJudge
 from datamind.judge.verdict import Verdict
 from datamind.llm.grammars import grammar
 from datamind.llm.tags import TagParseError, extract_choice, extract_tag
 
 TEMPLATE = "judge/consistency.j2"
+AGREEMENT = "agreement"  # a verdict's judge where equal, confirmed answers were passed without the model
 
 
 @dataclass(frozen=True)
@@ -78,3 +84,27 @@ class LLMJudge:
             prompt_tokens=res.prompt_tokens,
             completion_tokens=res.completion_tokens,
         )
+
+
+class AgreementFirst:
+    """The LLM judge of one query, asked only about answers that differ or that the reference does not confirm.
+
+    Equal answers that the executed reference confirms leave a judge nothing to decide, and a small judge
+    decides them wrongly: Qwen2.5-Coder-1.5B called three identical, correct "Engineering" answers inconsistent
+    and sent the query through a reflection round. Equal answers the reference contradicts still go to the
+    model, whose critique can start a reflection that finds the right value."""
+
+    def __init__(self, llm: LLMJudge, rule: OfflineJudge, confirms: Callable[[str], bool]) -> None:
+        self.llm, self.rule, self.confirms = llm, rule, confirms
+        self.name = llm.name
+
+    async def judge(self, question: str, answers: list[str]) -> Verdict:
+        by_rule = self.rule.judge_sync(question, answers)
+        if by_rule.consistent and self.confirms(answers[by_rule.best_index]):
+            return replace(
+                by_rule,
+                reasoning=f"{by_rule.reasoning} The executed reference agrees, so the LLM judge was not asked.",
+                judge=AGREEMENT,
+                template_version=self.llm.template_version,
+            )
+        return await self.llm.judge(question, answers)

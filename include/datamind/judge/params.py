@@ -38,6 +38,16 @@ class JudgeParams(StageParams):
     # Compare the selected answer with the synthesizer's executed reference answer where there is one.
     verify_reference: bool = param(True, "Check against the executed reference answer")
     judge_temperature: float = param(0.0, "Judge temperature", minimum=0, maximum=2, section="LLM")
+    # Answers that are the same after normalisation (numbers within rel_tol) need no model to say so: measured
+    # with Qwen2.5-Coder-1.5B as the judge on the demo, it called three identical "Engineering" answers
+    # inconsistent and sent the query through a reflection round (about 5 minutes of sampling) for nothing.
+    agree_by_rule: bool = param(
+        True,
+        "Agreeing answers skip the LLM judge",
+        section="LLM",
+        description="Answers equal after normalisation (numbers within the tolerance) are consistent without an "
+        "LLM call; the LLM judges only answers that differ.",
+    )
     concurrency: int = param(8, "Queries judged at once per task", minimum=1, maximum=64, fingerprint=False)
     shard_size: int = param(20, "Queries per task instance", minimum=1, maximum=1000, fingerprint=False)
     seed: int = param(0, "Seed (random selection)")
@@ -71,6 +81,8 @@ class JudgeParams(StageParams):
     def fingerprint_view(self) -> dict[str, Any]:
         d = super().fingerprint_view()
         d["judge_backend"] = self.judge
+        if self.judge == "offline":  # the offline judge is the rule: the switch changes nothing there
+            d.pop("agree_by_rule")
         d["rollout"] = self.rollout_params.fingerprint
         return d
 

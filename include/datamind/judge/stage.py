@@ -40,7 +40,7 @@ from datamind.assets import DIRS
 from datamind.ids import stable_id
 from datamind.judge import selection
 from datamind.judge.consistency import OfflineJudge
-from datamind.judge.llm_judge import LLMJudge
+from datamind.judge.llm_judge import AgreementFirst, LLMJudge
 from datamind.judge.params import JUDGE_BACKENDS, JudgeParams  # noqa: F401 - part of the stage's API
 from datamind.judge.reflection import Round, reflect
 from datamind.judge.verdict import Verdict, judge_answers
@@ -154,7 +154,21 @@ def reference_check(row: dict, task: QueryTask, p: JudgeParams) -> tuple[str, st
 
 
 def _judge_version(judge: Any, p: JudgeParams) -> str:
-    return getattr(judge, "template_version", None) or f"offline-judge@rel_tol={p.rel_tol}"
+    if not isinstance(judge, LLMJudge):
+        return f"offline-judge@rel_tol={p.rel_tol}"
+    # a sample says whether agreeing answers could have been passed without the model
+    return f"{judge.template_version}+agreement@rel_tol={p.rel_tol}" if p.agree_by_rule else judge.template_version
+
+
+def _query_judge(judge: Any, task: QueryTask, p: JudgeParams) -> Any:
+    """The judge of one query: an LLM judge sees only what the rule and the query's reference leave open."""
+    if not (isinstance(judge, LLMJudge) and p.agree_by_rule):
+        return judge
+
+    def confirmed(answer: str) -> bool:
+        return reference_check({"final_answer": answer}, task, p)[0] == CHECK_VERIFIED
+
+    return AgreementFirst(judge, OfflineJudge(p.rel_tol), confirmed)
 
 
 OFFLINE_QUESTIONS = "offline"  # the question writer of a query the offline engine synthesized (its ``backend``)
@@ -282,6 +296,7 @@ async def _judge_query(
 ) -> Outcome:
     """Judge a query's round 0; rescue an inconsistent one by reflection; select the samples to keep."""
     question = task.query["question"]
+    judge = _query_judge(judge, task, p)
     need = p.min_samples or sampled_with(rows0, p.rollout_params).n_samples
     try:
         v0 = await judge_answers(judge, question, [r["final_answer"] for r in rows0], need)

@@ -72,8 +72,13 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
     # coverage: no file dominates, and the held-out split is the share the release was asked for
     "top_file_share": ("<=", 0.25, "samples from the release's most represented file"),
     "split_fraction_gap": ("<=", 0.05, "distance of the held-out share of samples from the configured fraction"),
-    "yield": (">=", 0.85, "queries with a published sample / queries synthesised"),
+    # The offline engine knows each answer it asks for, so a query of its own that publishes nothing is a defect
+    # to find. A model's questions and answers are meant to be filtered (by the judge, the reference, the
+    # rules): how many survive is its acceptance rate, reported as ``model_yield`` beside the rejections by
+    # reason, and a person reads it at the review gate.
+    "yield": (">=", 0.85, "offline-engine queries with a published sample / offline-engine queries synthesised"),
 }
+OFFLINE_QUESTIONS = "offline"  # a sample's ``question_model`` and a query's ``backend`` when the engine wrote it
 
 
 EXAMPLES = 3  # samples kept per figure to show a reviewer what counts against it
@@ -215,20 +220,44 @@ def _quantiles(values: list[int]) -> dict[str, float]:
     return {"min": min(values), "p10": qs[0], "median": statistics.median(values), "p90": qs[-1], "max": max(values)}
 
 
+@dataclass(frozen=True)
+class Synthesised:
+    """The questions synthesised under a data root: the offline engine's per category, and how many a model
+    wrote (the denominators of ``yield`` and ``model_yield``)."""
+
+    offline: dict[str, int]
+    by_model: int = 0
+
+    @classmethod
+    def of(cls, root) -> Synthesised:
+        """Counted in Arrow, one column pair of every query, never a Python object per query."""
+        import pyarrow.compute as pc
+
+        from datamind import tables
+        from datamind.assets import DIRS
+        from datamind.shards import column_counts
+
+        if not root.exists(DIRS["queries"]):
+            return cls({})
+        q = tables.read(root, "queries", ["category", "backend"])
+        engine = pc.fill_null(pc.equal(q["backend"], OFFLINE_QUESTIONS), True)
+        return cls(column_counts(q.filter(engine), "category"), q.num_rows - pc.sum(engine.cast("int64")).as_py())
+
+
 def audit_rows(
     rows: list[dict],
-    queries_by_category: dict[str, int] | None = None,
+    queries: Synthesised | None = None,
     context: semantic.AuditContext | None = None,
     held_out: set[str] | None = None,
     test_fraction: float | None = None,
 ) -> dict:
-    """The audit's figures for published dataset rows (``queries_by_category``: synthesised queries, for yield;
+    """The audit's figures for published dataset rows (``queries``: the questions synthesised, for the yields;
     ``context``: the catalog's facts of their tables; ``held_out``, ``test_fraction``: the split, see
     ``AuditTally.figures``)."""
     tally = AuditTally(context)
     for row in rows:
         tally.add(row)
-    return tally.figures(queries_by_category, held_out, test_fraction)
+    return tally.figures(queries, held_out, test_fraction)
 
 
 class _SentenceCounts:
@@ -337,6 +366,7 @@ class AuditTally:
         self.per_file: Counter[str] = Counter()
         self.sentences = _SentenceCounts()
         self.per_category: Counter[str] = Counter()
+        self.offline_per_category: Counter[str] = Counter()  # samples whose question the offline engine wrote
         # who wrote each sample: its trajectory's model, and that model -> its question's model -> samples
         self.per_model: Counter[str] = Counter()
         self.per_writers: dict[str, Counter[str]] = {}
@@ -375,6 +405,8 @@ class AuditTally:
         for sentence in sorted(f.sentences):  # sorted: ties for the top sentence go to the same one every run
             self.sentences.add(hash(sentence), sentence, sid)
         self.per_category[row.get("category")] += 1
+        if (row.get("question_model") or OFFLINE_QUESTIONS) == OFFLINE_QUESTIONS:
+            self.offline_per_category[row.get("category")] += 1
         model, question_model = writer_label(row.get("model")), writer_label(row.get("question_model"))
         self.per_model[model] += 1
         self.per_writers.setdefault(model, Counter())[question_model] += 1
@@ -384,12 +416,13 @@ class AuditTally:
 
     def figures(
         self,
-        queries_by_category: dict[str, int] | None = None,
+        queries: Synthesised | None = None,
         held_out: frozenset[str] | set[str] | None = None,
         test_fraction: float | None = None,
     ) -> dict:
-        """The release's figures; ``held_out`` (the files of the test split) and ``test_fraction`` (the share it
-        was configured to hold) add how far the split's share of samples is from that fraction."""
+        """The release's figures; ``queries``: the questions synthesised, the yields' denominators; ``held_out``
+        (the files of the test split) and ``test_fraction`` (the share it was configured to hold) add how far the
+        split's share of samples is from that fraction."""
         n = self.n
         top_text, top_count, top_examples = self.sentences.top()
         share = {name: round(self.flags[name] / n, 4) if n else 0.0 for name in self._FLAGS}
@@ -431,12 +464,14 @@ class AuditTally:
             "answer_words": _quantiles(self.answer_words.tolist()),
             "turns_per_hop": {str(h): _quantiles(self.turns_per_hop[h].tolist()) for h in sorted(self.turns_per_hop)},
         }
-        if queries_by_category:
-            total = sum(queries_by_category.values())
-            out["yield"] = round(n / total, 4) if total else 0.0
+        if queries is not None and queries.offline:
+            offline = sum(self.offline_per_category.values())
+            out["yield"] = round(offline / sum(queries.offline.values()), 4)
             out["yield_per_category"] = {
-                c: round(self.per_category.get(c, 0) / q, 4) for c, q in sorted(queries_by_category.items()) if q
+                c: round(self.offline_per_category.get(c, 0) / q, 4) for c, q in sorted(queries.offline.items()) if q
             }
+        if queries is not None and queries.by_model:
+            out["model_yield"] = round((n - sum(self.offline_per_category.values())) / queries.by_model, 4)
         if test_fraction is not None and n:
             test_share = sum(c for f, c in self.per_file.items() if f in (held_out or ())) / n
             out["test_split_share"] = round(test_share, 4)
@@ -513,7 +548,6 @@ def missed_figures(figures: dict) -> list[str]:
 
 def audit_version(root, version: int | None = None) -> dict:
     """Audit a published version under a data root (the newest complete one by default)."""
-    from datamind import tables
     from datamind.assets import DIRS
     from datamind.schemas import DATASET
     from datamind.shards import read_rows
@@ -525,11 +559,10 @@ def audit_version(root, version: int | None = None) -> dict:
     if manifest is None:
         raise SystemExit(f"no complete dataset version under {root.url}")
     rows = read_rows(root, DATASET, f"{DIRS['dataset']}/v{manifest['version']}")
-    categories = tables.read(root, "queries", ["category"]).column("category").to_pylist()
     held_out = {r["file_id"] for r in rows if r.get("split") == "test"}
     figures = audit_rows(
         rows,
-        dict(Counter(categories)),
+        Synthesised.of(root),
         semantic.load_context(root),
         held_out=held_out,
         test_fraction=manifest.get("test_fraction"),

@@ -42,7 +42,7 @@ from datamind.filters.rules import FilterConfig, apply_filters
 from datamind.filters.tokenizer import tokenizer_name
 from datamind.llm.config import prices_from_env
 from datamind.publish import card, changes, meaning, promotion
-from datamind.publish.audit import AuditTally
+from datamind.publish.audit import AuditTally, Synthesised
 from datamind.publish.cost import release_cost
 from datamind.publish.params import PublishParams
 from datamind.schemas import DATASET, REJECTIONS, rejection
@@ -424,7 +424,7 @@ def _publish_screened(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     manifest["decontamination"] = decontamination_counts(root)
-    manifest["audit"] = audit.figures(_queries_by_category(root), held_out, test_fraction)
+    manifest["audit"] = audit.figures(Synthesised.of(root), held_out, test_fraction)
     manifest["promotion"] = promotion.initial(manifest["audit"])
     manifest["changes"] = changes.since_previous(root, manifest, kept)  # shown at the gate, in the report and viewer
     manifest["cost"] = release_cost(root, kept, prices_from_env())
@@ -447,14 +447,6 @@ def _multi_table_files(root: DataRoot, files) -> set[str]:
     q = tables.read(root, "queries", ["file_id", "reference_solution"])
     joins = pc.fill_null(pc.match_substring_regex(q["reference_solution"], r"(?i)\bJOIN\b"), False)
     return set(pc.unique(q.filter(joins)["file_id"]).to_pylist()) & set(files)
-
-
-def _queries_by_category(root: DataRoot) -> dict[str, int]:
-    """Synthesized questions per category (the yield's denominator), counted in Arrow: one column of every
-    query, never a Python object per query."""
-    if not root.exists(DIRS["queries"]):
-        return {}
-    return column_counts(tables.read(root, "queries", ["category"]), "category")
 
 
 class NothingToPublish(ValueError):
