@@ -450,6 +450,9 @@ def test_a_served_checkpoint_gets_the_grammar_asked_for_and_only_then(
                         grammar=grammar)  # fmt: skip
     summary = evaluate(root, params, sandbox=sandbox)
     assert summary["suites"]["dabench"]["pass@1"] == 1.0 and served[0][0].endswith("tuned.gguf")
+    from datamind.evaluate.stage import written_id
+
+    assert summary["eval_id"] == written_id(params)  # where a rerun finds the finished evaluation
     bodies = [b for b in server.bodies if b["model"] == served[0][1]]
     assert bodies and all(("grammar" in b) == bool(grammar) for b in bodies)
     if grammar:
