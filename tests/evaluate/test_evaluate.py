@@ -398,3 +398,62 @@ def test_how_the_agent_worked_is_counted_per_turn_and_per_trial():
     }
     report = render_report(summary, [summary])
     assert "| heldout | e1 | a | m | 2 | 60.0% | 20.0% | 50.0% | 50.0% |" in report
+
+
+def test_the_leak_control_withholds_the_data_file_and_says_so(root, dabench, server, agent_client, sandbox):
+    items = load_dabench(str(dabench)).items[:2]
+    files = {i.item_id: Path(i.data_path).name for i in items}
+    labels = {i.item_id: i.extra["labels"] for i in items}
+
+    def first(key):
+        return f"import os\nprint(sorted(os.listdir('.')))\nimport pandas as pd\npd.read_csv({files[key]!r})"
+
+    def final(key, right):  # the first question answered right anyway: what a model that memorised it would do
+        value = " ".join(f"@{n}[{v if right else '-987654.321'}]" for n, v in labels[key])
+        return [f"<think>No data; from memory.</think>\n<answer>{value}</answer>"]
+
+    script = {items[0].item_id: [True], items[1].item_id: [False]}
+    server.responder = ScriptedAgent({i.item_id: i.question for i in items}, script, first, final)
+    plain = EvalParams(agent_conn_id="datamind_agent", suites={"dabench": str(dabench)}, limit=2, trials=1)
+    params = replace(plain, withhold_data=True)
+    assert params.eval_id() != plain.eval_id()  # the control never overwrites the evaluation it controls
+    summary = evaluate(root, params, agent_client, sandbox=sandbox)
+    assert summary["suites"]["dabench"]["pass@1"] == 0.5  # a correct answer without data counts: the leak rate
+    rows = duckdb.sql(f"SELECT item_id, messages FROM '{root.path('eval', summary['eval_id'])}/results.parquet'")
+    for item_id, msgs in rows.fetchall():
+        user, observation = msgs[1]["content"], msgs[3]["content"]
+        assert f"`{files[item_id]}` is withheld" in user and "Data source: `" not in user
+        assert files[item_id] not in observation.split("]")[0]  # the working directory's listing lacks it
+        assert "FileNotFoundError" in observation or "No such file" in observation
+
+
+@pytest.mark.parametrize("grammar", ["", "llama.cpp"])
+def test_a_served_checkpoint_gets_the_grammar_asked_for_and_only_then(
+    root, dabench, server, sandbox, grammar, monkeypatch
+):
+    from contextlib import contextmanager
+
+    import datamind.evaluate.serve as serve_mod
+
+    served = []
+
+    @contextmanager
+    def fake_serve(path, name, engine="auto", threads=0):
+        served.append((path, name))
+        yield server.base_url
+
+    monkeypatch.setattr(serve_mod, "serve", fake_serve)
+    item = load_dabench(str(dabench)).items[0]
+    answer = " ".join(f"@{n}[{v}]" for n, v in item.extra["labels"])
+    server.responder = lambda body: f"<think>From the table.</think>\n<answer>{answer}</answer>"
+    params = EvalParams(checkpoint="/models/tuned.gguf", suites={"dabench": str(dabench)}, limit=1, trials=1,
+                        grammar=grammar)  # fmt: skip
+    summary = evaluate(root, params, sandbox=sandbox)
+    assert summary["suites"]["dabench"]["pass@1"] == 1.0 and served[0][0].endswith("tuned.gguf")
+    from datamind.evaluate.stage import written_id
+
+    assert summary["eval_id"] == written_id(params)  # where a rerun finds the finished evaluation
+    bodies = [b for b in server.bodies if b["model"] == served[0][1]]
+    assert bodies and all(("grammar" in b) == bool(grammar) for b in bodies)
+    if grammar:
+        assert "<answer>" in bodies[0]["grammar"]  # the turn format's grammar, not some other

@@ -147,9 +147,11 @@ class SandboxPool:
             self._sandbox.__exit__(None, None, None)
 
     @contextlib.asynccontextmanager
-    async def session(self, task: QueryTask) -> AsyncIterator[Any]:
+    async def session(self, task: QueryTask, files: list[str] | None = None) -> AsyncIterator[Any]:
+        """A sandbox session with ``files`` staged (default: the task's data file)."""
         loop = asyncio.get_running_loop()
-        cm = self._sandbox.session([task.data_path], language=task.language, mode=self.params.resolved_sandbox_mode)
+        files = [task.data_path] if files is None else files
+        cm = self._sandbox.session(files, language=task.language, mode=self.params.resolved_sandbox_mode)
         sess = await loop.run_in_executor(self.threads, cm.__enter__)
         try:
             yield sess

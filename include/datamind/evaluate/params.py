@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datamind.agent.equivalence import REL_TOL
+from datamind.llm.config import GRAMMAR_FIELDS
 from datamind.llm.serving import ENGINES as SERVE_ENGINES
 from datamind.stage_params import StageParams, check_ranges, param
 from datamind.vocabulary import EVAL_SUITES
@@ -55,6 +56,19 @@ class EvalParams(StageParams):
     top_p: float = param(0.95, "Top-p", minimum=0.01, maximum=1)
     max_turns: int = param(10, "Max turns", minimum=1, maximum=50)
     max_tokens: int = param(2048, "Tokens per turn", minimum=16, maximum=32768)
+    grammar: str = param(
+        "",
+        "Grammar for a served checkpoint",
+        enum=tuple(GRAMMAR_FIELDS),
+        description="Constrain a served checkpoint's turns to the tag format: '' (none: what the model learned "
+        "shows), 'llama.cpp' or 'vllm' (the engine's grammar field). A Connection's agent uses the Connection's.",
+    )
+    withhold_data: bool = param(
+        False,
+        "Withhold the data file",
+        description="A leak control: no data file is staged and the task says so; an answer that is still "
+        "correct came from the model's memory of the benchmark, not from the data.",
+    )
     judge_conn_id: str | None = param(None, "Judge Connection", description="Empty: rule-based judges only.")
     limit: int | None = param(None, "Questions per suite (empty = all)", minimum=1)
     rel_tol: float = param(REL_TOL, "Numeric tolerance", minimum=0, maximum=1)  # paper: 3 % for free-form answers
@@ -71,6 +85,13 @@ class EvalParams(StageParams):
             raise ValueError("give either a checkpoint to serve or an agent_conn_id, not both")
         if not self.suites:
             raise ValueError("name at least one suite, e.g. {'dabench': '/data/dabench'}")
+
+    # fields added after evaluations were recorded: at their defaults they leave the eval id as it was
+    _LATER = {"grammar": "", "withhold_data": False}
+
+    def fingerprint_view(self) -> dict[str, Any]:
+        view = super().fingerprint_view()
+        return {k: v for k, v in view.items() if k not in self._LATER or v != self._LATER[k]}
 
     @classmethod
     def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:

@@ -39,8 +39,22 @@ def _task(item: EvalItem) -> QueryTask:
     return QueryTask(query, [query], item.data_path, item.data_format)
 
 
-def prompts_for(item: EvalItem, max_turns: int) -> tuple[str, str]:
-    """(system, user) exactly as a training sample records them."""
+WITHHELD_LINE = "Data source: none. The file `{name}` is withheld: answer from the question alone."
+
+
+def prompts_for(item: EvalItem, max_turns: int, withhold_data: bool = False) -> tuple[str, str]:
+    """(system, user) exactly as a training sample records them; with ``withhold_data`` the user's data line
+    says the file is withheld (the leak control: nothing is staged)."""
+    system, user = _prompts(item, max_turns)
+    if not withhold_data:
+        return system, user
+    note = WITHHELD_LINE.format(name=_task(item).file_name)
+    lines = user.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith("Data source:")), None)
+    return system, "\n".join(lines[:at] + [note] + lines[at + 1 :]) if at is not None else f"{note}\n\n{user}"
+
+
+def _prompts(item: EvalItem, max_turns: int) -> tuple[str, str]:
     system_t, user_t = templates.load("rollout/system.j2"), templates.load("rollout/user.j2")
     name = _task(item).file_name
     system = system_t.render(
@@ -86,8 +100,11 @@ class Runner:
                 policy = self._policy(item, trial, task)
             except TaskError as exc:
                 return Trial(item, trial, None, None, f"{exc.code}: {exc}")
-            system, user = prompts_for(item, self.p.max_turns)
-            async with pool.session(task) as sess:
+            withhold = getattr(self.p, "withhold_data", False)
+            if withhold and task.language != "python":
+                return Trial(item, trial, None, None, "withheld_data: a database question cannot run without it")
+            system, user = prompts_for(item, self.p.max_turns, withhold)
+            async with pool.session(task, files=[] if withhold else None) as sess:
                 result = await run_agent(
                     policy,
                     sess.run,

@@ -213,9 +213,10 @@ def evaluate(
         from datamind.evaluate.serve import serve
         from datamind.llm import LLMClient, LLMConfig, ResponseCache
 
-        name = f"checkpoint-{stable_id(p.checkpoint, length=10)}"  # cache entries never mix checkpoints
+        name = served_name(p.checkpoint)
         with serve(root.local_dir(p.checkpoint), name, p.serve_engine) as url:
-            config = LLMConfig(base_url=url, api_key="", models={"agent": name}, timeout_s=600.0, max_retries=1)
+            config = LLMConfig(base_url=url, api_key="", models={"agent": name}, timeout_s=600.0, max_retries=1,
+                               grammar=p.grammar)  # fmt: skip
             client = LLMClient(config, cache=ResponseCache(root))
             return evaluate(root, replace(p, model=name), client, judge_client, sandbox=sandbox)
     if not p.offline and agent_client is None:
@@ -244,6 +245,17 @@ def evaluate(
     quality = validate_table(root, EVAL_RESULTS.name, EVAL_RESULTS.to_table(rows), run_id=eval_id, stage=STAGE)
     summary["quality_report"] = quality.location
     return summary
+
+
+def served_name(checkpoint: str) -> str:
+    """The model id a served checkpoint answers as: cache entries never mix checkpoints."""
+    return f"checkpoint-{stable_id(checkpoint, length=10)}"
+
+
+def written_id(params: EvalParams) -> str:
+    """The eval id an evaluation with ``params`` is written under (a served checkpoint's names its model)."""
+    p = EvalParams.given(params)
+    return (replace(p, model=served_name(p.checkpoint)) if p.checkpoint and not p.model else p).eval_id()
 
 
 def all_summaries(root: DataRoot) -> list[dict]:

@@ -112,6 +112,21 @@ def convert(gguf_path: str, out_dir: str, dtype: str = "float32") -> dict:
     return summary
 
 
+def copy_metadata(reader, path: str, file_type: int):
+    """A ``GGUFWriter`` for ``path`` holding every key of ``reader``'s file (vocabulary, chat template,
+    hyper-parameters) but the file type, which says what its weights now are; tensors are the caller's."""
+    from gguf import GGUFValueType, GGUFWriter
+
+    writer = GGUFWriter(path, str(reader.fields["general.architecture"].contents()))
+    for name, fld in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":  # the writer adds these itself
+            continue
+        value = int(file_type) if name == "general.file_type" else fld.contents()
+        array = fld.types[0] == GGUFValueType.ARRAY
+        writer.add_key_value(name, value, fld.types[0], sub_type=fld.types[-1] if array else None)
+    return writer
+
+
 def requantize(src: str, dst: str) -> dict:
     """``src`` rewritten with every quantized weight as Q8_0 (metadata, vocabulary and chat template kept).
 
@@ -121,18 +136,12 @@ def requantize(src: str, dst: str) -> dict:
     the 4-bit value: nothing is lost that the file had.
     """
     import numpy as np
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, quants
+    from gguf import GGMLQuantizationType, GGUFReader, LlamaFileType, quants
 
     target = GGMLQuantizationType.Q8_0
     reader = GGUFReader(src)
     tmp = f"{dst}.{os.getpid()}.tmp"
-    writer = GGUFWriter(tmp, str(reader.fields["general.architecture"].contents()))
-    for name, fld in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":  # the writer adds these itself
-            continue
-        value = int(LlamaFileType.MOSTLY_Q8_0) if name == "general.file_type" else fld.contents()
-        array = fld.types[0] == GGUFValueType.ARRAY
-        writer.add_key_value(name, value, fld.types[0], sub_type=fld.types[-1] if array else None)
+    writer = copy_metadata(reader, tmp, LlamaFileType.MOSTLY_Q8_0)
     changed = 0
     for t in reader.tensors:
         if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
