@@ -334,6 +334,24 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         exports["base"] = export_gguf(catalogue_gguf, base, p.base_gguf, args.gguf_type)
         cost["base export"] = time.perf_counter() - t0
+    heldout = (args.version or "") if args.heldout_limit > 0 else None
+    dabench = str(Path(args.dabench).resolve()) if args.dabench else ""  # the eval id holds it: not cwd-relative
+    arms = plan_arms(dabench, heldout, not args.no_grammar_arm, not args.no_nofile_arm)
+    results: dict[str, dict] = {}
+
+    def run_arms(model: str) -> None:
+        for arm in (a for a in arms if a.model == model):
+            print(f"evaluating {arm.label} on {', '.join(arm.suites)} ...", flush=True)
+            figs, seconds, kept = evaluate_arm(root, arm, p.base_gguf if model == "base" else p.tuned_gguf, args)
+            cost[f"eval {arm.label}"] = seconds
+            results[arm.label] = {
+                s: with_intervals(f, args.trials) | {"outcomes": f["outcomes"]} for s, f in figs.items()
+            }
+            if kept:
+                print(f"  ({', '.join(kept)} read back from an earlier run's evaluation)", flush=True)
+
+    # the base's arms first: a loop cut short in training (which keeps no partial checkpoint) keeps them
+    run_arms("base")
     if "train" in steps:
         print("fine-tuning (LLaMA-Factory full SFT on the release's train split) ...", flush=True)
         t0 = time.perf_counter()
@@ -348,19 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuned export: training moved the weights {e['rms_trained']:.2e} RMS, {args.gguf_type} rounding "
               f"{e['rms_rounding']:.2e}" + ("  <- the update is below the rounding: try --gguf-type f16"
                                               if e["rms_trained"] < e["rms_rounding"] else ""), flush=True)  # fmt: skip
-
-    heldout = (args.version or "") if args.heldout_limit > 0 else None
-    dabench = str(Path(args.dabench).resolve()) if args.dabench else ""  # the eval id holds it: not cwd-relative
-    arms = plan_arms(dabench, heldout, not args.no_grammar_arm, not args.no_nofile_arm)
-    results: dict[str, dict] = {}
-    for arm in arms:
-        print(f"evaluating {arm.label} on {', '.join(arm.suites)} ...", flush=True)
-        gguf = p.base_gguf if arm.model == "base" else p.tuned_gguf
-        figs, seconds, kept = evaluate_arm(root, arm, gguf, args)
-        cost[f"eval {arm.label}"] = seconds
-        results[arm.label] = {s: with_intervals(f, args.trials) | {"outcomes": f["outcomes"]} for s, f in figs.items()}
-        if kept:
-            print(f"  ({', '.join(kept)} read back from an earlier run's evaluation)", flush=True)
+    run_arms("tuned")
 
     measures = ["pass@1", "answer_rate", "runnable_code", "valid_format"]
     measures += [f"pass@{args.trials}"] if args.trials > 1 else []
