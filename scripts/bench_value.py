@@ -110,8 +110,8 @@ class Arm:
 
 
 def plan_arms(dabench: str, heldout: str | None, grammar: bool = True, nofile: bool = True) -> list[Arm]:
-    """The evaluations to run, in order: the main comparison first (a loop cut short has that much), then the
-    grammar arm and the leak control, which only DABench has (the held-out split's files are the release's own:
+    """The evaluations to run (the loop runs the base's before training, the tuned one's after): the main
+    comparison, then the grammar arm and the leak control, which only DABench has (the held-out split's files are the release's own:
     withholding them tests nothing the release could leak, and its format is the one training taught)."""
     main = {**({"dabench": dabench} if dabench else {}), **({"heldout": heldout} if heldout is not None else {})}
     if not main:
