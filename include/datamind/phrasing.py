@@ -96,6 +96,8 @@ def answer_form_problem(question: str, answer: str) -> str | None:
         return f"the question asks yes or no, and the program printed {text[:120]!r}"
     if stated == "yesno" and not asks_verdict:
         return "the question asks for a value but says to reply with yes or no"
+    if stated == "list" and _COMPOUND.search(core):
+        return "the question asks two things and says to list values: it asks for one answer per part"
     if stated == "parts" and kind == "list":
         kind = "parts"  # (one answer per part, comma-separated, reads as a list)
     if stated is not None and stated != kind and not (stated == "label" and kind == "number"):

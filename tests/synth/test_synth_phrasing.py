@@ -140,6 +140,9 @@ def test_a_question_that_asks_two_things_is_asked_for_one_answer_per_part():
     assert "values" not in tail and ("part" in tail or "in order" in tail), tail
     assert answer_form_problem(q, "0.068, roughly symmetric") is None
     assert "one answer per part" in answer_form_problem(q, "0.068")
+    # the audit's form check finds the old wording in a published question
+    listed_parts = q.rsplit("?", 1)[0] + "? List the values separated by commas."
+    assert "asks two things" in answer_form_problem(listed_parts, "0.068, roughly symmetric")
     listed = polish_question("Which three regions have the largest total?", "north, south, east")
     assert listed.rsplit("?", 1)[1].strip() in (
         "List the values separated by commas.",
