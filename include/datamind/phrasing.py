@@ -163,8 +163,13 @@ def polish_question(question: str, answer: str, terms: dict[str, str] | None = N
     if _SAYS_FORMAT.search(q) or any(opt in q for opts in _FORMATS.values() for opt in opts):
         return q
     kind = answer_kind(answer, program)
-    if kind == "list" and _COMPOUND.search(final_ask(q)):
+    ask = without_format(final_ask(q))
+    if kind == "list" and _COMPOUND.search(ask):
         kind = "parts"
+    # a choice between two groups labelled Yes and No ("Between Married 'Yes' and Married 'No', which ...?")
+    # names a group: its program writes 'Yes' if ... else 'No', yet no verdict is asked
+    if kind == "yesno" and re.search(r"\bwhich\b", ask, re.IGNORECASE) and not _ASKS_YES_NO.search(ask):
+        kind = "label"
     options = _FORMATS[kind]
     pick = int.from_bytes(hashlib.sha256(q.encode()).digest()[:4], "big") % len(options)
     return f"{q} {options[pick]}"

@@ -149,3 +149,15 @@ def test_a_question_that_asks_two_things_is_asked_for_one_answer_per_part():
         "Give all the values, comma-separated.",
         "Reply with the values in a comma-separated list.",
     )
+
+
+def test_a_choice_between_groups_labelled_yes_and_no_is_not_asked_as_a_verdict():
+    # a published question ended "Reply with yes or no." for a choice between the groups Married 'Yes' and 'No'
+    from datamind.phrasing import answer_form_problem, polish_question
+
+    program = "ma = df.loc[df['Married'] == 'Yes', 'x'].median()\nmb = 1\nanswer = 'Yes' if ma > mb else 'No'"
+    q = polish_question("Between Married 'Yes' and Married 'No', which has the higher median x?", "Yes", None, program)
+    assert "yes or no" not in q.lower() and "yes/no" not in q.lower(), q
+    assert answer_form_problem(q, "Yes") is None
+    verdict = polish_question("Is the median x of Married 'Yes' higher?", "Yes", None, program)
+    assert "yes" in verdict.rsplit("?", 1)[1].lower(), verdict  # a verdict asked for is still asked as one
