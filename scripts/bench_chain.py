@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import cProfile
 import hashlib
+import importlib
 import io
 import json
 import pstats
@@ -32,9 +33,74 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "include"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_scale import STAGES, plan, process  # noqa: E402  (the same calls as the DAG tasks, one home)
+STAGES = ("ingest", "profile", "synth", "rollout", "judge", "publish")
+INGEST_SHARD = 50  # the ingest DAG's default files per task instance
+
+
+def _params(stage: str, form: dict):
+    """The stage's parameters from its form as the DAG edge builds them: the DAG form's defaults, then ``--set``
+    (bench_scale's forms are that bench's small ones, not the DAGs')."""
+    from datamind.agent.params import RolloutParams
+    from datamind.judge.params import JudgeParams
+    from datamind.profile.params import ProfileParams
+    from datamind.publish.params import PublishParams
+    from datamind.synth.params import SynthParams
+
+    types = {"profile": ProfileParams, "synth": SynthParams, "rollout": RolloutParams, "judge": JudgeParams}
+    return types.get(stage, PublishParams).from_form(form)
+
+
+def plan(stage: str, root, src: Path, form: dict) -> list[dict]:
+    """The stage's planner as its DAG calls it (no mapping limit: every shard of the default size)."""
+    if stage == "ingest":
+        from datamind.ingest.sources import list_source_files
+        from datamind.ingest.stage import plan_ingest
+
+        return plan_ingest(root, list_source_files(str(src)), "bench", form.get("shard_size", INGEST_SHARD))
+    if stage == "publish":
+        return [{"publish": True}]  # publishing has no plan: it streams every judged row into one release
+    params = _params(stage, form)
+    if stage == "profile":
+        from datamind.profile.stage import plan_profile
+
+        return plan_profile(root, params.shard_size)
+    planner = {
+        "synth": "datamind.synth.stage:plan_synthesis",
+        "rollout": "datamind.rollout.stage:plan_sampling",
+        "judge": "datamind.judge.stage:plan_judging",
+    }[stage]
+    module, _, name = planner.partition(":")
+    return getattr(importlib.import_module(module), name)(root, params.shard_size, params)
+
+
+def process(stage: str, root, spec: dict, run_id: str, form: dict) -> dict:
+    """One shard of the stage as its mapped task runs it."""
+    if stage == "ingest":
+        from datamind.ingest.stage import ingest_shard
+
+        return ingest_shard(root, spec, None, run_id)
+    params = _params(stage, form)
+    if stage == "profile":
+        from datamind.profile.stage import profile_shard
+
+        return profile_shard(root, spec, run_id)
+    if stage == "synth":
+        from datamind.synth.stage import synthesize_shard
+
+        return synthesize_shard(root, spec, params, run_id)
+    if stage == "rollout":
+        from datamind.rollout.stage import sample_shard
+
+        return sample_shard(root, spec, params, run_id)
+    if stage == "judge":
+        from datamind.judge.stage import judge_shard
+
+        return judge_shard(root, spec, params, run_id)
+    from datamind.publish.stage import publish_dataset
+
+    return publish_dataset(root, run_id, params)
+
 
 # The DAG whose publish task finalises each stage (the stage catalog names the table it validates).
 DAG_OF = {

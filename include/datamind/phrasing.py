@@ -30,6 +30,13 @@ _FORMATS = {
         "Give all the values, comma-separated.",
         "Reply with the values in a comma-separated list.",
     ),
+    # a question that asks several things ("the skewness, and is it right-skewed?") has one answer per part,
+    # not a list of values: "List the values" told the model to list values where it had one number and a label
+    "parts": (
+        "Give each answer in the order asked, separated by commas.",
+        "Reply with one answer per part, in order, separated by commas.",
+        "Answer each part in turn, separated by commas.",
+    ),
 }
 
 
@@ -53,7 +60,9 @@ _ASKS_YES_NO = re.compile(
     r"\byes/no\b",
     re.IGNORECASE,
 )
-_COMPOUND = re.compile(r"\band (?:which|what|how|whether)\b|\brows and columns\b", re.IGNORECASE)
+# A question that asks a second thing after its first ("..., and is its distribution ...", "... and how many
+# records have it?"): a count is one part of its answer, and its answer is one part per ask, not a list
+_COMPOUND = re.compile(r"\band (?:which|what|how|whether|is|are)\b|\brows and columns\b", re.IGNORECASE)
 _ASKS_DECIMALS = re.compile(r"\b(?:round(?:ed)? to|to) (\d|one|two|three|four) decimal", re.IGNORECASE)
 _ASKS_P_VALUE = re.compile(r"\bp-?value\b", re.IGNORECASE)
 _PROSE = re.compile(r"^[A-Z][^\n]*\s[^\n]*[.!]$")
@@ -87,6 +96,10 @@ def answer_form_problem(question: str, answer: str) -> str | None:
         return f"the question asks yes or no, and the program printed {text[:120]!r}"
     if stated == "yesno" and not asks_verdict:
         return "the question asks for a value but says to reply with yes or no"
+    if stated == "list" and _COMPOUND.search(core):
+        return "the question asks two things and says to list values: it asks for one answer per part"
+    if stated == "parts" and kind == "list":
+        kind = "parts"  # (one answer per part, comma-separated, reads as a list)
     if stated is not None and stated != kind and not (stated == "label" and kind == "number"):
         return f"the question asks for {_FORM_WORDS[stated]}, and the program printed {text[:120]!r}"
     if re.search(r"\bcomma", question, re.IGNORECASE) and ";" in text and ", " not in text:
@@ -102,7 +115,13 @@ def answer_form_problem(question: str, answer: str) -> str | None:
     return None
 
 
-_FORM_WORDS = {"number": "one number", "yesno": "yes or no", "label": "a value", "list": "a list of values"}
+_FORM_WORDS = {
+    "number": "one number",
+    "yesno": "yes or no",
+    "label": "a value",
+    "list": "a list of values",
+    "parts": "one answer per part",
+}
 
 
 def undouble(question: str) -> str:
@@ -143,7 +162,15 @@ def polish_question(question: str, answer: str, terms: dict[str, str] | None = N
     q = undouble(question.strip()) + _meaning_note(question, terms or {})
     if _SAYS_FORMAT.search(q) or any(opt in q for opts in _FORMATS.values() for opt in opts):
         return q
-    options = _FORMATS[answer_kind(answer, program)]
+    kind = answer_kind(answer, program)
+    ask = without_format(final_ask(q))
+    if kind == "list" and _COMPOUND.search(ask):
+        kind = "parts"
+    # a choice between two groups labelled Yes and No ("Between Married 'Yes' and Married 'No', which ...?")
+    # names a group: its program writes 'Yes' if ... else 'No', yet no verdict is asked
+    if kind == "yesno" and re.search(r"\bwhich\b", ask, re.IGNORECASE) and not _ASKS_YES_NO.search(ask):
+        kind = "label"
+    options = _FORMATS[kind]
     pick = int.from_bytes(hashlib.sha256(q.encode()).digest()[:4], "big") % len(options)
     return f"{q} {options[pick]}"
 

@@ -449,6 +449,52 @@ def test_every_composed_step_names_its_value_by_what_it_holds():
     assert seen == set(prefixes)  # every kind of value a step yields was named
 
 
+def test_a_statistic_in_sql_is_named_after_its_measure_not_the_group_that_selects_its_rows():
+    """A 5-hop sample over a languages table kept the mean Percentage of the top language in `avg_language`: the
+    SQL aggregate's column was never read, so the name fell back to the first column the step named, the group.
+    Every composed step, in each of its formulations (pandas, SQLite, DuckDB), on a table of `Language` and
+    `Percentage`: a level, spread or gap is named after the measure it is of."""
+    import random
+
+    import numpy as np
+    import pandas as pd
+
+    from datamind.agent.policies.cells import variable_name
+    from datamind.synth.offline import steps as S
+    from datamind.synth.offline.columns import build_view
+
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame({
+        "CountryCode": [f"C{i % 25:02d}" for i in range(80)],
+        "Language": rng.choice(["English", "Spanish", "Arabic", "French"], 80),
+        "Percentage": rng.uniform(0, 100, 80).round(1),
+    })  # fmt: skip
+    view = build_view(df)
+    assert view.measures == ["Percentage"] and "Language" in view.groups
+    made = S.group_mean(view, S.Value("group", "English", "Language", "that Language", ("do it",)), random.Random(1))
+    assert made is not None and made.task.sql is not None
+    used = narration.columns_used(made.task.sql, list(df.columns))
+    assert set(used) == {"Language", "Percentage"}  # the step names the group first: the name must not follow it
+    assert variable_name(made.task.description, made.task.sql, used, "35.2", set()) == "avg_percentage"
+    previous = {"group": ("Language", "English"), "level": ("Percentage", 50.0), "spread": ("Percentage", 20.0)}
+    previous |= {"diff": ("Percentage", -3.5)}
+    checked = set()
+    for kind, steps in S.TRANSITIONS.items():
+        if kind not in previous:
+            continue
+        for step in steps:
+            col, value = previous[kind]
+            made = step(view, S.Value(kind, value, col, "that value", ("do it",)), random.Random(1))
+            if made is None or made.kind not in ("level", "spread", "diff"):
+                continue
+            for program in filter(None, (made.task.py, made.task.sql, made.task.duck)):
+                used = narration.columns_used(program, list(df.columns))
+                name = variable_name(made.task.description, program, used, "-1.5", set())
+                assert name.endswith("_percentage"), (step.__name__, program, name)
+                checked.add((step.__name__, program == made.task.py))
+    assert ("group_mean", False) in checked and ("group_gap", False) in checked  # SQL was named, not only pandas
+
+
 def test_a_difference_of_a_column_called_percentage_is_narrated_as_a_difference(sandbox, tmp_path):
     """A real three-step chain over a column named `Percentage`: its mean, that mean minus the median, then that
     difference as a percentage of the mean. The difference is kept as a gap and read as one (positive or

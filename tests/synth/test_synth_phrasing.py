@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from datamind.phrasing import answer_kind, polish_question, undouble
@@ -93,22 +95,69 @@ def test_the_answer_form_check_catches_what_the_read_found():
 
 def test_every_offline_question_is_answered_in_the_form_it_asks(root, small_csv, small_sqlite):
     """One check over every template and every chain step: each question the offline engine writes, with the
-    format sentence it ends with, is answered by its reference in that form."""
+    format sentence it ends with, is answered by its reference in that form. A question whose answer is one
+    value never asks for a list (a skewness question once ended "List the values separated by commas." for one
+    number and its label); a list asked for holds values of one kind (all numbers or all names), so an answer
+    of a value and its count, or a number and a label, is asked for one answer per part."""
     from synth_fixtures import catalog_rows
 
-    from datamind.phrasing import answer_form_problem
+    from datamind.phrasing import _FORMATS, answer_form_problem
     from datamind.synth.params import SynthParams
     from datamind.synth.table import synthesize_table_offline
 
-    checked, templates = 0, set()
+    number = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?%?")
+    checked, forms = 0, {}
     for path in (small_csv, small_sqlite):
         for row in catalog_rows(path):
             out = synthesize_table_offline(root, row, SynthParams(queries_per_category=20, n_chains=12), run_id="r")
             for q in out.rows + [r for chain in out.chain_rows for r in chain]:
-                assert answer_form_problem(q["question"], q["reference_answer"]) is None, (
-                    q["question"],
-                    q["reference_answer"],
-                )
+                question, answer = q["question"], q["reference_answer"].strip()
+                assert answer_form_problem(question, answer) is None, (question, answer)
+                form = next((k for k, opts in _FORMATS.items() if any(question.endswith(o) for o in opts)), "own")
+                parts = [p.strip() for p in re.split(r"[;,] ", answer)]
+                if len(parts) == 1:
+                    assert form not in ("list", "parts"), (question, answer)
+                if form == "list":
+                    assert len({bool(number.fullmatch(p)) for p in parts}) == 1, (question, answer)
                 checked += 1
-                templates.add(q["template_version"].rsplit("/", 1)[1])
-    assert checked > 100 and len(templates) > 50
+                forms.setdefault(q["template_version"].rsplit("/", 1)[1], set()).add(form)
+    assert checked > 100 and len(forms) > 50
+    # (the templates that ask two things, read from their wording: a value and a verdict, a value and its count)
+    asks_two = ("dist_skew", "desc_mode", "prep_onehot", "desc_shape_missing")
+    assert all(forms[t] == {"parts"} for t in asks_two), {t: forms.get(t) for t in asks_two}
+
+
+def test_a_question_that_asks_two_things_is_asked_for_one_answer_per_part():
+    # a skewness question ended "List the values separated by commas." for one number and its label
+    from datamind.phrasing import answer_form_problem, polish_question
+
+    q = polish_question(
+        "What is the skewness of units, and is its distribution right-skewed (above 0.5), left-skewed (below -0.5) "
+        "or roughly symmetric?",
+        "0.068, roughly symmetric",
+    )
+    tail = q.rsplit("?", 1)[1]
+    assert "values" not in tail and ("part" in tail or "in order" in tail), tail
+    assert answer_form_problem(q, "0.068, roughly symmetric") is None
+    assert "one answer per part" in answer_form_problem(q, "0.068")
+    # the audit's form check finds the old wording in a published question
+    listed_parts = q.rsplit("?", 1)[0] + "? List the values separated by commas."
+    assert "asks two things" in answer_form_problem(listed_parts, "0.068, roughly symmetric")
+    listed = polish_question("Which three regions have the largest total?", "north, south, east")
+    assert listed.rsplit("?", 1)[1].strip() in (
+        "List the values separated by commas.",
+        "Give all the values, comma-separated.",
+        "Reply with the values in a comma-separated list.",
+    )
+
+
+def test_a_choice_between_groups_labelled_yes_and_no_is_not_asked_as_a_verdict():
+    # a published question ended "Reply with yes or no." for a choice between the groups Married 'Yes' and 'No'
+    from datamind.phrasing import answer_form_problem, polish_question
+
+    program = "ma = df.loc[df['Married'] == 'Yes', 'x'].median()\nmb = 1\nanswer = 'Yes' if ma > mb else 'No'"
+    q = polish_question("Between Married 'Yes' and Married 'No', which has the higher median x?", "Yes", None, program)
+    assert "yes or no" not in q.lower() and "yes/no" not in q.lower(), q
+    assert answer_form_problem(q, "Yes") is None
+    verdict = polish_question("Is the median x of Married 'Yes' higher?", "Yes", None, program)
+    assert "yes" in verdict.rsplit("?", 1)[1].lower(), verdict  # a verdict asked for is still asked as one

@@ -173,10 +173,10 @@ def _main_column(program: str, columns: list[str], prefix: str) -> str | None:
     if prefix != "top":  # the measure an aggregate is taken of: the one the name's aggregate is taken of first
         # (a mean gap split by a median of another column is a gap of the averaged column)
         hits = [
-            (m.group(1).replace('""', '"'), m.group("agg").lower())
+            (m.group("col").replace('""', '"'), m.group("agg").lower())
             for pattern in _AGGREGATED
             for m in pattern.finditer(program)
-            if m.group(1).replace('""', '"') in columns
+            if m.group("col").replace('""', '"') in columns
         ]
         own = _PREFIX_AGGREGATE.get(prefix, ())
         if hits:
@@ -185,12 +185,20 @@ def _main_column(program: str, columns: list[str], prefix: str) -> str | None:
 
 
 _AGGS = r"(?P<agg>mean|median|std|sum|max|min|var|quantile|skew|nunique|count|corr)"
+# (the column is the named group "col": in the SQL pattern the aggregate comes first, so a numbered group would
+# read "AVG" there, no column would match, and the name fell back to the first column named, the group's)
 _AGGREGATED = (
-    re.compile(r"\[\s*['\"]([^'\"]+)['\"]\s*\]\s*\." + _AGGS + r"\("),
-    re.compile(r",\s*['\"]([^'\"]+)['\"]\s*\]\s*\." + _AGGS + r"\("),
+    re.compile(r"\[\s*['\"](?P<col>[^'\"]+)['\"]\s*\]\s*\." + _AGGS + r"\("),
+    re.compile(r",\s*['\"](?P<col>[^'\"]+)['\"]\s*\]\s*\." + _AGGS + r"\("),
     re.compile(
-        r"\b(?P<agg>AVG|SUM|MEDIAN|STDDEV_SAMP|STDDEV|MAX|MIN|COUNT|CORR)\(\s*(?:DISTINCT\s+)?\"((?:[^\"]|\"\")+)\"",
+        r"\b(?P<agg>AVG|SUM|MEDIAN|STDDEV_SAMP|STDDEV|MAX|MIN|COUNT|CORR)\(\s*(?:DISTINCT\s+)?\"(?P<col>(?:[^\"]|\"\")+)\"",
         re.I,
+    ),
+    # an aggregate over a condition (AVG(CASE WHEN "g" = 'v' THEN "m" END)) is taken of the column after THEN
+    re.compile(
+        r"\b(?P<agg>AVG|SUM|MEDIAN|STDDEV_SAMP|STDDEV|MAX|MIN|COUNT)\(\s*CASE\s+WHEN\b(?:(?!\bEND\b).)*?"
+        r"\bTHEN\s+\"(?P<col>(?:[^\"]|\"\")+)\"",
+        re.I | re.S,
     ),
 )
 # a name's prefix -> the aggregates (pandas method or SQL function, lower case) that compute what it holds
