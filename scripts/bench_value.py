@@ -111,8 +111,9 @@ class Arm:
 
 def plan_arms(dabench: str, heldout: str | None, grammar: bool = True, nofile: bool = True) -> list[Arm]:
     """The evaluations to run (the loop runs the base's before training, the tuned one's after): the main
-    comparison, then the grammar arm and the leak control, which only DABench has (the held-out split's files are the release's own:
-    withholding them tests nothing the release could leak, and its format is the one training taught)."""
+    comparison, then the grammar arm and the leak control, which only DABench has (the held-out split's files
+    are the release's own: withholding them tests nothing the release could leak, and its format is the one
+    training taught)."""
     main = {**({"dabench": dabench} if dabench else {}), **({"heldout": heldout} if heldout is not None else {})}
     if not main:
         raise ValueError("no suite to evaluate: give --dabench and/or keep the held-out split")
