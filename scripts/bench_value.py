@@ -101,7 +101,7 @@ class Arm:
     name: str  # nogrammar | grammar | nofile
     model: str  # base | tuned
     suites: dict = field(default_factory=dict)
-    grammar: str = ""
+    grammar: str | None = None
     withhold_data: bool = False
 
     @property

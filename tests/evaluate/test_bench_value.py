@@ -53,7 +53,7 @@ def test_the_arms_compare_without_grammar_first_and_control_on_dabench_only():
                                        "tuned/nofile"]  # fmt: skip
     assert arms[0].suites == arms[1].suites == {"dabench": "/d/dabench", "heldout": ""}
     assert all(a.suites == {"dabench": "/d/dabench"} and a.grammar == "llama.cpp" for a in arms[2:4])
-    assert (arms[4].withhold_data, arms[4].grammar, arms[4].suites) == (True, "", {"dabench": "/d/dabench"})
+    assert (arms[4].withhold_data, arms[4].grammar, arms[4].suites) == (True, None, {"dabench": "/d/dabench"})
     assert not any(a.withhold_data or a.grammar for a in arms[:2])
     assert [a.label for a in bv.plan_arms("", "3")] == ["base/nogrammar", "tuned/nogrammar"]  # nothing to control
     assert [a.label for a in bv.plan_arms("/d", None, grammar=False)] == [*[a.label for a in arms[:2]], "tuned/nofile"]

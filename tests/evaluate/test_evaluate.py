@@ -427,7 +427,7 @@ def test_the_leak_control_withholds_the_data_file_and_says_so(root, dabench, ser
         assert "FileNotFoundError" in observation or "No such file" in observation
 
 
-@pytest.mark.parametrize("grammar", ["", "llama.cpp"])
+@pytest.mark.parametrize("grammar", [None, "llama.cpp"])
 def test_a_served_checkpoint_gets_the_grammar_asked_for_and_only_then(
     root, dabench, server, sandbox, grammar, monkeypatch
 ):

@@ -56,11 +56,13 @@ class EvalParams(StageParams):
     top_p: float = param(0.95, "Top-p", minimum=0.01, maximum=1)
     max_turns: int = param(10, "Max turns", minimum=1, maximum=50)
     max_tokens: int = param(2048, "Tokens per turn", minimum=16, maximum=32768)
-    grammar: str = param(
-        "",
+    # None, not "": the UI form sends an emptied field as null, and a "" default it could not send back refused
+    # the form's own defaults
+    grammar: str | None = param(
+        None,
         "Grammar for a served checkpoint",
-        enum=tuple(GRAMMAR_FIELDS),
-        description="Constrain a served checkpoint's turns to the tag format: '' (none: what the model learned "
+        enum=(*(g for g in GRAMMAR_FIELDS if g), None),
+        description="Constrain a served checkpoint's turns to the tag format: empty (none: what the model learned "
         "shows), 'llama.cpp' or 'vllm' (the engine's grammar field). A Connection's agent uses the Connection's.",
     )
     withhold_data: bool = param(
@@ -87,7 +89,7 @@ class EvalParams(StageParams):
             raise ValueError("name at least one suite, e.g. {'dabench': '/data/dabench'}")
 
     # fields added after evaluations were recorded: at their defaults they leave the eval id as it was
-    _LATER = {"grammar": "", "withhold_data": False}
+    _LATER = {"grammar": None, "withhold_data": False}
 
     def fingerprint_view(self) -> dict[str, Any]:
         view = super().fingerprint_view()

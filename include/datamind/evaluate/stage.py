@@ -216,7 +216,7 @@ def evaluate(
         name = served_name(p.checkpoint)
         with serve(root.local_dir(p.checkpoint), name, p.serve_engine) as url:
             config = LLMConfig(base_url=url, api_key="", models={"agent": name}, timeout_s=600.0, max_retries=1,
-                               grammar=p.grammar)  # fmt: skip
+                               grammar=p.grammar or "")  # fmt: skip
             client = LLMClient(config, cache=ResponseCache(root))
             return evaluate(root, replace(p, model=name), client, judge_client, sandbox=sandbox)
     if not p.offline and agent_client is None:
