@@ -66,6 +66,11 @@ _COMPOUND = re.compile(r"\band (?:which|what|how|whether|is|are)\b|\brows and co
 _ASKS_DECIMALS = re.compile(r"\b(?:round(?:ed)? to|to) (\d|one|two|three|four) decimal", re.IGNORECASE)
 _ASKS_P_VALUE = re.compile(r"\bp-?value\b", re.IGNORECASE)
 _PROSE = re.compile(r"^[A-Z][^\n]*\s[^\n]*[.!]$")
+# a sentence that ends on its value, without a full stop ("The department with the highest average salary is
+# Engineering with an average salary of 82186.14": a 1.5B model's reference program printed it)
+_STATEMENT = re.compile(
+    r"^(?:The|There|This|It|That|In|On|Of|For|Among|Across)\b[^\n]*?\s(?:is|are|was|were|has|have)\s"
+)
 _DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4}
 
 
@@ -84,7 +89,7 @@ def answer_form_problem(question: str, answer: str) -> str | None:
     asks_verdict = _ASKS_YES_NO.search(core) is not None and not re.search(r"\bor\b(?! no\b| not\b)", core)
     # a Yes read from the data (the top value of a Yes/No column) is a value, unless a verdict is asked for
     kind = "yesno" if verdict and (stated == "yesno" or asks_verdict) else answer_kind(text, "")
-    if len(text.split()) >= 5 and _PROSE.match(text):
+    if len(text.split()) >= 5 and (_PROSE.match(text) or _STATEMENT.match(text)):
         return f"the program printed a sentence ({text[:120]!r}): print only the value(s) the question asks for"
     # (a count asked for beside other values - "how many rows and columns, and which column..." - is one part)
     if _HOW_MANY.match(core) and stated in (None, "number") and not _COMPOUND.search(core):

@@ -37,7 +37,7 @@ WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lim
 
 def _read_code(prompt: str) -> str:
     """The read code the prompt tells the model to start from."""
-    return re.search(r"prints only the answer:\n(.*?)\n- ", prompt, re.DOTALL).group(1)
+    return re.search(r"write only what comes after them:\n(.*?)\n- ", prompt, re.DOTALL).group(1)
 
 
 def reply_for(prompt: str, code: str | None = None) -> str:
@@ -53,7 +53,7 @@ def reply_for(prompt: str, code: str | None = None) -> str:
         # a single question sums the units (205 by hand); a chain hop adds the table's 8 rows to the length
         # of the previous hop's printed result, so each hop's answer proves which result it was given
         tail = f"print(len({previous.group(1)!r}) + len(df))" if previous else "print(int(df['units'].sum()))"
-        code = _read_code(prompt) + "\n" + tail
+        code = tail  # only what follows the read code, as the prompt asks
     return (
         f"<question>For {name}, which {words} stands out?</question>\n"
         f"<description>Steps {digest[:8]}.</description>\n<type>{name}</type>\n<code>\n```python\n{code}\n```\n</code>"
@@ -112,7 +112,9 @@ def test_llm_backend_end_to_end_with_faults_rejections_and_cached_rerun(root, ca
     assert Counter_of(singles) == {"ranking": 2}
     # every LLM question carries the program the model wrote and what it printed in the sandbox
     assert all(r["model"] == "synth-model" and r["solution_lang"] == "python" for r in llm_rows)
-    assert all("pd.read_csv(DATA_PATH" in r["reference_solution"] for r in llm_rows)
+    # the model wrote only the analysis (or, where it copied the read code, both): each stored program reads
+    # the file once and stands alone
+    assert all(r["reference_solution"].count("pd.read_csv(DATA_PATH") == 1 for r in llm_rows)
     assert [r["reference_answer"] for r in singles] == ["205", "205"]  # sum of units, by hand
 
     # tokens: the fake counts words, so the first ranking prompt (rendered again here) fixes the expected numbers;

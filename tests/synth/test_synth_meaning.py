@@ -291,7 +291,7 @@ def test_a_model_written_question_names_the_left_out_rows_and_a_planted_answer_i
 
     def responder(body: dict) -> str:
         prompt = body["messages"][0]["content"]
-        read = re.search(r"prints only the answer:\n(.*?)\n- ", prompt, re.DOTALL).group(1)
+        read = re.search(r"write only what comes after them:\n(.*?)\n- ", prompt, re.DOTALL).group(1)
         if "# Target question type\nCounting\n" in prompt:
             kind, question, tail = "Counting", "How many states are there?", "print(12)"  # the answer it expects
         else:

@@ -87,6 +87,9 @@ def test_the_answer_form_check_catches_what_the_read_found():
     assert "rounded away" in answer_form_problem(verdict, "0.0, not normal")
     assert answer_form_problem(verdict, "1.2e-05, not normal") is None
     assert "sentence" in answer_form_problem("What is the mean price?", "The mean price is 12.5 euros.")
+    said = "The department with the highest average salary is Engineering with an average salary of 82186.14"
+    assert "sentence" in answer_form_problem("Which department has the highest average salary_eur?", said)
+    assert answer_form_problem("Which film has the most records?", "The Lord of the Rings") is None  # a title
     assert (
         answer_form_problem("Which year has the most records? Reply with that value, spelled as in the data.", "2023")
         is None

@@ -42,7 +42,7 @@ from datamind.synth.prompts import (
     render_compose_prompt,
     render_query_prompt,
 )
-from datamind.synth.reference import ReferenceRunner, strip_fences
+from datamind.synth.reference import ReferenceRunner, complete_program, strip_fences
 
 ROLE = "synthesizer"
 MIN_QUESTION_CHARS = 10
@@ -205,6 +205,7 @@ async def _ask(
             return Answered(res.value, res, None, *tokens)
         reference, source = runner
         lang = reference.lang_for(source)
+        res.value["code"] = complete_program(lang, res.value["code"], source)
         try:
             answer = await asyncio.to_thread(reference.run, lang, res.value["code"], source)
         except ExecutionError as exc:

@@ -38,6 +38,18 @@ def check_answer(answer: str) -> str:
     return answer
 
 
+def complete_program(lang: str, code: str, source: Source) -> str:
+    """The stored, self-contained program: a Python program is written after the source's read code, which
+    runs first, unless it starts with that code itself (SQL stands alone).
+
+    The model writes only the analysis: copying the read code cost most of a synthesis call's generated
+    tokens, and a model that re-typed a messy sheet's repair code broke it (2 of 4 failing references)."""
+    if lang != "python":
+        return code
+    preamble = source.python_preamble().strip()
+    return code if code.lstrip().startswith(preamble) else f"{preamble}\n{code}"
+
+
 class ReferenceRunner:
     """Runs reference programs against one source's data file. ``sandbox`` is a
     :class:`datamind.sandbox.Sandbox` (or ``None`` when only SQL will run)."""
