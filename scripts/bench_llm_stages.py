@@ -114,7 +114,7 @@ def pipeline(root: DataRoot, config: LLMConfig, args) -> list[dict]:
                             for s in plan_sampling(root, None, rollout)]),
         _measure("judging", config,
                  lambda c: [judge_shard(root, s, judge, "bench-judge", llm_client=c)
-                            for s in plan_judging(root, params=judge)]),
+                            for s in plan_judging(root, None, judge)]),
     ]  # fmt: skip
     return stages
 
