@@ -77,7 +77,7 @@ def write(base_gguf: str, tensors, out_path: str, out_type: str = "q8_0", tie_em
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFReader, LlamaFileType, quants
 
-    from datamind.train.gguf_import import copy_metadata
+    from datamind.train.gguf_import import staged_gguf
 
     if out_type not in TYPES:
         raise ValueError(f"type must be one of {TYPES}, got {out_type!r}")
@@ -96,10 +96,8 @@ def write(base_gguf: str, tensors, out_path: str, out_type: str = "q8_0", tie_em
             f"the checkpoint has no weight for the base GGUF's tensor {missing[0]!r} "
             f"({len(missing)} missing in all): not a checkpoint of {os.path.basename(base_gguf)}"
         )
-    tmp = f"{out_path}.{os.getpid()}.tmp"
-    writer = copy_metadata(reader, tmp, ftype)
     moved = rounded = count = 0.0
-    try:
+    with staged_gguf(reader, out_path, ftype) as writer:
         for t in reader.tensors:
             want = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dimensions innermost first
             w = np.asarray(tensors[names[t.name]](), dtype=np.float32)
@@ -125,19 +123,6 @@ def write(base_gguf: str, tensors, out_path: str, out_type: str = "q8_0", tie_em
                 writer.add_tensor(t.name, data)
             else:
                 writer.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=raw)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, out_path)
-    except BaseException:
-        try:
-            writer.close()
-        except Exception:  # nothing was opened yet: nothing to close  # noqa: S110
-            pass
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
     return {
         "base": os.path.basename(base_gguf),
         "gguf": os.path.basename(out_path),

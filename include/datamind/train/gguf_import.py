@@ -16,6 +16,7 @@ encode/decode round trip and the template's rendering before it writes anything.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -127,6 +128,30 @@ def copy_metadata(reader, path: str, file_type: int):
     return writer
 
 
+@contextlib.contextmanager
+def staged_gguf(reader, dst: str, file_type: int):
+    """A writer holding ``reader``'s metadata (``copy_metadata``) for the caller to add tensors to; on leaving,
+    the file is written beside ``dst`` and moved onto it, so a server never reads half a file, and on an
+    error nothing is left at either path."""
+    tmp = f"{dst}.{os.getpid()}.tmp"
+    writer = copy_metadata(reader, tmp, file_type)
+    try:
+        yield writer
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(tmp, dst)
+    except BaseException:
+        try:
+            writer.close()
+        except Exception:  # nothing was opened yet: nothing to close  # noqa: S110
+            pass
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
 def requantize(src: str, dst: str) -> dict:
     """``src`` rewritten with every quantized weight as Q8_0 (metadata, vocabulary and chat template kept).
 
@@ -140,28 +165,17 @@ def requantize(src: str, dst: str) -> dict:
 
     target = GGMLQuantizationType.Q8_0
     reader = GGUFReader(src)
-    tmp = f"{dst}.{os.getpid()}.tmp"
-    writer = copy_metadata(reader, tmp, LlamaFileType.MOSTLY_Q8_0)
     changed = 0
-    for t in reader.tensors:
-        if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-            writer.add_tensor(t.name, t.data)
-            continue
-        data = t.data
-        if t.tensor_type != target:
-            data = quants.quantize(quants.dequantize(t.data, t.tensor_type).astype(np.float32), target)
-            changed += 1
-        writer.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=target)
-    try:
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with staged_gguf(reader, dst, LlamaFileType.MOSTLY_Q8_0) as writer:
+        for t in reader.tensors:
+            if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+                writer.add_tensor(t.name, t.data)
+                continue
+            data = t.data
+            if t.tensor_type != target:
+                data = quants.quantize(quants.dequantize(t.data, t.tensor_type).astype(np.float32), target)
+                changed += 1
+            writer.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=target)
     return {"source": os.path.basename(src), "q8_0": os.path.basename(dst), "requantized_tensors": changed}
 
 
