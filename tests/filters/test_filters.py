@@ -229,3 +229,56 @@ def test_a_cell_that_writes_the_final_answer_instead_of_computing_it_is_dropped(
     assert rules.check_literal_answer(computed) is None
     kept, dropped = rules.apply_filters([planted, computed])
     assert kept == [computed] and dropped[0][1].code == "literal_answer"
+
+
+# -- shown -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "tool, answer, shown",
+    [
+        ("mean    11.4837\nstd      2.1", "The mean is 11.48.", True),  # rounded to what the answer writes
+        ("mean    11.4837", "The mean is 11.5 °C.", True),
+        ("share 0.1253", "12.53%", True),  # a share printed as a fraction, answered as a percentage
+        ("share 0.1253", "12.53", True),
+        ("change   -5.20", "It fell by 5.2.", True),
+        ("North  412.50\nSouth  380.25", "North exceeds South by 32.25.", True),  # a difference of two printed values
+        ("North  412.50\nSouth  380.25", "3 regions, North first", True),  # a count read off a listing
+        ("(30, 4)", "The file has 30 rows and 2,024 orders.", False),  # 2,024 was never printed
+        ("mean    11.4837", "The mean is 123729.17.", False),  # a reflected answer made up after a critique
+        ("mean    11.4837", "The mean is 11.45.", False),  # close, but not what any output holds to 2 places
+    ],
+)
+def test_an_answer_number_nothing_printed_is_dropped(tool, answer, shown):
+    finding = rules.first_failure(row(good_messages(answer=answer, tool=tool)))
+    assert (finding is None) is shown
+    if not shown:
+        assert finding.code == "unshown_answer" and finding.rule == "shown"
+
+
+def test_a_number_the_question_gives_may_be_repeated_in_the_answer():
+    messages = convo(
+        ("assistant", p.format_code_turn("Count the big orders.", "print((df.amount > 250).sum())")),
+        ("tool", p.format_interpreter("17")),
+        ("assistant", p.format_answer_turn("17 orders are above the threshold.", "17 orders above 250")),
+        user="How many orders exceed 250?",
+    )
+    assert rules.first_failure(row(messages)) is None
+    assert (
+        rules.first_failure(
+            row(
+                messages[:-1]
+                + [{"role": "assistant", "content": p.format_answer_turn("Counted.", "18 orders above 250")}]
+            )
+        ).code
+        == "unshown_answer"
+    )
+
+
+def test_the_shown_rule_at_thousands_of_rows_with_wide_prints():
+    # a wide print holds pairs whose sums match almost anything: only short cells count for sums and differences
+    wide = "\n".join(f"row{i}  {i * 1.37:.2f}  {i * 7.1:.1f}" for i in range(300))
+    answers = [f"The value is {5000 + i * 0.37:.2f}." for i in range(3000)]  # above anything printed
+    rows = [row(good_messages(answer=a, tool=wide)) for a in answers]
+    rows += [row(good_messages(answer=f"The value is {i * 1.37:.2f}.", tool=wide)) for i in range(11, 300)]
+    kept, dropped = rules.apply_filters(rows)
+    assert len(kept) == 300 - 11 and len(dropped) == 3000
+    assert {f.code for _, f in dropped} == {"unshown_answer"}

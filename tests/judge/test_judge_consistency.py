@@ -175,3 +175,32 @@ def test_the_agreement_switch_is_part_of_an_llm_judges_partition_only():
     assert JudgeParams().fingerprint == JudgeParams(agree_by_rule=False).fingerprint  # offline judge: the rule
     on, off = JudgeParams(judge_backend="llm"), JudgeParams(judge_backend="llm", agree_by_rule=False)
     assert on.fingerprint != off.fingerprint
+
+
+class _YesModel(_CountingModel):
+    """A judge model that calls every set consistent and picks the first answer."""
+
+    async def judge(self, question, answers):
+        self.asked.append(answers)
+        return Verdict("they all say the same", True, 0, self.name)
+
+
+@pytest.mark.parametrize(
+    "answers, overruled",
+    [
+        (["79", "2", "79"], True),  # the 1.5B judge's "yes" on the demo
+        (["11.48°C", "9.75", "11.48°C"], True),
+        (["Mean 4.2, median 3.9", "Mean 4.2, median 4.6", "Mean 4.2, median 3.9"], True),
+        (["Engineering", "The Engineering department", "engineering dept."], False),  # words: the model reads them
+        (["3 records", "three records", "3"], False),  # a number spelt out is the model's to read
+        (["12.5%", "0.125", "12.5 %"], False),  # the same value written two ways
+    ],
+)
+def test_a_models_yes_over_answers_whose_numbers_differ_is_overruled(answers, overruled):
+    from datamind.judge.llm_judge import AgreementFirst
+
+    v = asyncio.run(AgreementFirst(_YesModel(), OfflineJudge(), lambda a: False).judge("How many?", answers))
+    assert v.consistent is (not overruled)
+    assert v.judge.endswith("+overruled") is overruled
+    if overruled:
+        assert "Overruled" in v.reasoning and v.best_index in (0, 2)  # the majority's answer, not the odd one

@@ -155,3 +155,16 @@ def cluster(answers: list[str], rel_tol: float = REL_TOL) -> tuple[list[list[int
         else:
             groups.append([i])
     return groups, notes
+
+
+def numbers_differ(answers: list[str], rel_tol: float = REL_TOL) -> tuple[int, int, str] | None:
+    """The first pair of answers that both carry numbers and whose numbers do not agree (as multisets, within
+    ``rel_tol``), with the reason; None when every pair that carries numbers agrees. Answers without numbers
+    are left to whoever reads words."""
+    parsed = [parse_answer(a) for a in answers]
+    for i, a in enumerate(parsed):
+        for j in range(i + 1, len(parsed)):
+            b = parsed[j]
+            if a.numbers and b.numbers and not _multiset_match(a.numbers, b.numbers, rel_tol):
+                return i, j, f"numbers differ ({_fmt([v for v, _ in a.numbers])} vs {_fmt([v for v, _ in b.numbers])})"
+    return None

@@ -1,6 +1,7 @@
 """The rule filters and the function that applies them in order (format -> length -> linguistic -> coherence ->
-literal): the paper's three, then a thought that claims a fix its cell did not make (``filters.coherence``), then
-a code cell that writes the final answer as a literal instead of computing it (``datamind.references``)."""
+literal -> shown): the paper's three, then a thought that claims a fix its cell did not make
+(``filters.coherence``), a code cell that writes the final answer as a literal instead of computing it
+(``datamind.references``), and an answer holding a number nothing the agent saw holds (``filters.shown``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 
 from datamind import references
 from datamind.agent.protocol import strict_turn
-from datamind.filters import coherence, linguistic
+from datamind.filters import coherence, linguistic, shown
 from datamind.filters import format as format_rule
 from datamind.filters.tokenizer import count_tokens, count_tokens_batch
 
@@ -18,7 +19,7 @@ MAX_ANSWER_TOKENS = 1024  # paper: drop trajectories whose final answer exceeds 
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str  # format | length | linguistic | coherence | literal
+    rule: str  # format | length | linguistic | coherence | literal | shown
     code: str  # stable reason code stored in rejections
     reason: str
 
@@ -75,6 +76,17 @@ def check_literal_answer(row: dict, config: FilterConfig = FilterConfig()) -> Fi
     return None
 
 
+def check_shown_answer(row: dict, config: FilterConfig = FilterConfig()) -> Finding | None:
+    number = shown.unshown_number(row.get("final_answer") or "", row.get("messages") or [])
+    if number is not None:
+        return Finding(
+            "shown",
+            "unshown_answer",
+            f"the final answer's {number:g} appears in no output and no prompt the agent saw",
+        )
+    return None
+
+
 def _think(turn: str) -> str:
     start, end = turn.find("<think>"), turn.find("</think>")
     return turn[start + 7 : end] if 0 <= start < end else ""
@@ -86,12 +98,14 @@ RULES: tuple[Callable[[dict, FilterConfig], Finding | None], ...] = (
     check_linguistic,
     check_coherence,
     check_literal_answer,
+    check_shown_answer,
 )
 
 
-def first_failure(row: dict, config: FilterConfig = FilterConfig()) -> Finding | None:
+def first_failure(row: dict, config: FilterConfig = FilterConfig(), n_tokens: int | None = None) -> Finding | None:
+    """The first rule ``row`` fails, in order; ``n_tokens``: its answer's tokens where already counted."""
     for rule in RULES:
-        finding = rule(row, config)
+        finding = check_length(row, config, n_tokens) if rule is check_length else rule(row, config)
         if finding is not None:
             return finding
     return None
@@ -106,13 +120,7 @@ def apply_filters(
     kept: list[dict] = []
     dropped: list[tuple[dict, Finding]] = []
     for row, n in zip(rows, counts, strict=True):
-        finding = (
-            check_format(row, config)
-            or check_length(row, config, n)
-            or check_linguistic(row, config)
-            or check_coherence(row, config)
-            or check_literal_answer(row, config)
-        )
+        finding = first_failure(row, config, n)
         if finding is None:
             kept.append(row)
         else:

@@ -4,7 +4,8 @@ The reply must hold ``<reasoning>``, ``<correct>yes|no</correct>`` and ``<number
 anything else is re-asked (bounded) by the LLM client and finally raises ``ParseFailure``.
 
 :class:`AgreementFirst` asks it only where its reading adds something: answers the programmatic equivalence
-finds equal, and that the query's executed reference confirms, are consistent without a call.
+finds equal, and that the query's executed reference confirms, are consistent without a call; answers whose
+numbers differ are not consistent, whatever the model says.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from datamind.agent import templates
+from datamind.agent.equivalence import numbers_differ
 from datamind.judge.consistency import OfflineJudge
 from datamind.judge.verdict import Verdict
 from datamind.llm.grammars import grammar
@@ -22,6 +24,7 @@ from datamind.llm.tags import TagParseError, extract_choice, extract_tag
 
 TEMPLATE = "judge/consistency.j2"
 AGREEMENT = "agreement"  # a verdict's judge where equal, confirmed answers were passed without the model
+OVERRULED = "+overruled"  # appended to a verdict's judge where the rule overruled the model's "yes"
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ class AgreementFirst:
     Equal answers that the executed reference confirms leave a judge nothing to decide, and a small judge
     decides them wrongly: Qwen2.5-Coder-1.5B called three identical, correct "Engineering" answers inconsistent
     and sent the query through a reflection round. Equal answers the reference contradicts still go to the
-    model, whose critique can start a reflection that finds the right value."""
+    model, whose critique can start a reflection that finds the right value. A model's "yes" over answers whose
+    numbers differ beyond the tolerance is overruled (the verdict's judge says so)."""
 
     def __init__(self, llm: LLMJudge, rule: OfflineJudge, confirms: Callable[[str], bool]) -> None:
         self.llm, self.rule, self.confirms = llm, rule, confirms
@@ -107,4 +111,21 @@ class AgreementFirst:
                 judge=AGREEMENT,
                 template_version=self.llm.template_version,
             )
-        return await self.llm.judge(question, answers)
+        verdict = await self.llm.judge(question, answers)
+        if not verdict.consistent:
+            return verdict
+        # A "yes" over answers whose numbers differ is a reading error, not a judgement: the 1.5B judge called
+        # "79", "2", "79" consistent. Words may be paraphrases the model reads better than the rule; numbers
+        # beyond the tolerance are not.
+        split = numbers_differ(answers, self.rule.rel_tol)
+        if split is None:
+            return verdict
+        i, j, why = split
+        return replace(
+            verdict,
+            consistent=False,
+            best_index=by_rule.best_index,
+            judge=verdict.judge + OVERRULED,
+            reasoning=f"{verdict.reasoning}\nOverruled: answers {i + 1} and {j + 1} do not agree, {why}; "
+            "answers whose numbers differ are not the same answer.",
+        )

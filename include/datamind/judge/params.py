@@ -43,10 +43,11 @@ class JudgeParams(StageParams):
     # inconsistent and sent the query through a reflection round (about 5 minutes of sampling) for nothing.
     agree_by_rule: bool = param(
         True,
-        "Agreeing answers skip the LLM judge",
+        "The rule decides where it is certain",
         section="LLM",
-        description="Answers equal after normalisation (numbers within the tolerance) are consistent without an "
-        "LLM call; the LLM judges only answers that differ.",
+        description="Answers equal after normalisation (numbers within the tolerance) and confirmed by the "
+        "reference are consistent without an LLM call; the LLM judges the rest, and its 'consistent' over "
+        "answers whose numbers differ beyond the tolerance is overruled.",
     )
     concurrency: int = param(8, "Queries judged at once per task", minimum=1, maximum=64, fingerprint=False)
     shard_size: int = param(20, "Queries per task instance", minimum=1, maximum=1000, fingerprint=False)

@@ -156,8 +156,8 @@ def reference_check(row: dict, task: QueryTask, p: JudgeParams) -> tuple[str, st
 def _judge_version(judge: Any, p: JudgeParams) -> str:
     if not isinstance(judge, LLMJudge):
         return f"offline-judge@rel_tol={p.rel_tol}"
-    # a sample says whether agreeing answers could have been passed without the model
-    return f"{judge.template_version}+agreement@rel_tol={p.rel_tol}" if p.agree_by_rule else judge.template_version
+    # a sample says whether the rule could decide (agreeing answers passed, differing numbers overruled)
+    return f"{judge.template_version}+agreement2@rel_tol={p.rel_tol}" if p.agree_by_rule else judge.template_version
 
 
 def _query_judge(judge: Any, task: QueryTask, p: JudgeParams) -> Any:
