@@ -704,3 +704,31 @@ def test_yield_holds_the_offline_engine_to_its_bar_and_reports_a_models_acceptan
     assert lost["yield"] == 0.25 and {v["name"]: v["ok"] for v in verdicts(lost)}["yield"] is False
     # a release a model wrote alone has no engine yield to judge
     assert "yield" not in audit_rows([row(4, "qwen")], Synthesised({}, 6))
+
+
+def test_a_mixed_release_holds_both_writers_and_one_set_of_answers_per_query(root):
+    """Off by default: two judging configurations are an error without a choice; mixed, every partition's
+    samples are published, and a query judged in both keeps the first partition's samples only."""
+    offline = [judged_row(i) for i in range(4)]
+    for r in offline:
+        r["model"], r["question_model"] = "offline-expert", "offline"
+    teacher = [judged_row(i) for i in range(3, 7)]  # query q3 was judged in both partitions
+    for r in teacher:
+        r["sample_id"], r["trajectory_id"] = "t-" + r["sample_id"], "t-" + r["trajectory_id"]
+        r["model"] = r["question_model"] = TEACHER
+    root.write_text("raw/f1/x.csv", "a,b\n1,2\n")
+    write_shard(root, DATASET, "judged/params=aa", offline, "part-a.parquet")
+    write_shard(root, DATASET, "judged/params=bb", teacher, "part-b.parquet")
+    with pytest.raises(ValueError, match="mix_partitions"):
+        publish_dataset(root, "run-1")
+    m = publish_dataset(root, "run-1", mix_partitions=True)
+    assert m["audit"]["samples_per_model"] == {"offline-expert": 4, TEACHER: 3}
+    got = read_rows(root, DATASET, f"dataset/{m['version_id']}")
+    assert sorted(r["query_id"] for r in got) == ["q0", "q1", "q2", "q3", "q4", "q5", "q6"]  # q3 once
+    assert next(r["model"] for r in got if r["query_id"] == "q3") == "offline-expert"
+    assert set(m["judge_params"]) == {"params=aa", "params=bb"}
+    dup = [r for r in read_rows(root, REJECTIONS, "rejections/filter") if r["item_id"] == "t-s000003"]
+    assert [r["reason_code"] for r in dup] == ["duplicate_query"] and m["filtered_by_reason"] == {"duplicate_query": 1}
+    # one partition named: the other's samples stay out, as before
+    only = publish_dataset(root, "run-2", judged_partition="params=bb")
+    assert only["audit"]["samples_per_model"] == {TEACHER: 4}

@@ -19,6 +19,13 @@ class PublishParams(StageParams):
         description="Which judged/params=<fingerprint> partition to publish; needed only when several "
         "judging configurations (e.g. selection strategies) were run side by side.",
     )
+    mix_partitions: bool = param(
+        False,
+        "Mix judging configurations",
+        description="Publish every judged partition in one release (a teacher model's and the offline engine's, "
+        "say); each sample names who wrote it (model, question_model). A query judged in several keeps the "
+        "samples of the first partition by name; the others are recorded as duplicate_query.",
+    )
     test_fraction: float = param(0.1, "Held-out share", minimum=0, maximum=0.5, description="Split by file.")
     min_test_files: int = param(
         2, "Held-out files at least", minimum=0, maximum=1000,

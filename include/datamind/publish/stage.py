@@ -69,6 +69,13 @@ def content_version(sample_ids: list[str], held_out: frozenset[str] = frozenset(
     return h.hexdigest()[:16]
 
 
+def _sources(root: DataRoot, p: PublishParams) -> list[tuple[str, str | None]]:
+    """The judged partitions a release is screened from: one, or every one with ``mix_partitions``."""
+    if p.mix_partitions and p.judged_partition is None and len(parts := judged_partitions(root)) > 1:
+        return [(posixpath.join(DIRS["judged"], part), part) for part in parts]
+    return [_source(root, p.judged_partition)]
+
+
 def _source(root: DataRoot, partition: str | None) -> tuple[str, str | None]:
     parts = judged_partitions(root)
     if partition is not None:
@@ -76,10 +83,28 @@ def _source(root: DataRoot, partition: str | None) -> tuple[str, str | None]:
             raise ValueError(f"judged partition {partition!r} not found; available: {parts}")
         return posixpath.join(DIRS["judged"], partition), partition
     if len(parts) > 1:
-        raise ValueError(f"several judged partitions {parts} (different judging settings): pass judged_partition=")
+        raise ValueError(
+            f"several judged partitions {parts} (different judging settings): pass judged_partition=, "
+            "or mix_partitions=True to publish them together"
+        )
     if parts:
         return posixpath.join(DIRS["judged"], parts[0]), parts[0]
     return DIRS["judged"], None
+
+
+def _duplicate_rejection(row: dict, first: str | None, run_id: str | None, now: datetime) -> dict:
+    return rejection(
+        STAGE,
+        row["sample_id"],
+        DUPLICATE_QUERY,
+        f"its query was judged in an earlier partition too (partitions in name order from {first}); "
+        "the release keeps that partition's samples",
+        file_id=row.get("file_id"),
+        query_id=row.get("query_id"),
+        raw=row.get("final_answer") or "",
+        run_id=run_id,
+        created_at=now,
+    )
 
 
 def _filter_rejection(row: dict, finding, run_id: str | None, now: datetime) -> dict:
@@ -151,28 +176,52 @@ class _Screener:
         self.light.append(pa.table({f.name: pa.array([r.get(f.name) for r in kept], f.type) for f in _LIGHT}))
 
 
+DUPLICATE_QUERY = "duplicate_query"  # a mixed release's query judged in an earlier partition too
+
+
 def _screen(
-    root: DataRoot, source: tuple[str, str | None], config: FilterConfig, spill: str, run_id: str | None, now: datetime
+    root: DataRoot,
+    sources: list[tuple[str, str | None]],
+    config: FilterConfig,
+    spill: str,
+    run_id: str | None,
+    now: datetime,
 ) -> _Screened:
-    """Screen the judged rows of one partition a few shards at a time: the committed ones not seen before
-    (reruns of a judging shard rewrite identical ids)."""
-    src, partition = source
+    """Screen the judged rows of the partitions a few shards at a time: the committed ones not seen before
+    (reruns of a judging shard rewrite identical ids). Where several are mixed, a query judged in an earlier
+    partition gives no samples from a later one: one question, one set of answers, whoever wrote them."""
     screener = _Screener(root, config, spill, run_id, now)
     seen: set[str] = set()
-    batch: list[dict] = []
-    # the committed rows only: those of a judging shard killed before it committed are out
-    for _, shard in tables.each(root, "judged", partition=partition):
-        for row in shard.to_pylist():
-            if row["sample_id"] not in seen:
+    earlier: set[str] = set()  # query ids of the partitions screened before this one
+    duplicates: list[dict] = []
+    params: dict[str, dict | None] = {}
+    for src, partition in sources:
+        here: set[str] = set()
+        batch: list[dict] = []
+        # the committed rows only: those of a judging shard killed before it committed are out
+        for _, shard in tables.each(root, "judged", partition=partition):
+            for row in shard.to_pylist():
+                if row["sample_id"] in seen:
+                    continue
                 seen.add(row["sample_id"])
+                if row["query_id"] in earlier:
+                    duplicates.append(_duplicate_rejection(row, sources[0][1], run_id, now))
+                    continue
+                here.add(row["query_id"])
                 batch.append(row)
-        if len(batch) >= _SCREEN_ROWS:
-            screener.screen(batch)
-            batch = []
-    screener.screen(batch)
+            if len(batch) >= _SCREEN_ROWS:
+                screener.screen(batch)
+                batch = []
+        screener.screen(batch)
+        earlier |= here
+        has_params = root.exists(src, "params.json")
+        params[partition or ""] = json.loads(root.read_text(src, "params.json")) if has_params else None
+    if duplicates:
+        screener.rejections.append(REJECTIONS.to_table(duplicates))
+    mixed = len(sources) > 1
     return _Screened(
-        partition=partition,
-        judge_params=json.loads(root.read_text(src, "params.json")) if root.exists(src, "params.json") else None,
+        partition="+".join(part or "" for _, part in sources) if mixed else sources[0][1],
+        judge_params=params if mixed else params[sources[0][1] or ""],
         n_judged=len(seen),
         kept=pa.concat_tables(screener.light or [_LIGHT.empty_table()]).combine_chunks().sort_by("sample_id"),
         rejections=pa.concat_tables(screener.rejections or [REJECTIONS.to_table([])]).sort_by("item_id"),
@@ -279,19 +328,21 @@ def publish_dataset(
 
     ``params`` (None: the defaults), or keyword overrides of its fields (e.g. ``shard_rows=100``):
     ``judged_partition`` picks one judging configuration (``params=<fp>``); it may be omitted when there is only
-    one.
+    one, or when ``mix_partitions`` publishes them all together.
     """
     p = PublishParams() if params is None else PublishParams.given(params)
     p = replace(p, **overrides) if overrides else p
     root = DataRoot.of(root)
     t0 = time.perf_counter()
     now = datetime.now(UTC)
-    src = _source(root, p.judged_partition)
+    sources = _sources(root, p)
     # Rows are screened a few judged shards at a time and the kept ones spilled to local disk in sorted runs,
     # then merged back in sample_id order: memory holds a batch and a release part, not the dataset.
     _sweep_dead_spills()
     with tempfile.TemporaryDirectory(prefix=f"{_SPILL_PREFIX}{os.getpid()}-") as spill:
-        return _publish_screened(root, run_id, p, _screen(root, src, p.filter_config(), spill, run_id, now), now, t0)
+        return _publish_screened(
+            root, run_id, p, _screen(root, sources, p.filter_config(), spill, run_id, now), now, t0
+        )
 
 
 _SPILL_PREFIX = "datamind-publish-"
@@ -481,7 +532,8 @@ def _by_reason(counts: Counter) -> str:
 def why_nothing(root: DataRoot, screened: _Screened) -> str:
     """Which stage produced nothing for the release, and why: the judged rows' filter drops, or else the
     nearest stage upstream whose input holds items but whose output none, with its rejections by reason."""
-    judged = posixpath.join(DIRS["judged"], screened.partition) if screened.partition else DIRS["judged"]
+    parts = (screened.partition or "").split("+")  # a mixed release names its partitions joined by "+"
+    judged = ", ".join(posixpath.join(DIRS["judged"], part) for part in parts) if screened.partition else DIRS["judged"]
     if screened.n_judged:
         return (
             f"publish_dataset dropped all {_plural(screened.n_judged, 'judged row')} of {judged}/; "
