@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -50,8 +51,9 @@ from datamind.synth.stage import plan_synthesis, synthesize_shard  # noqa: E402
 RAW_PROMPT = "List the first forty prime numbers, one per line, each with a short note on how you checked it."
 
 
-def raw_rate(base_url: str, model: str, repeats: int, max_tokens: int) -> dict:
+def raw_rate(base_url: str, model: str, repeats: int, max_tokens: int, api_key: str | None = None) -> dict:
     """Median completion tokens per second of one request at a time whose prompt the server already holds."""
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
     body = json.dumps(
         {
             "model": model,
@@ -62,7 +64,7 @@ def raw_rate(base_url: str, model: str, repeats: int, max_tokens: int) -> dict:
     ).encode()
     rates, tokens = [], []
     for i in range(repeats + 1):
-        req = urllib.request.Request(f"{base_url}/chat/completions", body, {"Content-Type": "application/json"})
+        req = urllib.request.Request(f"{base_url}/chat/completions", body, headers)
         t0 = time.perf_counter()
         with urllib.request.urlopen(req, timeout=900) as resp:
             usage = json.load(resp)["usage"]
@@ -158,8 +160,10 @@ def main() -> int:
             server = stack.enter_context(serve(spec))
             base_url = server.base_url
             extra = local.connection_extra(local.LocalEndpoint(base_url, model, spec.engine, 0))
-        config = LLMConfig.from_connection_dict({"host": base_url, "extra": extra})
-        raw = raw_rate(base_url, model, args.repeats, 128)
+        # a paid endpoint's key comes from the environment, as the Connection's fallback reads it
+        key = os.environ.get("DATAMIND_LLM_API_KEY", "") if args.base_url else ""
+        config = LLMConfig.from_connection_dict({"host": base_url, "password": key, "extra": extra})
+        raw = raw_rate(base_url, model, args.repeats, 128, config.api_key)  # a paid endpoint wants its key
         root_dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-llm-stages-"))
         try:
             stages = pipeline(DataRoot(str(root_dir)), config, args)
