@@ -581,3 +581,63 @@ def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_pat
     assert re.search(r"^top_\w+ = ", codes[2], re.M) and "2023 records" not in thinks[-1], (codes[2], thinks[-1])
     thinks, codes, outputs, answer = run(0.0)
     assert len(codes) == 2 and not any("Error" in o for o in outputs) and answer == "2023"
+
+
+def _atlas_db(tmp_path):
+    db = tmp_path / "atlas.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript(
+        "CREATE TABLE country (Code TEXT PRIMARY KEY, Name TEXT, Population INTEGER);"
+        "CREATE TABLE city (ID INTEGER PRIMARY KEY, Name TEXT, CountryCode TEXT REFERENCES country(Code),"
+        " Population INTEGER);"
+        "INSERT INTO country VALUES ('AA', 'Avalon', 900), ('BB', 'Borduria', 500);"
+        "INSERT INTO city VALUES (1, 'Alpha', 'AA', 100), (2, 'Beta', 'AA', 300), (3, 'Gamma', 'BB', 50);"
+    )
+    con.commit()
+    con.close()
+    return db
+
+
+JOIN_SQL = (
+    'WITH r AS (\n  SELECT t."Population", p0."Name" AS "country.Name" FROM "city" AS t '
+    'LEFT JOIN "country" AS p0 ON t."CountryCode" = p0."Code"\n)\n'
+    'SELECT "country.Name" FROM r GROUP BY "country.Name" ORDER BY AVG("Population") DESC LIMIT 1'
+)
+
+
+def test_a_join_that_names_a_column_both_tables_have_fails_in_sqlite_and_is_fixed_with_aliases(sandbox, tmp_path):
+    """A database whose joined tables share column names (city.Name and country.Name, both Population): the
+    first try takes the columns by bare name, SQLite refuses it as ambiguous (the real error, quoted in the
+    next thought with the tables that clash), and the step that follows names each column's table."""
+    db = _atlas_db(tmp_path)
+    question = "Which country.Name has the highest average city Population?"
+    hop = HopProgram(question, as_python(JOIN_SQL, "sql", 1), 1, "Group by country.Name, average Population.",
+                     "Avalon", JOIN_SQL)  # fmt: skip
+    policy = OfflineExpertPolicy(
+        hops=[hop], inspect="print(get_db_info())", data_format="sqlite", file_name="atlas.sqlite",
+        variant_label="t", question=question, probe_rate=1.0,
+    )  # fmt: skip
+    result = _run_policy(sandbox, db, policy, "sql")
+    thinks, codes, outputs = _cells(result)
+    assert 'SELECT "Population", "Name" AS "country.Name" FROM "city" AS t' in codes[1]
+    assert "ambiguous column name" in outputs[1]
+    assert "city" in thinks[2] and "country" in thinks[2] and "`Population`" in thinks[2]
+    assert "ambiguous column name" in thinks[2]
+    assert 't."Population", p0."Name"' in codes[2] and outputs[2].strip() == "Avalon"
+    assert result.final_answer == "Avalon"
+
+
+def test_a_join_whose_columns_do_not_clash_gets_no_probe(sandbox, tmp_path):
+    db = _atlas_db(tmp_path)
+    sql = JOIN_SQL.replace('t."Population", ', 't."ID", ').replace('AVG("Population")', 'COUNT("ID")')
+    hop = HopProgram("q", as_python(sql, "sql", 1), 1, "Group by country.Name, count cities.", "Avalon", sql)
+    # p0."Name": city has a Name too, so the bare name is ambiguous; t."ID" and p0."Code" are each one table's
+    clean = sql.replace('p0."Name" AS "country.Name"', 'p0."Code" AS "country.Name"')
+    quiet = HopProgram("q", as_python(clean, "sql", 1), 1, "Group by the country code, count cities.", "AA", clean)
+    for h, probes in ((hop, True), (quiet, False)):
+        policy = OfflineExpertPolicy(
+            hops=[h], inspect="print(get_db_info())", data_format="sqlite", file_name="atlas.sqlite",
+            variant_label="t", question="q", probe_rate=1.0,
+        )  # fmt: skip
+        _, codes, outputs = _cells(_run_policy(sandbox, db, policy, "sql"))
+        assert any("ambiguous column name" in o for o in outputs) is probes

@@ -301,6 +301,11 @@ _PARSED_DATES = re.compile(
     r"format='mixed'\)(?=\.dt\.)"
 )
 
+# A join's tables named with aliases ("city" AS t) and the columns its select list takes through them (t."Name").
+_ALIASED_TABLE = re.compile(r'"((?:[^"]|"")+)"\s+AS\s+([A-Za-z_]\w*)\b')
+_QUALIFIED_COLUMN = re.compile(r'\b([A-Za-z_]\w*)\."((?:[^"]|"")+)"')
+JOIN_PROBE_OUTPUT = "joined.csv"  # where a join probe's rows would go: how its step is told apart
+
 # The SQL aggregates SQLite lacks, which an analyst tries first and pandas then supplies.
 _NO_SQLITE_AGGREGATE = {"median": "MEDIAN"}
 
@@ -376,6 +381,7 @@ class OfflineExpertPolicy:
         self._written: list[str] = []  # the cells sent so far, in order
         self._taken: set[str] = set()
         self._by_hop: dict[int, narration.Result] = {}  # each hop's printed result and the variable holding it
+        self._join_clash: tuple[str, str, str] | None = None  # a join probe's column, its table, the other table
 
     # -- planning ---------------------------------------------------------------------------------
     def _budget(self) -> int:
@@ -449,7 +455,7 @@ class OfflineExpertPolicy:
         if self._data_format != "sqlite":
             return self._date_probe_for(h)
         if h.sql is not None:
-            return None
+            return self._join_probe_for(h)
         m = re.search(r"execute_sql\(sql=((?:.|\n)*?), output_path='[^']+'\)\ndf = pd\.read_csv", h.program)
         med = re.search(r"df\[(['\"])(.+?)\1\]\.median\(\)", h.program)
         if not m or not med or not narration.chance(self._seed, f"probe-{h.hop}", self._probe_rate):
@@ -467,6 +473,34 @@ class OfflineExpertPolicy:
         column = med.group(2).replace('"', '""')
         query = f'SELECT MEDIAN("{column}") FROM {table.group(1)}{table.group("rest")}'
         return f"execute_sql(sql={cells.sql_text(query)}, output_path='median.csv')"
+
+    def _join_probe_for(self, h: HopProgram) -> str | None:
+        """A join whose select list takes a column by its bare name where both tables have one: the first thing
+        an analyst writes, which SQLite refuses as ambiguous (the schema print showed both columns). Only for a
+        first step, whose SQL holds no value an earlier step printed."""
+        if h.hop != 1 or h.sql is None or not re.search(r"\bJOIN\b", h.sql, re.IGNORECASE):
+            return None
+        aliases = {alias: table.replace('""', '"') for table, alias in _ALIASED_TABLE.findall(h.sql)}
+        select = re.search(r"\bSELECT\s+(?P<cols>.+?)\s+FROM\s", h.sql, re.DOTALL)
+        if len(set(aliases.values())) < 2 or not select:
+            return None
+        columns_of = {t.name: {c for c, _ in t.columns} for t in self._tables.values()}
+        joined = set(aliases.values())
+        for alias, column in _QUALIFIED_COLUMN.findall(select.group("cols")):
+            column = column.replace('""', '"')
+            others = sorted(t for t in joined if t != aliases.get(alias) and column in columns_of.get(t, ()))
+            if alias in aliases and others:
+                break
+        else:
+            return None
+        if not narration.chance(self._seed, f"probe-{h.hop}", self._probe_rate):
+            return None
+        bare = _QUALIFIED_COLUMN.sub(
+            lambda m: f'"{m.group(2)}"' if m.group(1) in aliases else m.group(0), select.group("cols")
+        )
+        sql = h.sql[: select.start("cols")] + bare + h.sql[select.end("cols") :]
+        self._join_clash = (column, aliases[alias], others[0])
+        return f"execute_sql(sql={cells.sql_text(sql)}, output_path='{JOIN_PROBE_OUTPUT}')"
 
     def _date_probe_for(self, h: HopProgram) -> str | None:
         m = _PARSED_DATES.search(h.program)
@@ -852,6 +886,18 @@ class OfflineExpertPolicy:
                 self._seed,
                 f"probe-{step.index}",
             )
+        if JOIN_PROBE_OUTPUT in step.code and self._join_clash:
+            column, table, other = self._join_clash
+            facts = self._facts([column])
+            lead = f"{narration.cap(facts)}. " if facts else ""
+            return lead + narration.pick(
+                (
+                    f"I join {table} to {other} and take the columns I need by name, `{column}` among them.",
+                    f"One query does it: {table} joined to {other}, the columns listed by their names.",
+                ),
+                self._seed,
+                f"probe-{step.index}",
+            )
         med = re.search(r"MEDIAN\(\"(.+?)\"\)", step.code)
         col = med.group(1) if med else "the column"
         prev = self._by_hop.get(step.index - 1)
@@ -873,6 +919,8 @@ class OfflineExpertPolicy:
 
     def _think_after_probe(self, probe: _Step, step: _Step, cols: list[str], doing: str) -> str:
         dates = re.search(r"df\[(['\"])(.+?)\1\]\.dt\.", probe.code) if self._data_format != "sqlite" else None
+        if JOIN_PROBE_OUTPUT in probe.code and self._join_clash:
+            return self._think_after_join_probe(probe, step, doing)
         if probe.probe_ok:
             engine = "The column" if dates else "SQLite"
             return f"{engine} answered {narration.short(probe.probe_output or '', 40)}; {doing} in pandas as a check."
@@ -898,6 +946,25 @@ class OfflineExpertPolicy:
                 + kept("; the result goes into"),
             )
         return narration.pick(options, self._seed, f"after-probe-{step.index}")
+
+    def _think_after_join_probe(self, probe: _Step, step: _Step, doing: str) -> str:
+        assert self._join_clash is not None
+        column, table, other = self._join_clash
+        keep = f", and `{step.var}` keeps the result" if step.var else ""
+        if probe.probe_ok:  # an engine that picked a column for the bare name: the step names it all the same
+            named = f"so `{column}` is {table}'s{keep}"
+            return f"SQLite took the bare names; {doing} with each column's table named, {named}."
+        error = narration.read_view(probe.probe_output or "").error or "an error"
+        return narration.pick(
+            (
+                f"SQLite refuses it ({error}): {table} and {other} both have a `{column}` column, so the bare name "
+                f"does not say which. Each column now goes through its table's alias, `{column}` from {table}{keep}.",
+                f"Ambiguous: `{column}` is a column of both {table} and {other} ({error}). Naming the table of every "
+                f"column fixes that; {doing}{keep}.",
+            ),
+            self._seed,
+            f"after-probe-{step.index}",
+        )
 
     def _settled(self) -> str | None:
         """Yes/No for the last hop, from the number the previous step printed; None when it printed more."""
