@@ -47,9 +47,11 @@ def _logged(client, title: str) -> Iterator[Any]:
 
 
 def client_for(params: dict[str, Any]):
-    """An LLMClient when the stage's backend, or the judge's, is ``llm`` (Connection ``llm_conn_id``, default
-    ``datamind_llm``), else None."""
-    wanted = "llm" in (params.get("backend", "offline"), params.get("judge_backend"))
+    """An LLMClient when the stage's backend, or the judge's, is ``llm``, or a model rewrites the offline
+    thoughts (Connection ``llm_conn_id``, default ``datamind_llm``), else None."""
+    wanted = "llm" in (params.get("backend", "offline"), params.get("judge_backend")) or bool(
+        params.get("rewrite_thoughts")
+    )
     return _logged(_client(params.get("llm_conn_id") or DEFAULT_CONN_ID) if wanted else None, "LLM usage for this task")
 
 

@@ -34,6 +34,14 @@ class RolloutParams(StageParams):
         description="The model's last allowed turn must answer (its grammar and a note say so) instead of running "
         "out of turns.",
     )
+    # The offline expert's thoughts come from sentence patterns; a model can reword them (agent/rewrite.py).
+    rewrite_thoughts: bool = param(
+        False,
+        "Model rewrites the offline thoughts",
+        section="LLM",
+        description="Offline backend with an LLM connection: the expert model rewrites each thought in its own "
+        "words; code, outputs and answers stay as they ran, and a rewrite that adds a number or a name is not used.",
+    )
     # Each task instance starts its own sandbox (an interpreter with pandas, scipy.stats, polars and duckdb
     # imported: ~2 s of CPU): sampling the 52 DABench tables 20 queries per task took 14% longer than 50.
     shard_size: int = param(50, "Queries per task instance", minimum=1, maximum=1000, fingerprint=False)
@@ -92,4 +100,11 @@ class RolloutParams(StageParams):
         if self.backend == "offline":  # sampling parameters do not influence a replay
             for k in ("temperature", "top_p", "max_tokens", "seed", "last_turn_answers"):
                 d.pop(k)
+        if not self.rewrites:  # off: the partitions written before the switch existed keep their ids
+            d.pop("rewrite_thoughts")
         return d
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether a model rewrites the thoughts: only an offline replay has thoughts written from patterns."""
+        return self.rewrite_thoughts and self.backend == "offline"

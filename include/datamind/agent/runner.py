@@ -13,11 +13,11 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from datamind.agent import templates
+from datamind.agent import rewrite, templates
 from datamind.agent.loop import AgentResult, run_agent
 from datamind.agent.params import RolloutParams
 from datamind.agent.policies.llm_expert import LLMExpertPolicy
@@ -207,6 +207,9 @@ async def run_one(
             max_consecutive_void=params.max_consecutive_void,
             executor=pool.threads,
         )
+    # (a reflection round resampled by a judge without a connection keeps the pattern thoughts)
+    if params.rewrites and result.status == "answered" and (llm_client is not None or critique is None):
+        result, versions = await _reworded(result, task, versions, llm_client)
     return Sampled(
         task=task,
         sample_index=sample_index,
@@ -215,6 +218,29 @@ async def run_one(
         policy=policy.name,
         template_versions=versions,
         n_variants=n_variants,
+    )
+
+
+async def _reworded(result: AgentResult, task: QueryTask, versions: dict, llm_client: Any) -> tuple[AgentResult, dict]:
+    """The offline trajectory with its thoughts in the expert model's words (``agent.rewrite``); the trajectory's
+    model names both writers, and its template versions the rewrite's."""
+    if llm_client is None:
+        raise ValueError("rewrite_thoughts needs an llm_client (an LLM connection)")
+    done = await rewrite.rewrite_thoughts(llm_client, result.messages, task.query["question"])
+    versions = {**versions, "rewrite": templates.load(rewrite.TEMPLATE).version}
+    if done.kept:
+        kept = ", ".join(f"{why}: {n}" for why, n in sorted(done.kept.items()))
+        log.info("query %s: %d thoughts reworded, the others kept as written (%s)", task.query_id, done.rewritten, kept)
+    model = f"{result.model}+thoughts:{done.model}" if done.rewritten and done.model else result.model
+    return (
+        replace(
+            result,
+            messages=done.messages,
+            model=model,
+            prompt_tokens=result.prompt_tokens + done.prompt_tokens,
+            completion_tokens=result.completion_tokens + done.completion_tokens,
+        ),
+        versions,
     )
 
 

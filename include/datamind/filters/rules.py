@@ -1,7 +1,7 @@
 """The rule filters and the function that applies them in order (format -> length -> linguistic -> coherence ->
 literal -> shown): the paper's three, then a thought that claims a fix its cell did not make
 (``filters.coherence``), a code cell that writes the final answer as a literal instead of computing it
-(``datamind.references``), and an answer holding a number nothing the agent saw holds (``filters.shown``)."""
+(``datamind.references``), and an answer holding a number nothing the agent saw holds (``agent.shown``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from datamind import references
+from datamind.agent import shown
 from datamind.agent.protocol import strict_turn
-from datamind.filters import coherence, linguistic, shown
+from datamind.filters import coherence, linguistic
 from datamind.filters import format as format_rule
 from datamind.filters.tokenizer import count_tokens, count_tokens_batch
 

@@ -130,6 +130,8 @@ def sample_shard(
     p = RolloutParams.given(params)
     if p.backend == "llm" and llm_client is None:
         raise ValueError("backend='llm' needs an llm_client")
+    if p.rewrites and llm_client is None:
+        raise ValueError("rewrite_thoughts needs an llm_client (an LLM connection)")
     t0 = time.perf_counter()
     now = datetime.now(UTC)
     qids = sorted(spec["query_ids"])
