@@ -97,9 +97,8 @@ def test_only_thoughts_change_and_a_refused_rewrite_keeps_the_original(server, l
 def test_the_switch_off_keeps_every_partition_id_and_needs_no_connection():
     assert RolloutParams().fingerprint == RolloutParams(rewrite_thoughts=False).fingerprint
     assert RolloutParams(rewrite_thoughts=True).fingerprint != RolloutParams().fingerprint
-    # a model's own trajectories have no pattern thoughts to reword: the switch changes nothing there
     llm = RolloutParams(backend="llm")
-    assert RolloutParams(backend="llm", rewrite_thoughts=True).fingerprint == llm.fingerprint
+    assert RolloutParams(backend="llm", rewrite_thoughts=True).fingerprint != llm.fingerprint
 
 
 def test_offline_trajectories_sampled_with_reworded_thoughts_pass_the_rule_filters(corpus, sandbox, server, llm_client):
@@ -120,3 +119,31 @@ def test_offline_trajectories_sampled_with_reworded_thoughts_pass_the_rule_filte
         assert r["model"] == "offline-expert+thoughts:expert-model"
         assert rules.first_failure({**r, "messages": r["messages"]}) is None
         assert re.search(r'"rewrite": "', r["template_version"])
+
+
+def test_a_models_own_trajectory_has_only_the_thoughts_that_copy_the_question_reworded(server, llm_client):
+    from datamind.agent.rewrite import copied
+
+    messages = _messages()
+    copying = "What is the average price of the products sold in the north region? Thirty rows came back."
+    messages[4] = {"role": "assistant", "content": protocol.format_code_turn(
+        copying, "print(df[df.region == 'north']['price'].mean())")}  # fmt: skip
+    seen: list[str] = []
+
+    def reword(body: dict) -> str:
+        seen.append(_note(body))
+        return "<think>Thirty rows; the north mean of `price` is next.</think>"
+
+    server.responder = reword
+
+    async def run():
+        try:
+            return await rewrite_thoughts(llm_client, messages, QUESTION, copied(QUESTION))
+        finally:
+            await llm_client.aclose()
+
+    done = asyncio.run(run())
+    assert seen == [copying] and done.rewritten == 1  # the other thoughts were the model's words already
+    thinks = [protocol.parse_turn(m["content"]).think for m in done.messages if m["role"] == "assistant"]
+    assert thinks[1] == "Thirty rows; the north mean of `price` is next."
+    assert thinks[0] == protocol.parse_turn(messages[2]["content"]).think

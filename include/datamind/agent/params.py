@@ -34,13 +34,15 @@ class RolloutParams(StageParams):
         description="The model's last allowed turn must answer (its grammar and a note say so) instead of running "
         "out of turns.",
     )
-    # The offline expert's thoughts come from sentence patterns; a model can reword them (agent/rewrite.py).
+    # The offline expert's thoughts come from sentence patterns, and a small model's copy the question; the
+    # expert model can reword them (agent/rewrite.py).
     rewrite_thoughts: bool = param(
         False,
-        "Model rewrites the offline thoughts",
+        "Model rewords the thoughts",
         section="LLM",
-        description="Offline backend with an LLM connection: the expert model rewrites each thought in its own "
-        "words; code, outputs and answers stay as they ran, and a rewrite that adds a number or a name is not used.",
+        description="Needs an LLM connection. The expert model rewords every thought of an offline replay, and the "
+        "thoughts of its own trajectories that copy the question; code, outputs and answers stay as they ran, "
+        "and a rewrite that adds a number or a name is not used.",
     )
     # Each task instance starts its own sandbox (an interpreter with pandas, scipy.stats, polars and duckdb
     # imported: ~2 s of CPU): sampling the 52 DABench tables 20 queries per task took 14% longer than 50.
@@ -106,5 +108,6 @@ class RolloutParams(StageParams):
 
     @property
     def rewrites(self) -> bool:
-        """Whether a model rewrites the thoughts: only an offline replay has thoughts written from patterns."""
-        return self.rewrite_thoughts and self.backend == "offline"
+        """Whether a model rewords thoughts (all of an offline replay's, those of a model's that copy the
+        question)."""
+        return self.rewrite_thoughts

@@ -1,5 +1,7 @@
-"""An optional pass over the offline expert's trajectories: a model rewrites each thought in its own words while
-the code, the outputs and the answer stay exactly as they ran (``RolloutParams.rewrite_thoughts``).
+"""An optional pass over sampled trajectories: a model rewrites thoughts in its own words while the code, the
+outputs and the answer stay exactly as they ran (``RolloutParams.rewrite_thoughts``). An offline replay has
+every thought reworded; a model's own trajectory only those that copy the question's wording, which a small
+teacher does although its prompt says not to (Qwen2.5-Coder-1.5B: 23% of its demo samples).
 
 The offline expert's thoughts are assembled from sentence patterns, so a release written by it alone teaches a
 few dozen frames; a model's wording varies them. The model only edits prose, so it cannot break a trajectory's
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +54,7 @@ def check(new: str, old: str, context: str, question: str) -> str | None:
         return "code_or_tags"
     if len(new) > 2 * len(old) + 200:
         return "too_long"
-    if copies_question(new, question) and not copies_question(old, question):
+    if copies_question(new, question):
         return "copies_question"
     seen = [{"role": "tool", "content": context}, {"role": "user", "content": old}]
     if unshown_number(new, seen) is not None:
@@ -66,9 +69,17 @@ def _parse(text: str) -> str:
     return extract_tag(text, "think", occurrence="first", allow_unclosed=True).strip()
 
 
-async def rewrite_thoughts(client: Any, messages: list[dict], question: str) -> Rewritten:
-    """``messages`` with every assistant turn's thought rewritten by the model where the rewrite passes
-    :func:`check`; code, outputs and answers unchanged."""
+def copied(question: str) -> Callable[[str], bool]:
+    """The thoughts a model's own trajectory has reworded: those that copy the question's wording (the rest
+    are its words already)."""
+    return lambda think: copies_question(think, question)
+
+
+async def rewrite_thoughts(
+    client: Any, messages: list[dict], question: str, only: Callable[[str], bool] | None = None
+) -> Rewritten:
+    """``messages`` with every assistant turn's thought (``only``: those it selects) rewritten by the model where
+    the rewrite passes :func:`check`; code, outputs and answers unchanged."""
     template = templates.load(TEMPLATE)
     out = [dict(m) for m in messages]
     last_output: dict[int, str] = {}
@@ -83,6 +94,8 @@ async def rewrite_thoughts(client: Any, messages: list[dict], question: str) -> 
         turn = protocol.parse_turn(out[i]["content"])
         if not turn.think or turn.is_void:
             return i, None, "no_thought", None
+        if only is not None and not only(turn.think):
+            return i, None, "not_selected", None
         action = turn.answer if turn.is_answer else turn.code
         output = last_output[i][:MAX_OUTPUT_CHARS]
         prompt = template.render(output=output, thought=turn.think, action=action, is_answer=turn.is_answer)
@@ -103,7 +116,8 @@ async def rewrite_thoughts(client: Any, messages: list[dict], question: str) -> 
             result.prompt_tokens += res.prompt_tokens
             result.completion_tokens += res.completion_tokens
         if new is None:
-            result.kept[why] += 1
+            if why != "not_selected":
+                result.kept[why] += 1
             continue
         turn = protocol.parse_turn(out[i]["content"])
         fmt = protocol.format_answer_turn if turn.is_answer else protocol.format_code_turn

@@ -209,7 +209,7 @@ async def run_one(
         )
     # (a reflection round resampled by a judge without a connection keeps the pattern thoughts)
     if params.rewrites and result.status == "answered" and (llm_client is not None or critique is None):
-        result, versions = await _reworded(result, task, versions, llm_client)
+        result, versions = await _reworded(result, task, versions, llm_client, every=params.backend == "offline")
     return Sampled(
         task=task,
         sample_index=sample_index,
@@ -221,17 +221,23 @@ async def run_one(
     )
 
 
-async def _reworded(result: AgentResult, task: QueryTask, versions: dict, llm_client: Any) -> tuple[AgentResult, dict]:
-    """The offline trajectory with its thoughts in the expert model's words (``agent.rewrite``); the trajectory's
-    model names both writers, and its template versions the rewrite's."""
+async def _reworded(
+    result: AgentResult, task: QueryTask, versions: dict, llm_client: Any, *, every: bool
+) -> tuple[AgentResult, dict]:
+    """The trajectory with its thoughts in the expert model's words (``agent.rewrite``: all of an offline
+    replay's, those of a model's own that copy the question); the trajectory's model names both writers where
+    they differ, and its template versions the rewrite's."""
     if llm_client is None:
         raise ValueError("rewrite_thoughts needs an llm_client (an LLM connection)")
-    done = await rewrite.rewrite_thoughts(llm_client, result.messages, task.query["question"])
+    question = task.query["question"]
+    only = None if every else rewrite.copied(question)
+    done = await rewrite.rewrite_thoughts(llm_client, result.messages, question, only)
     versions = {**versions, "rewrite": templates.load(rewrite.TEMPLATE).version}
     if done.kept:
         kept = ", ".join(f"{why}: {n}" for why, n in sorted(done.kept.items()))
         log.info("query %s: %d thoughts reworded, the others kept as written (%s)", task.query_id, done.rewritten, kept)
-    model = f"{result.model}+thoughts:{done.model}" if done.rewritten and done.model else result.model
+    reworded = done.rewritten and done.model and done.model != result.model
+    model = f"{result.model}+thoughts:{done.model}" if reworded else result.model
     return (
         replace(
             result,
