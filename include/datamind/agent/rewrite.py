@@ -98,7 +98,9 @@ async def rewrite_thoughts(
             return i, None, "not_selected", None
         action = turn.answer if turn.is_answer else turn.code
         output = last_output[i][:MAX_OUTPUT_CHARS]
-        prompt = template.render(output=output, thought=turn.think, action=action, is_answer=turn.is_answer)
+        prompt = template.render(
+            question=question, output=output, thought=turn.think, action=action, is_answer=turn.is_answer
+        )
         try:  # (an endpoint that fails raises: an infrastructure failure fails the trajectory, to be retried)
             res = await client.chat_parsed(
                 ROLE, [{"role": "user", "content": prompt}], _parse, template_version=template.version,
