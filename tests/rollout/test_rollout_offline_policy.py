@@ -641,3 +641,17 @@ def test_a_join_whose_columns_do_not_clash_gets_no_probe(sandbox, tmp_path):
         )  # fmt: skip
         _, codes, outputs = _cells(_run_policy(sandbox, db, policy, "sql"))
         assert any("ambiguous column name" in o for o in outputs) is probes
+
+
+def test_a_difference_says_which_side_is_higher_by_the_names_its_step_gives_them():
+    r = narration.Result
+    what = "Group mean minus overall mean of price."
+    above = [narration.react(r("2.5", "gap_price", what, 40, "price"), f"s{i}", "d") for i in range(8)]
+    below = [narration.react(r("-2.5", "gap_price", what, 40, "price"), f"s{i}", "d") for i in range(8)]
+    # (one of two phrasings, picked by the seed: the other says "a positive gap of 2.5")
+    assert any("group mean is above overall mean" in a for a in above)
+    assert any("group mean is below overall mean" in b for b in below)
+    unnamed = [
+        narration.react(r("-4", "d", "difference (first minus second)", 40, "x"), f"s{i}", "d") for i in range(8)
+    ]
+    assert any("first quantity is the smaller" in u for u in unnamed) and not any("side" in u for u in unnamed)

@@ -732,6 +732,22 @@ class Result:
     kind_of_var: str = "value"  # value | text: what the variable holds (see cells.use_variable)
 
 
+# "group mean minus overall mean of price", "the group's average minus the others'": the two sides, by name
+_MINUS = re.compile(r"(?:^|[(:;,]\s*)(?P<a>[\w'’ ]{3,40}?)\s+minus\s+(?P<b>[\w'’ ]{3,40}?)(?=\s+of\b|[).,;:]|$)")
+
+
+def _which_is_higher(what: str, x: float) -> str:
+    """Which side of a difference is the larger, named from the step's own words where it says "A minus B"."""
+    m = _MINUS.search(what)
+    if m and "first" not in m.group("a").lower():
+        a, b = m.group("a").strip(), m.group("b").strip()
+        words = a.split()
+        if len(words) > 1 and words[0].istitle() and all(w.islower() for w in words[1:]):
+            a = a[0].lower() + a[1:]  # a description's sentence case, not a name ("Group mean")
+        return f"{a} is above {b}" if x > 0 else f"{a} is below {b}"
+    return "positive: the first quantity is the larger" if x > 0 else "negative: the first quantity is the smaller"
+
+
 def react(r: Result, seed: str, salt: str) -> str:
     """One clause that reads a printed result the way an analyst would: what the number means against the
     rows it came from, its sign, its strength, or the size of the group; quoting the value itself."""
@@ -837,15 +853,8 @@ def react(r: Result, seed: str, salt: str) -> str:
     if cells.DIFFERENCE.search(what):
         if x == 0:
             return f"{name} is exactly 0: no difference at all"
-        return pick(
-            (
-                f"{name} is {v}: "
-                + ("positive, the first side is higher" if x > 0 else "negative, the first side is lower"),
-                f"a {'positive' if x > 0 else 'negative'} gap of {v}",
-            ),
-            seed,
-            salt,
-        )
+        sign = "positive" if x > 0 else "negative"
+        return pick((f"{name} is {v}: {_which_is_higher(what, x)}", f"a {sign} gap of {v}"), seed, salt)
     if re.search(r"\bratio\b|divide", what) and "percent" not in what:
         return f"{name} is {v}, {'above' if x > 1 else 'below' if x < 1 else 'exactly'} 1"
     if re.search(r"value_counts\(\)\.idxmax|mode of|most common|most frequent|order by count\(\*\) desc", what):
