@@ -49,8 +49,28 @@ def answer_kind(answer: str, program: str | None = None) -> str:
     if _NUMBER.match(a):
         return "number"
     if ";" in a or ", " in a:
+        # one value from the data may hold a comma ("Washington, D.C."): a list is one a program put together
+        if program and _prints_one_value(program):
+            return "label"
         return "list"
     return "label"
+
+
+# What a program that prints several values writes: a separator literal (", ".join, "; ".join, || ', ' ||) or
+# an f-string placing values side by side ("{rows}, {cols}")
+def _prints_one_value(program: str) -> bool:
+    """Whether ``program`` prints one value: Python that joins nothing, or a query whose one cell it reads; a
+    bare SQL query prints every column of its row, comma-separated."""
+    if _JOINS.search(program):
+        return False
+    if re.match(r"\s*(?:SELECT|WITH)\b", program, re.IGNORECASE):
+        return False
+    return "execute_sql" not in program or re.search(r"\.(?:iat|iloc)\[0, ?0\]", program) is not None
+
+
+_JOINS = re.compile(
+    r"""(['"])[,;] ?\1|\}[^'"\n{}]*[,;] [^'"\n{}]*\{|\bprint\([^()\n]*,[^()\n]*\)|GROUP_CONCAT|\|\|""", re.IGNORECASE
+)
 
 
 # ("how many times" asks for a ratio, not a count)
@@ -74,13 +94,14 @@ _STATEMENT = re.compile(
 _DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4}
 
 
-def answer_form_problem(question: str, answer: str) -> str | None:
+def answer_form_problem(question: str, answer: str, program: str | None = None) -> str | None:
     """Why ``answer`` is not of the form ``question`` asks, or None; one check for every question, offline
     template or model-written. A "how many" is one whole number (not '346.0'); a question that asks yes or no
     is answered Yes or No, and a question that asks for a value does not say "reply with yes or no"; an answer
     is of the form the question's format sentence states; a list asked for with commas has commas, not ';'; a
     number asked for to N decimals has at most N; a p-value is not rounded to 0; no answer is a sentence (a
-    program that prints prose teaches the agent to answer in prose, and no judge can compare it)."""
+    program that prints prose teaches the agent to answer in prose, and no judge can compare it). With the
+    ``program`` that printed it, one value holding a comma ("Washington, D.C.") is not read as a list."""
     text = answer.strip()
     ask = final_ask(question)
     core = without_format(ask)  # what is asked, without the sentence that says in which form
@@ -89,6 +110,8 @@ def answer_form_problem(question: str, answer: str) -> str | None:
     asks_verdict = _ASKS_YES_NO.search(core) is not None and not re.search(r"\bor\b(?! no\b| not\b)", core)
     # a Yes read from the data (the top value of a Yes/No column) is a value, unless a verdict is asked for
     kind = "yesno" if verdict and (stated == "yesno" or asks_verdict) else answer_kind(text, "")
+    if kind == "list" and program and _prints_one_value(program):
+        kind = "label"  # (one value from the data holding a comma)
     if len(text.split()) >= 5 and (_PROSE.match(text) or _STATEMENT.match(text)):
         return f"the program printed a sentence ({text[:120]!r}): print only the value(s) the question asks for"
     # (a count asked for beside other values - "how many rows and columns, and which column..." - is one part)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from datamind.phrasing import answer_kind, polish_question, undouble
+from datamind.phrasing import _FORMATS, answer_form_problem, answer_kind, polish_question, undouble
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def test_every_offline_question_is_answered_in_the_form_it_asks(root, small_csv,
     of a value and its count, or a number and a label, is asked for one answer per part."""
     from synth_fixtures import catalog_rows
 
-    from datamind.phrasing import _FORMATS, answer_form_problem
+    from datamind.phrasing import answer_form_problem
     from datamind.synth.params import SynthParams
     from datamind.synth.table import synthesize_table_offline
 
@@ -164,3 +164,29 @@ def test_a_choice_between_groups_labelled_yes_and_no_is_not_asked_as_a_verdict()
     assert answer_form_problem(q, "Yes") is None
     verdict = polish_question("Is the median x of Married 'Yes' higher?", "Yes", None, program)
     assert "yes" in verdict.rsplit("?", 1)[1].lower(), verdict  # a verdict asked for is still asked as one
+
+
+@pytest.mark.parametrize(
+    "program, kind",
+    [
+        ("answer = df.loc[df['pop'].idxmax(), 'state']\nprint(answer)", "label"),  # one value from the data
+        ("answer = ', '.join(str(x) for x in top['state'])\nprint(answer)", "list"),  # put together from several
+        ('answer = f"{first}, {second}"\nprint(answer)', "list"),
+        ("execute_sql(sql='SELECT state FROM t ORDER BY pop DESC LIMIT 1', output_path='a.csv')\n"
+         "answer = pd.read_csv('a.csv').iat[0, 0]\nprint(answer)", "label"),
+        ("SELECT a || ', ' || b FROM t", "list"),
+        (None, "list"),  # without its program a comma reads as a list, as before
+    ],
+)  # fmt: skip
+def test_one_value_holding_a_comma_is_a_label_where_its_program_prints_one_value(program, kind):
+    assert answer_kind("Washington, D.C.", program) == kind
+    asked_label = "Which state has the largest population? Answer with the value as it is written in the data."
+    problem = answer_form_problem(asked_label, "Washington, D.C.", program)
+    assert (problem is None) is (kind == "label"), problem
+    if program is not None:  # the question the offline engine writes asks for the form the program prints
+        polished = polish_question("Which state has the largest population?", "Washington, D.C.", program=program)
+        assert (
+            polished.endswith("in the data.") or "data writes it" in polished
+            if kind == "label"
+            else "comma" in polished
+        )

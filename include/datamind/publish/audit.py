@@ -163,7 +163,8 @@ def sample_figures(row: dict, context: semantic.AuditContext | None = None) -> S
         repeated_read=_repeats_a_read(codes),
         # a SQL check may sit in a Python string literal with its quotes escaped
         literal_check=any(references.LITERAL_CHECK.search(c.replace("\\'", "'")) for c in codes),
-        answer_form_mismatch=bool(answer) and answer_form_problem(question, answer) is not None,
+        answer_form_mismatch=bool(answer)
+        and answer_form_problem(question, answer, codes[-1] if codes else None) is not None,
         thinks=len(thinks),
         copied_thinks=sum(copies_question(t, question) for t in thinks),
         first_frame=frame(thinks[0]) if thinks else "",

@@ -211,7 +211,7 @@ async def _ask(
         except ExecutionError as exc:
             error, failure, feedback = str(exc), "reference_failed", _repair_message(str(exc))
         else:
-            form = answer_form_problem(res.value["question"], answer)
+            form = answer_form_problem(res.value["question"], answer, res.value["code"])
             literal = references.planted_answer(res.value["code"], answer, lang) if form is None else None
             if literal is not None:  # a reference that writes its answer verifies itself: no ground truth
                 out.rejections.append(

@@ -130,7 +130,7 @@ def answer_problem(task: Task, lang: str, solution: str, answer: str, view: Tabl
         return references.ANSWER_IS_ROW_COUNT, (
             f"the answer {answer!r} is the table's row count, which the first look at the data prints"
         )
-    form = answer_form_problem(task.question, answer)
+    form = answer_form_problem(task.question, answer, solution)
     if form is not None:
         return references.ANSWER_FORM_MISMATCH, form
     return None
