@@ -61,13 +61,18 @@ def answer_kind(answer: str, program: str | None = None) -> str:
 def _prints_one_value(program: str) -> bool:
     """Whether ``program`` prints one value: Python that joins nothing, or a query whose one cell it reads; a
     bare SQL query prints every column of its row, comma-separated."""
-    if _JOINS.search(program):
+    if _JOINS.search(program) or _MANY.search(program):
         return False
     if re.match(r"\s*(?:SELECT|WITH)\b", program, re.IGNORECASE):
         return False
     return "execute_sql" not in program or re.search(r"\.(?:iat|iloc)\[0, ?0\]", program) is not None
 
 
+# What makes several values: a list, the unique values, a loop, the top rows
+_MANY = re.compile(
+    r"tolist\(|to_list\(|\blist\(|\bsorted\(|unique\(|\.values\b|\bfor\b|\.items\(|to_string\(|"
+    r"nlargest\(|nsmallest\(|\.head\(|\.tail\(|value_counts\(\)\s*\)|\bzip\("
+)
 _JOINS = re.compile(
     r"""(['"])[,;] ?\1|\}[^'"\n{}]*[,;] [^'"\n{}]*\{|\bprint\([^()\n]*,[^()\n]*\)|GROUP_CONCAT|\|\|""", re.IGNORECASE
 )

@@ -172,6 +172,7 @@ def test_a_choice_between_groups_labelled_yes_and_no_is_not_asked_as_a_verdict()
         ("answer = df.loc[df['pop'].idxmax(), 'state']\nprint(answer)", "label"),  # one value from the data
         ("answer = ', '.join(str(x) for x in top['state'])\nprint(answer)", "list"),  # put together from several
         ('answer = f"{first}, {second}"\nprint(answer)', "list"),
+        ("print(list(df['state'].unique()))", "list"),  # a model's list, printed as Python writes one
         ("execute_sql(sql='SELECT state FROM t ORDER BY pop DESC LIMIT 1', output_path='a.csv')\n"
          "answer = pd.read_csv('a.csv').iat[0, 0]\nprint(answer)", "label"),
         ("SELECT a || ', ' || b FROM t", "list"),
