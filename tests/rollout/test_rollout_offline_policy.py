@@ -655,3 +655,28 @@ def test_a_difference_says_which_side_is_higher_by_the_names_its_step_gives_them
         narration.react(r("-4", "d", "difference (first minus second)", 40, "x"), f"s{i}", "d") for i in range(8)
     ]
     assert any("first quantity is the smaller" in u for u in unnamed) and not any("side" in u for u in unnamed)
+
+
+def test_a_group_mean_over_the_whole_frame_fails_on_its_text_columns_and_is_taken_on_the_column(sandbox, tmp_path):
+    """A real pandas refusal, not a planted one: the frame holds a text column besides the group, so the whole
+    frame's per-group means fail; the thought after it names that column and the step selects the measure
+    first. Without such a text column nothing would fail, and no such step is tried."""
+    rows = [("North", "Ann", 10.0), ("South", "Bo", 4.0), ("North", "Cy", 14.0), ("East", "Di", 6.5)] * 5
+    (tmp_path / "staff.csv").write_text("region,name,amount\n" + "".join(f"{r},{n},{a}\n" for r, n, a in rows))
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    read = Source("csv", "staff.csv", "", options, reader="plain").python_preamble()
+    body = "answer = df.groupby('region')['amount'].mean().idxmax()\nprint(answer)\n"
+    fixed = reading_block(read + "\n" + body, "csv", options, "staff.csv")
+    policy = OfflineExpertPolicy(
+        hops=[HopProgram("Which region has the highest average amount?", read + "\n" + body, 1,
+                         "Group by region, rank by mean amount.", "North")],
+        inspect=inspect_code("csv", "staff.csv", None), data_format="csv", file_name="staff.csv", variant_label="t",
+        fixed_read=fixed, reuse_first_read=default_read_suffices(fixed, "csv", options, "staff.csv"),
+        question="Which region has the highest average amount?", probe_rate=1.0,
+    )  # fmt: skip
+    result = _run_policy(sandbox, tmp_path / "staff.csv", policy)
+    thinks, codes, outputs = _cells(result)
+    assert "df.groupby('region').mean()['amount']" in codes[1] and "TypeError" in outputs[1]
+    assert "`name`" in thinks[2] and "TypeError" in thinks[2]
+    assert "df.groupby('region')['amount'].mean()" in codes[2] and outputs[2].strip() == "North"
+    assert result.final_answer == "North"

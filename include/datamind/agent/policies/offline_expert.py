@@ -301,6 +301,12 @@ _PARSED_DATES = re.compile(
     r"format='mixed'\)(?=\.dt\.)"
 )
 
+# One column's mean or median per group, on the session's frame (``df.groupby('g')['m'].mean()``)
+_GROUP_STAT = re.compile(
+    r"(?P<frame>\bdf)\.groupby\((?P<g>'[^'\n]*'|\"[^\"\n]*\")\)\[(?P<m>'[^'\n]*'|\"[^\"\n]*\")\]\."
+    r"(?P<agg>mean|median)\(\)"
+)
+
 # A join's tables named with aliases ("city" AS t) and the columns its select list takes through them (t."Name").
 _ALIASED_TABLE = re.compile(r'"((?:[^"]|"")+)"\s+AS\s+([A-Za-z_]\w*)\b')
 _QUALIFIED_COLUMN = re.compile(r'\b([A-Za-z_]\w*)\."((?:[^"]|"")+)"')
@@ -382,6 +388,7 @@ class OfflineExpertPolicy:
         self._taken: set[str] = set()
         self._by_hop: dict[int, narration.Result] = {}  # each hop's printed result and the variable holding it
         self._join_clash: tuple[str, str, str] | None = None  # a join probe's column, its table, the other table
+        self._grouped: tuple[str, str, str, str] | None = None  # a group probe's group, measure, a text column, agg
 
     # -- planning ---------------------------------------------------------------------------------
     def _budget(self) -> int:
@@ -453,7 +460,7 @@ class OfflineExpertPolicy:
         none); for a file step that parses a column the first look showed as text into dates, the column's
         ``.dt`` accessor as the column stands (text has none)."""
         if self._data_format != "sqlite":
-            return self._date_probe_for(h)
+            return self._date_probe_for(h) or self._group_probe_for(h)
         if h.sql is not None:
             return self._join_probe_for(h)
         m = re.search(r"execute_sql\(sql=((?:.|\n)*?), output_path='[^']+'\)\ndf = pd\.read_csv", h.program)
@@ -501,6 +508,21 @@ class OfflineExpertPolicy:
         sql = h.sql[: select.start("cols")] + bare + h.sql[select.end("cols") :]
         self._join_clash = (column, aliases[alias], others[0])
         return f"execute_sql(sql={cells.sql_text(sql)}, output_path='{JOIN_PROBE_OUTPUT}')"
+
+    def _group_probe_for(self, h: HopProgram) -> str | None:
+        """A first step that averages one column per group (``df.groupby('g')['m'].mean()``), tried the way an
+        analyst often types it first: the whole frame's means, then the column (``df.groupby('g').mean()['m']``).
+        Where the first look showed a text column besides the group, pandas refuses to average it."""
+        m = _GROUP_STAT.search(h.program)
+        if not m or h.hop != 1 or self._view is None:
+            return None
+        group = ast.literal_eval(m.group("g"))
+        text = [n for n, d in self._view.columns if n != group and narration.is_text_dtype(d)]
+        if not text or not narration.chance(self._seed, f"probe-{h.hop}", self._probe_rate):
+            return None
+        self._grouped = (group, ast.literal_eval(m.group("m")), text[0], m.group("agg"))
+        whole = f"{m.group('frame')}.groupby({m.group('g')}).{m.group('agg')}()[{m.group('m')}]"
+        return h.program[: m.start()] + whole + h.program[m.end() :]
 
     def _date_probe_for(self, h: HopProgram) -> str | None:
         m = _PARSED_DATES.search(h.program)
@@ -886,6 +908,19 @@ class OfflineExpertPolicy:
                 self._seed,
                 f"probe-{step.index}",
             )
+        if self._grouped is not None and f".{self._grouped[3]}()[" in step.code:
+            group, measure, _, agg = self._grouped
+            facts = self._facts([measure])
+            lead = f"{narration.cap(facts)}. " if facts else ""
+            word = "means" if agg == "mean" else "medians"
+            return lead + narration.pick(
+                (
+                    f"Group by `{group}`, take the {word}, and read `{measure}` off the result.",
+                    f"The per-`{group}` {word} give this; `{measure}` is the column to look at.",
+                ),
+                self._seed,
+                f"probe-{step.index}",
+            )
         if JOIN_PROBE_OUTPUT in step.code and self._join_clash:
             column, table, other = self._join_clash
             facts = self._facts([column])
@@ -921,6 +956,22 @@ class OfflineExpertPolicy:
         dates = re.search(r"df\[(['\"])(.+?)\1\]\.dt\.", probe.code) if self._data_format != "sqlite" else None
         if JOIN_PROBE_OUTPUT in probe.code and self._join_clash:
             return self._think_after_join_probe(probe, step, doing)
+        if self._grouped is not None and f".{self._grouped[3]}()[" in probe.code:
+            group, measure, text, agg = self._grouped
+            keep = f"; `{step.var}` keeps the result" if step.var else ""
+            if probe.probe_ok:  # a pandas that skips text columns by itself
+                return f"That ran; to be explicit the step takes `{measure}` before the {agg}{keep}."
+            error = narration.read_view(probe.probe_output or "").error or "an error"
+            return narration.pick(
+                (
+                    f"That fails ({error}): the frame still holds text columns such as `{text}`, and pandas will "
+                    f"not take their {agg}. Selecting `{measure}` first leaves only the column asked about{keep}.",
+                    f"{error}: the {agg} ran over every column, text ones like `{text}` included. Picking "
+                    f"`{measure}` before the {agg} is the fix{keep}.",
+                ),
+                self._seed,
+                f"after-probe-{step.index}",
+            )
         if probe.probe_ok:
             engine = "The column" if dates else "SQLite"
             return f"{engine} answered {narration.short(probe.probe_output or '', 40)}; {doing} in pandas as a check."
