@@ -20,6 +20,10 @@ them is what training changed. Every arm uses the paper's sampling (temperature 
 Per arm and suite: pass@1, answer rate, runnable code and valid format, each with a 95% Wilson interval (n is
 small), and pass@k where trials > 1; then the SFT loss curve and what each part cost.
 
+The SFT cutoff defaults to the longest train conversation (``--cutoff 0``): LLaMA-Factory keeps a longer one's
+first turns and drops its answer. At 768 tokens none of the demo release's 191 train conversations (median
+1,057 tokens) kept its answer, and the tuned 0.5B student learned the first look and nothing after it.
+
 Resumable: every reply comes from the data root's response cache, an arm whose evaluation was written is read
 back, and the tuned checkpoint and both GGUF files are kept under ``<data root>/value/<student>/`` (the tuned
 ones in a folder named by the release and the training settings) and reused when present. A benchmark, not a
@@ -186,6 +190,26 @@ def export_gguf(base_gguf: str, checkpoint: str, out: Path, gguf_type: str) -> d
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def sft_cutoff(root: DataRoot, args) -> int:
+    """``--cutoff``, or the longest train conversation's tokens under the student's chat template (0); says how
+    many conversations a given cutoff cuts (LLaMA-Factory keeps their first turns and drops the answer)."""
+    from transformers import AutoTokenizer
+
+    from datamind.llm import local
+    from datamind.train.exports import SFT_FILE, export
+    from datamind.train.llamafactory import conversation_lengths, fit_cutoff
+
+    exp = export(root, version=args.version or None)
+    tokenizer = AutoTokenizer.from_pretrained(str(local.prepare(args.student)))
+    lengths = sorted(conversation_lengths(os.path.join(root.local_dir(exp.export_dir), SFT_FILE), tokenizer))
+    cutoff = args.cutoff or fit_cutoff(lengths)
+    cut = sum(n > cutoff for n in lengths)
+    print(f"train conversations: {len(lengths)}, tokens median {lengths[len(lengths) // 2]}, longest {lengths[-1]}; "
+          f"cutoff {cutoff} cuts {cut}" + ("  <- those lose their last turns, answers included" if cut else ""),
+          flush=True)  # fmt: skip
+    return cutoff
+
+
 def train(root: DataRoot, base: str, p: Paths, args) -> dict:
     from datamind.train.config import TrainConfig
     from datamind.train.exports import export
@@ -302,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-nofile-arm", action="store_true", help="skip the no-file leak control")
     ap.add_argument("--steps", type=int, default=30, help="SFT optimizer steps")
     ap.add_argument("--batch", type=int, default=4, help="sequences per SFT step")
-    ap.add_argument("--cutoff", type=int, default=1024, help="SFT tokens per sequence")
+    ap.add_argument("--cutoff", type=int, default=0,
+                    help="SFT tokens per sequence (0: the longest train conversation's)")  # fmt: skip
     ap.add_argument("--lr", type=float, default=1e-5, help="SFT learning rate")
     ap.add_argument("--gguf-type", default="q8_0", choices=("q8_0", "f16"),
                     help="served weights (gguf_export: q8_0 is faster on a CPU; f16 keeps small updates)")  # fmt: skip
@@ -319,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     root = DataRoot(args.data_root)
     if not root.is_local:
         ap.error("the value loop keeps checkpoints and GGUF files it serves under a local data root")
+    args.cutoff = sft_cutoff(root, args)
     key = train_key(args.student, args.version, train_settings(args))
     p = paths(Path(root.path()).resolve(), args.student, key, args.gguf_type)
     cost: dict[str, float] = {}

@@ -107,3 +107,25 @@ def test_the_written_config_reads_back_with_numbers_as_numbers(tmp_path):
     back = yaml.safe_load(Path(path).read_text())
     assert back["learning_rate"] == 1e-5 and isinstance(back["learning_rate"], float)
     assert back == sft_config(cfg, "/e", "/o")
+
+
+def test_the_fitted_cutoff_keeps_every_exported_conversation_whole(exported, tokenizer):
+    """A cutoff below a release's conversations cuts their answers: the fitted one is the smallest multiple of
+    64 that holds the longest, counted with the same chat template the trainer renders."""
+    import os
+
+    from datamind.train.exports import SFT_FILE
+    from datamind.train.llamafactory import conversation_lengths, fit_cutoff
+    from datamind.train.tokenization import render
+
+    root, result = exported
+    path = os.path.join(root.local_dir(result.export_dir), SFT_FILE)
+    lengths = conversation_lengths(path, tokenizer)
+    with open(path, encoding="utf-8") as fh:
+        rows = [json.loads(line)["messages"] for line in fh if line.strip()]
+    assert len(lengths) == len(rows) >= 2
+    for n, msgs in zip(lengths, rows, strict=True):  # every turn is counted, the answer included
+        assert n > len(tokenizer(render(tokenizer, msgs[:-1]))["input_ids"])
+    cutoff = fit_cutoff(lengths)
+    assert cutoff % 64 == 0 and max(lengths) <= cutoff < max(lengths) + 64
+    assert fit_cutoff([768, 1810, 1057]) == 1856 and fit_cutoff([1024]) == 1024
