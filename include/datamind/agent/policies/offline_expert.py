@@ -925,13 +925,20 @@ class OfflineExpertPolicy:
             column, table, other = self._join_clash
             facts = self._facts([column])
             lead = f"{narration.cap(facts)}. " if facts else ""
-            return lead + narration.pick(
-                (
-                    f"I join {table} to {other} and take the columns I need by name, `{column}` among them.",
-                    f"One query does it: {table} joined to {other}, the columns listed by their names.",
-                ),
-                self._seed,
-                f"probe-{step.index}",
+            # why the join, from the step's own program (the probe's bare names hide which column it brings)
+            joins = narration.join_reasons(step.hop.program, self._seed, f"j-{step.index}") if step.hop else []
+            why = f" {narration.cap(joins[0])}." if joins else ""
+            return (
+                lead
+                + narration.pick(
+                    (
+                        f"I join {table} to {other} and take the columns I need by name, `{column}` among them.",
+                        f"One query does it: {table} joined to {other}, the columns listed by their names.",
+                    ),
+                    self._seed,
+                    f"probe-{step.index}",
+                )
+                + why
             )
         med = re.search(r"MEDIAN\(\"(.+?)\"\)", step.code)
         col = med.group(1) if med else "the column"
@@ -1006,15 +1013,20 @@ class OfflineExpertPolicy:
             named = f"so `{column}` is {table}'s{keep}"
             return f"SQLite took the bare names; {doing} with each column's table named, {named}."
         error = narration.read_view(probe.probe_output or "").error or "an error"
-        return narration.pick(
-            (
-                f"SQLite refuses it ({error}): {table} and {other} both have a `{column}` column, so the bare name "
-                f"does not say which. Each column now goes through its table's alias, `{column}` from {table}{keep}.",
-                f"Ambiguous: `{column}` is a column of both {table} and {other} ({error}). Naming the table of every "
-                f"column fixes that; {doing}{keep}.",
-            ),
-            self._seed,
-            f"after-probe-{step.index}",
+        joins = narration.join_reasons(step.code, self._seed, f"j-{step.index}", again=True)
+        why = f" {narration.cap(joins[0])}." if joins else ""
+        return (
+            narration.pick(
+                (
+                    f"SQLite refuses it ({error}): {table} and {other} both have a `{column}` column, so the bare name "
+                    f"does not say which. Each column now goes through its table's alias, `{column}` from {table}{keep}.",
+                    f"Ambiguous: `{column}` is a column of both {table} and {other} ({error}). Naming the table of every "
+                    f"column fixes that; {doing}{keep}.",
+                ),
+                self._seed,
+                f"after-probe-{step.index}",
+            )
+            + why
         )
 
     def _settled(self) -> str | None:
