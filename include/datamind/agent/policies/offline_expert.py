@@ -1015,19 +1015,13 @@ class OfflineExpertPolicy:
         error = narration.read_view(probe.probe_output or "").error or "an error"
         joins = narration.join_reasons(step.code, self._seed, f"j-{step.index}", again=True)
         why = f" {narration.cap(joins[0])}." if joins else ""
-        return (
-            narration.pick(
-                (
-                    f"SQLite refuses it ({error}): {table} and {other} both have a `{column}` column, so the bare name "
-                    f"does not say which. Each column now goes through its table's alias, `{column}` from {table}{keep}.",
-                    f"Ambiguous: `{column}` is a column of both {table} and {other} ({error}). Naming the table of every "
-                    f"column fixes that; {doing}{keep}.",
-                ),
-                self._seed,
-                f"after-probe-{step.index}",
-            )
-            + why
+        options = (
+            f"SQLite refuses it ({error}): {table} and {other} both have a `{column}` column, so the bare name "
+            f"does not say which. Each column now goes through its table's alias, `{column}` from {table}{keep}.",
+            f"Ambiguous: `{column}` is a column of both {table} and {other} ({error}). Naming the table of every "
+            f"column fixes that; {doing}{keep}.",
         )
+        return narration.pick(options, self._seed, f"after-probe-{step.index}") + why
 
     def _settled(self) -> str | None:
         """Yes/No for the last hop, from the number the previous step printed; None when it printed more."""
