@@ -349,9 +349,7 @@ def parse_read_options(raw: str | dict | None) -> dict:
 
 
 def _label_column(con: sqlite3.Connection, table: str, key: str) -> str | None:
-    """The parent column that names a row: a text column, preferring ones called *name*/*title*, whose every
-    value names one key. Grouped by a name two rows share (Chinook's two playlists called "Music", ids 1 and 8),
-    a question would merge what the data keeps apart; a parent without such a column gets no label."""
+    """The parent column that names a row: a text column, preferring ones called *name*/*title*."""
     info = con.execute(f"PRAGMA table_info({qi(table)})").fetchall()
     text_cols = [
         r[1] for r in info if r[1] != key and ("CHAR" in (r[2] or "").upper() or "TEXT" in (r[2] or "").upper())
@@ -364,14 +362,7 @@ def _label_column(con: sqlite3.Connection, table: str, key: str) -> str | None:
         named = any(w in low for w in ("name", "title", "bezeichnung", "label", "beschreibung", "description"))
         return (not named, text_cols.index(col))
 
-    def names_one_key(col: str) -> bool:
-        shared = con.execute(
-            f"SELECT 1 FROM {qi(table)} WHERE {qi(col)} IS NOT NULL GROUP BY {qi(col)} "
-            f"HAVING COUNT(DISTINCT {qi(key)}) > 1 LIMIT 1"
-        ).fetchone()
-        return shared is None
-
-    return next((col for col in sorted(text_cols, key=score) if names_one_key(col)), None)
+    return sorted(text_cols, key=score)[0]
 
 
 def sqlite_joins(db_path: str, table: str, foreign_keys: list[dict] | None) -> list[Join]:

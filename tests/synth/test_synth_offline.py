@@ -567,30 +567,3 @@ def test_every_template_value_is_named_by_what_it_holds(root, tmp_path):
     assert set(expected) <= set(names), set(expected) - set(names)
     wrong = {t: names[t] for t, prefix in expected.items() if not names[t].startswith(prefix)}
     assert not wrong, wrong
-
-
-def test_a_parent_whose_names_two_rows_share_is_not_grouped_by_name(tmp_path):
-    """Chinook has two playlists called "Music" (ids 1 and 8): grouped by Playlist.Name, a question would merge
-    them. The label of a join is a text column whose every value names one key; without one, no label join."""
-    import sqlite3
-
-    from datamind.data_source import sqlite_joins
-
-    db = tmp_path / "media.sqlite"
-    con = sqlite3.connect(db)
-    con.executescript(
-        """
-        CREATE TABLE playlist (id INTEGER PRIMARY KEY, name TEXT, code TEXT);
-        CREATE TABLE genre (id INTEGER PRIMARY KEY, name TEXT);
-        CREATE TABLE track (id INTEGER PRIMARY KEY, playlist_id INTEGER REFERENCES playlist(id),
-                            genre_id INTEGER REFERENCES genre(id), ms INTEGER);
-        INSERT INTO playlist VALUES (1, 'Music', 'M1'), (8, 'Music', 'M8'), (3, 'Movies', 'MV');
-        INSERT INTO genre VALUES (1, 'Rock'), (2, 'Rock'), (3, 'Jazz');
-        INSERT INTO track VALUES (1, 1, 1, 100), (2, 8, 3, 200), (3, 3, 2, 300);
-        """
-    )
-    con.commit()
-    con.close()
-    joins = {j.parent_table: j.label_column for j in sqlite_joins(str(db), "track", None)}
-    # playlist: `name` repeats across ids, `code` names one playlist each; genre: no column names one genre
-    assert joins == {"playlist": "code"}
