@@ -623,6 +623,7 @@ def test_a_join_that_names_a_column_both_tables_have_fails_in_sqlite_and_is_fixe
     assert "ambiguous column name" in outputs[1]
     assert "city" in thinks[2] and "country" in thinks[2] and "`Population`" in thinks[2]
     assert "ambiguous column name" in thinks[2]
+    assert re.search(r"\bcity (?:joined )?to country\b|\bjoin city to country\b", thinks[1]), thinks[1]
     for think in thinks[1:3]:  # both steps that join say which foreign key leads to the parent
         assert re.search(r"\bCountryCode\b.*\bcountry\.Code\b", think), think
     assert 't."Population", p0."Name"' in codes[2] and outputs[2].strip() == "Avalon"

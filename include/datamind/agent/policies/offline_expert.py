@@ -387,7 +387,8 @@ class OfflineExpertPolicy:
         self._written: list[str] = []  # the cells sent so far, in order
         self._taken: set[str] = set()
         self._by_hop: dict[int, narration.Result] = {}  # each hop's printed result and the variable holding it
-        self._join_clash: tuple[str, str, str] | None = None  # a join probe's column, its table, the other table
+        # a join probe's column, its table, the other table that has it, and the table the query starts from
+        self._join_clash: tuple[str, str, str, str] | None = None
         self._grouped: tuple[str, str, str, str] | None = None  # a group probe's group, measure, a text column, agg
 
     # -- planning ---------------------------------------------------------------------------------
@@ -506,7 +507,8 @@ class OfflineExpertPolicy:
             lambda m: f'"{m.group(2)}"' if m.group(1) in aliases else m.group(0), select.group("cols")
         )
         sql = h.sql[: select.start("cols")] + bare + h.sql[select.end("cols") :]
-        self._join_clash = (column, aliases[alias], others[0])
+        child = next(iter(aliases.values()))  # the FROM table comes first; the parents are joined to it
+        self._join_clash = (column, aliases[alias], others[0], child)
         return f"execute_sql(sql={cells.sql_text(sql)}, output_path='{JOIN_PROBE_OUTPUT}')"
 
     def _group_probe_for(self, h: HopProgram) -> str | None:
@@ -922,7 +924,8 @@ class OfflineExpertPolicy:
                 f"probe-{step.index}",
             )
         if JOIN_PROBE_OUTPUT in step.code and self._join_clash:
-            column, table, other = self._join_clash
+            column, _, _, child = self._join_clash
+            parents = " and ".join(sorted({t for t in self._join_clash[1:3] if t != child}))
             facts = self._facts([column])
             lead = f"{narration.cap(facts)}. " if facts else ""
             # why the join, from the step's own program (the probe's bare names hide which column it brings)
@@ -932,8 +935,8 @@ class OfflineExpertPolicy:
                 lead
                 + narration.pick(
                     (
-                        f"I join {table} to {other} and take the columns I need by name, `{column}` among them.",
-                        f"One query does it: {table} joined to {other}, the columns listed by their names.",
+                        f"I join {child} to {parents} and take the columns I need by name, `{column}` among them.",
+                        f"One query does it: {child} joined to {parents}, the columns listed by their names.",
                     ),
                     self._seed,
                     f"probe-{step.index}",
@@ -1007,7 +1010,7 @@ class OfflineExpertPolicy:
 
     def _think_after_join_probe(self, probe: _Step, step: _Step, doing: str) -> str:
         assert self._join_clash is not None
-        column, table, other = self._join_clash
+        column, table, other, _ = self._join_clash
         keep = f", and `{step.var}` keeps the result" if step.var else ""
         if probe.probe_ok:  # an engine that picked a column for the bare name: the step names it all the same
             named = f"so `{column}` is {table}'s{keep}"
