@@ -48,6 +48,8 @@ TINY_TRAINING = {
         "max_turns": 2,
         "max_turn_tokens": 48,
         "learning_rate": 0.001,
+        # the tiny tokenizer (600 merges of the data's own text) spends about twice a real one's tokens on a prompt
+        "max_prompt_length": 4096,
     },
 }
 
