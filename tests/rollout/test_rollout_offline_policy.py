@@ -59,17 +59,23 @@ def test_a_step_that_reads_no_data_is_not_described_as_reading_it():
     assert describe_program("from math import sqrt\nprint(sqrt(2.0) > 1)") != "arithmetic"  # conservative
 
 
-def _shop_db(tmp_path):
-    db = tmp_path / "shop.sqlite"
+def _sqlite(tmp_path, name: str, script: str):
+    db = tmp_path / name
     con = sqlite3.connect(db)
-    con.executescript(
-        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT, spend REAL);"
-        "INSERT INTO customers VALUES (1, 'Ada', 'London', 10.5), (2, 'Lin', 'Paris', 7.25), (3, 'Bo', 'London', 3.0),"
-        " (4, 'Cy', 'Rome', 12.0), (5, 'Di', 'London', 8.0);"
-    )
+    con.executescript(script)
     con.commit()
     con.close()
     return db
+
+
+def _shop_db(tmp_path):
+    return _sqlite(
+        tmp_path,
+        "shop.sqlite",
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT, spend REAL);"
+        "INSERT INTO customers VALUES (1, 'Ada', 'London', 10.5), (2, 'Lin', 'Paris', 7.25), (3, 'Bo', 'London', 3.0),"
+        " (4, 'Cy', 'Rome', 12.0), (5, 'Di', 'London', 8.0);",
+    )
 
 
 def _run_policy(sandbox, path, policy, language="python"):
@@ -584,18 +590,15 @@ def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_pat
 
 
 def _atlas_db(tmp_path):
-    db = tmp_path / "atlas.sqlite"
-    con = sqlite3.connect(db)
-    con.executescript(
+    return _sqlite(
+        tmp_path,
+        "atlas.sqlite",
         "CREATE TABLE country (Code TEXT PRIMARY KEY, Name TEXT, Population INTEGER);"
         "CREATE TABLE city (ID INTEGER PRIMARY KEY, Name TEXT, CountryCode TEXT REFERENCES country(Code),"
         " Population INTEGER);"
         "INSERT INTO country VALUES ('AA', 'Avalon', 900), ('BB', 'Borduria', 500);"
-        "INSERT INTO city VALUES (1, 'Alpha', 'AA', 100), (2, 'Beta', 'AA', 300), (3, 'Gamma', 'BB', 50);"
+        "INSERT INTO city VALUES (1, 'Alpha', 'AA', 100), (2, 'Beta', 'AA', 300), (3, 'Gamma', 'BB', 50);",
     )
-    con.commit()
-    con.close()
-    return db
 
 
 JOIN_SQL = (

@@ -69,12 +69,12 @@ def unshown_number(final_answer: str, messages: list[dict]) -> float | None:
             continue
         cells.append(sorted(v for v, _ in parse_answer(text).numbers if math.isfinite(v)))
     seen = sorted({abs(v) for cell in cells for v in cell})
+    # a wide print is a table: sums of its pairs would match almost any number by chance
+    small = [cell for cell in cells if 2 <= len(cell) <= MAX_PAIR_CELL]
     for value in wanted:
         targets = _targets(value, _decimals(value))
         if any(_near(seen, t, tol) for t, tol in targets):
             continue
-        # a wide print is a table: sums of its pairs would match almost any number by chance
-        small = [cell for cell in cells if 2 <= len(cell) <= MAX_PAIR_CELL]
         if not any(_pair_makes(cell, t, tol) for cell in small for t, tol in targets):
             return value
     return None
