@@ -6,6 +6,7 @@ construction, stated by the question or written in the program rejected with the
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
 
 import pandas as pd
@@ -181,6 +182,20 @@ def test_outlier_and_median_shares_fixed_by_construction_are_rejected_with_a_rea
     assert S.level_percentile(view, median, rng) is None
     # a count of distinct values is no count of records: nothing divides it by the row count
     assert S.YIELDS[S.group_distinct] == "distinct" and S.TRANSITIONS["distinct"] == ()
+
+
+def test_a_gap_step_names_no_direction_its_value_may_not_have():
+    """A later hop restates the gap's step: "how far the group lies above the others" read wrong on a gap of
+    -109564.83 (the group was below)."""
+    df = pd.DataFrame({"g": ["a", "b"] * 20, "x": [v for i in range(20) for v in (10.0 + i, 90.0 + i)]})
+    view = _view(df)
+    low = S.Value("group", "a", "g", "that g", ("find the g with the lowest x",))
+    made = S.group_gap(view, low, random.Random(0))
+    scope = {"df": df}
+    exec(made.task.py, scope)  # noqa: S102 - the step's own generated body
+    assert scope["answer"] == -80.0
+    assert not re.search(r"\b(above|higher|more|exceeds?|below|lower|less)\b", made.step), made.step
+    assert "minus" in made.step
 
 
 def test_chains_never_come_back_to_a_value_they_started_from(root, tmp_path):

@@ -314,7 +314,7 @@ def group_gap(view, prev: Value, rng):
         task,
         "diff",
         m,
-        f"compute how far the average {m} of {prev.ref} lies above the other records' average",
+        f"compute the average {m} of {prev.ref} minus the other records' average {m}",
         "that gap",
     )
 
