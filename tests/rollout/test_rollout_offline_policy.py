@@ -549,8 +549,32 @@ def test_a_difference_of_a_column_called_percentage_is_narrated_as_a_difference(
     on_gap = [re.sub(r"`[^`]*`", "", t) for t in thinks if str(gap) in t and str(pct) not in t]  # names aside
     assert on_gap and all("percent" not in t.lower() and "smaller base" not in t for t in on_gap), on_gap
     assert any("negative" in t for t in on_gap), on_gap
+    # two low scores among thirty high ones: the analyst reads the negative gap as the column's shape
+    skew = [t for t in thinks if "tail of small `Percentage` values" in t]
+    assert skew and "20% of the mean" in skew[0], thinks
     on_pct = [t for t in thinks if str(pct) in t]
     assert on_pct and any("below zero" in t for t in on_pct) and not any("smaller base" in t for t in on_pct)
+
+
+def test_only_a_whole_columns_mean_minus_its_median_is_read_as_the_columns_shape():
+    r = narration.Result
+    mean = r("133651.0889", "avg_population", 'mean of population. select round(avg("population"), 4) from "city"', 360,
+             "Population")  # fmt: skip
+    what = "compare the previous result with the median of population. 133651.0889 - df['population'].median()"
+    note = narration.skew_note(mean, r("78242.5889", "gap_population", what, 360, "Population"))
+    assert note and "tail of large `Population` values" in note and "59% of the mean" in note
+    assert "symmetric" in narration.skew_note(mean, r("1000.0", "gap_population", what, 360, "Population"))
+    assert narration.skew_note(mean, r("8000.0", "gap_population", what, 360, "Population")) is None  # 6%: no claim
+    # a group's mean minus the whole column's median mixes the group's effect with the shape: nothing is said
+    group = r("133651.0889", "avg_population", "mean of population within the previous step's district group. "
+              "df.loc[df['district'] == 'a', 'population'].mean()", 20, "Population")  # fmt: skip
+    assert narration.skew_note(group, r("78242.5889", "gap_population", what, 360, "Population")) is None
+    other = r("78242.5889", "gap_area", what.replace("population", "area"), 360, "Area")
+    assert narration.skew_note(mean, other) is None  # another column's gap
+    # a difference that does not start from the printed mean (the median minus something else)
+    assert (
+        narration.skew_note(mean, r("5.0", "gap_population", "median of population minus 3", 360, "Population")) is None
+    )
 
 
 def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 
@@ -745,7 +746,43 @@ def _which_is_higher(what: str, x: float) -> str:
         if len(words) > 1 and words[0].istitle() and all(w.islower() for w in words[1:]):
             a = a[0].lower() + a[1:]  # a description's sentence case, not a name ("Group mean")
         return f"{a} is above {b}" if x > 0 else f"{a} is below {b}"
-    return "positive: the first quantity is the larger" if x > 0 else "negative: the first quantity is the smaller"
+    return f"{'positive' if x > 0 else 'negative'}, so the first quantity is the {'larger' if x > 0 else 'smaller'}"
+
+
+# A whole-column mean: no filter, group or other statistic in what computed it (a group's mean minus the overall
+# median mixes the group's effect with the column's shape, and says nothing about either alone).
+_WHOLE_MEAN = re.compile(r"\bmean\b|\baverage\b|\bavg\(", re.IGNORECASE)
+_NOT_WHOLE = re.compile(
+    r"median|==|!=|\bwhere\b|\.loc\[|groupby|group by|records of|within|group|quantile|std|\[df\[", re.IGNORECASE
+)
+
+
+def skew_note(before: Result | None, r: Result) -> str | None:
+    """What a whole column's mean minus its median says about the column's shape, where ``before`` printed that
+    mean and ``r`` printed the difference: a mean well above the median is a tail of large values pulling it
+    (the surprise an analyst remarks on before reporting an average), well below a tail of small ones."""
+    if before is None or not before.column or before.column != r.column:
+        return None
+    mean, gap = _num(before.value.strip()), _num(r.value.strip())
+    if mean is None or gap is None or mean == 0 or not math.isfinite(mean) or not math.isfinite(gap):
+        return None
+    if not _WHOLE_MEAN.search(before.what) or _NOT_WHOLE.search(before.what):
+        return None
+    literal = re.escape(before.value.strip())
+    # the difference is that very mean minus the median (its program holds the printed mean as the first term)
+    if not re.search(rf"{literal}\s*-\s*.*median|{literal}\s*-\s*median", r.what, re.IGNORECASE):
+        return None
+    col, rel = f"`{r.column}`", gap / abs(mean)
+    pct = _pct(abs(gap), abs(mean))
+    if abs(rel) > 0.1:
+        side = ("large", "above") if rel > 0 else ("small", "below")
+        return (
+            f"that is {pct} of the mean: a tail of {side[0]} {col} values pulls the average {side[1]} the median, "
+            "which is the more typical value"
+        )
+    if abs(rel) < 0.02:
+        return f"mean and median almost agree, so {col} is close to symmetric"
+    return None
 
 
 def react(r: Result, seed: str, salt: str) -> str:

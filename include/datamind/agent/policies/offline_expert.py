@@ -868,8 +868,7 @@ class OfflineExpertPolicy:
                 lead += f" {narration.cap(joins[0])}."
             action = narration.pick((f"Now: {doing}", f"First computation: {doing}", f"So, {doing}"), seed, "act")
             return f"{lead} {action}{keep}."
-        reaction = narration.react(prev, seed, "prev")
-        reaction = narration.cap(reaction)
+        reaction = narration.cap(self._react(prev, self._by_hop.get(step.index - 2), seed, "prev"))
         use = ""
         if via_var and f"`{prev.var}`" not in reaction and f"`{prev.var}`" not in doing:
             use = narration.pick(
@@ -1026,6 +1025,13 @@ class OfflineExpertPolicy:
         )
         return narration.pick(options, self._seed, f"after-probe-{step.index}") + why
 
+    @staticmethod
+    def _react(r: narration.Result, before: narration.Result | None, seed: str, salt: str) -> str:
+        """The reaction to a printed result, with what it says about the data against the result before it."""
+        reaction = narration.react(r, seed, salt)
+        note = narration.skew_note(before, r)
+        return f"{reaction}. {narration.cap(note)}" if note else reaction
+
     def _settled(self) -> str | None:
         """Yes/No for the last hop, from the number the previous step printed; None when it printed more."""
         try:
@@ -1040,8 +1046,8 @@ class OfflineExpertPolicy:
         prev = narration.short(self._outputs[-1], 40)
         compared = f"{prev} is {'above' if verdict == 'Yes' else 'not above'} {self._settle_threshold:g}"
         r = self._results[-1] if self._results else None
-        reaction = narration.react(r, self._seed, "settle-r") if r else prev
-        reaction = narration.cap(reaction)
+        before = self._results[-2] if len(self._results) > 1 else None
+        reaction = narration.cap(self._react(r, before, self._seed, "settle-r") if r else prev)
         return narration.pick(
             (
                 f"{reaction}. That settles it without more code: {compared}, so {verdict}.",
@@ -1054,10 +1060,13 @@ class OfflineExpertPolicy:
 
     def _think_answer(self, answer: str) -> str:
         r = self._results[-1] if self._results else narration.Result(answer, None, "", None, None)
-        reaction = narration.react(r, self._seed, "final")
-        reaction = narration.cap(reaction)
+        before = self._results[-2] if len(self._results) > 1 else None
+        reaction = narration.cap(narration.react(r, self._seed, "final"))
         a = narration.short(answer, 100)
         var = f"`{r.var}`" if r.var else None
+        note = narration.skew_note(before, r)
+        if note:  # the reading of the data comes before the value reported, so "that" cannot point at the median
+            return f"{reaction}. {narration.cap(note)}. Still, the gap itself is what I report: {var or a}."
         if var and var in reaction:
             return narration.pick(
                 (f"{reaction}; nothing is left to compute.", f"{reaction}, and that is the answer.", f"{reaction}."),
