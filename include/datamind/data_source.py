@@ -239,7 +239,8 @@ def default_read_suffices(block: str | None, fmt: str, options: dict, file_name:
     if block != "import pandas as pd\n\n" + plain[plain.index("DATA_PATH = ") :]:
         return False
     kwargs.pop("sheet_name", None)
-    if kwargs.get("encoding") == "ascii":  # a subset of UTF-8: read the same
+    # ASCII is a subset of UTF-8, and pandas drops a UTF-8 byte-order mark by itself: both read the same
+    if str(kwargs.get("encoding", "")).lower() in ("ascii", "utf-8-sig", "utf_8_sig"):
         kwargs["encoding"] = "utf-8"
     return all(defaults.get(k) == v for k, v in kwargs.items())
 

@@ -577,6 +577,75 @@ def test_only_a_whole_columns_mean_minus_its_median_is_read_as_the_columns_shape
     )
 
 
+def _first_look_then_steps(sandbox, tmp_path, name, options, reader, body, question):
+    """A chain of ``body`` steps over the file ``name``, read the way ``reader`` reads it, from a default first
+    look."""
+    fmt = options["format"]
+    read = Source(fmt, name, "", options, reader=reader).python_preamble()
+    hops = [HopProgram(question, f"{read}\n{b}\nprint(answer)\n", i, d, "") for i, (b, d) in enumerate(body, 1)]
+    fixed = reading_block(hops[0].program, fmt, options, name)
+    sheet = {"sheet_name": options["sheet"]} if "sheet" in options else None
+    policy = OfflineExpertPolicy(
+        hops=hops, inspect=inspect_code(fmt, name, sheet), data_format=fmt, file_name=name, variant_label="t",
+        fixed_read=fixed, reuse_first_read=default_read_suffices(fixed, fmt, options, name), question=question,
+    )  # fmt: skip
+    return _cells(_run_policy(sandbox, tmp_path / name, policy))
+
+
+def test_numbers_with_thousands_separators_are_named_as_text_and_read_again_once(sandbox, tmp_path):
+    """bitconnect_price.csv writes its volumes as "5,350,380": a default read leaves them text. The thought after
+    the first look says so, quoting a value it printed; one corrected read follows, and the steps after it use
+    the session's frame instead of carrying the read again, without a word of why, in every cell."""
+    volumes = [5350380, 5683580, 8539660, 912000, 43017, 1204455, 7750120, 66120] * 4
+    text = "Date,Close,Volume\n" + "".join(f'd{i},{i + 0.5},"{v:,}"\n' for i, v in enumerate(volumes))
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1,
+               "thousands": ","}  # fmt: skip
+    body = [
+        ("answer = round(float(df['Volume'].median()), 4)", "Median of Volume."),
+        ("answer = int((df['Volume'] > 1204455.0).sum())", "Use the previous result as a threshold on Volume."),
+    ]
+    (tmp_path / "coin.csv").write_text(text)
+    thinks, codes, outputs = _first_look_then_steps(
+        sandbox, tmp_path, "coin.csv", options, "plain", body, "What is the median Volume? How many lie above it?"
+    )
+    assert re.search(r"Volume\s+(?:object|str)", outputs[0]) and "5,350,380" in outputs[0]
+    assert (
+        "`Volume` came out as text" in thinks[1] and "5,350,380" in thinks[1] and "thousands separator ','" in thinks[1]
+    )
+    assert "thousands=','" in codes[1] and re.search(r"Volume\s+int64", outputs[1]), outputs[1]
+    assert not any(re.search(r"read_csv\(", c) for c in codes[2:]), codes[2:]  # the frame the fix read is reused
+    assert outputs[2].strip() == str(float(sorted(volumes)[15] + sorted(volumes)[16]) / 2)
+
+
+def test_a_header_with_spaces_around_its_name_is_named_before_it_is_trimmed(sandbox, tmp_path):
+    """Financial Sample.xlsx calls a column ' Sales' and writes the discount band 'None': the first look prints the
+    name with its space (every column after it is still read), and the thought says why the read that trims
+    names and keeps labels comes next; the steps after it use that frame."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Sheet1"
+    sheet.append(["Segment", "Discount Band", " Sales", "COGS"])
+    for i in range(30):
+        sheet.append([f"s{i % 3}", ["None", "Low", "High"][i % 3], 100 + i, 50 + i])
+    book.save(tmp_path / "fin.xlsx")
+    options = {"format": "xlsx", "sheet": "Sheet1", "header_start": 0, "header_rows": 1}
+    body = [
+        ("answer = round(float(df['Sales'].mean()), 4)", "Mean of Sales."),
+        ("answer = int((df['Sales'] > 114.5).sum())", "Use the previous result as a threshold on Sales."),
+    ]
+    thinks, codes, outputs = _first_look_then_steps(
+        sandbox, tmp_path, "fin.xlsx", options, "repair", body, "What is the mean Sales? How many lie above it?"
+    )
+    view = narration.read_view(outputs[0])
+    assert view.names == ["Segment", "Discount Band", " Sales", "COGS"], view.names
+    assert "' Sales' carries spaces" in thinks[1] and "the column names trimmed" in thinks[1], thinks[1]
+    assert "'None' stays a label" in thinks[1]
+    assert [o.strip() for o in outputs[2:]] == ["114.5", "15"]
+    assert not any("read_excel(" in c for c in codes[2:]), codes[2:]
+
+
 def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_path):
     """A clean CSV whose days the default read leaves as text: on a trajectory that tries the `.dt` accessor
     first, the error is the data's (text has no accessor), the next thought quotes it and names the column,

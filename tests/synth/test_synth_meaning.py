@@ -198,6 +198,29 @@ def test_a_gap_step_names_no_direction_its_value_may_not_have():
     assert "minus" in made.step
 
 
+def test_a_highest_average_resting_on_two_records_is_not_asked():
+    """Two boutique stores out-earn the twenty-record chains on average: "which store has the highest average"
+    would rank two sales against twenty, and the chain's next step would take a median of two rows."""
+    from datamind.synth.offline.templates.lookup import rank_top_mean
+
+    rng = random.Random(3)
+    rows = [("Main", 100 + rng.random() * 20) for _ in range(20)] + [
+        ("Mall", 90 + rng.random() * 20) for _ in range(20)
+    ]
+    tiny = pd.DataFrame(rows + [("Boutique", 900.0), ("Boutique", 950.0)], columns=["store", "sales"])
+    view = _view(tiny)
+    assert view.groups == ["store"] and view.measures == ["sales"]
+    assert S.root_top_mean(view, random.Random(0)) is None
+    assert list(rank_top_mean(view, random.Random(0))) == []
+    # with five sales of its own the boutique's average is a finding, and it is asked
+    enough = _view(pd.DataFrame(rows + [("Boutique", 900.0 + i) for i in range(5)], columns=["store", "sales"]))
+    made = S.root_top_mean(enough, random.Random(0))
+    scope = {"df": enough.df}
+    exec(made.task.py, scope)  # noqa: S102 - the step's own generated body
+    assert scope["answer"] == "Boutique"
+    assert [t.params for t in rank_top_mean(enough, random.Random(0))] == [{"m": "sales", "g": "store"}]
+
+
 def test_chains_never_come_back_to_a_value_they_started_from(root, tmp_path):
     """Turin -> its most common business -> that business's most common city is Turin again: asks nothing new."""
     rows = [("Turin", "bar")] * 6 + [("Turin", "shop")] * 2 + [("Milan", "shop")] * 5 + [("Milan", "bar")] * 1

@@ -53,7 +53,8 @@ _SENTENCE = re.compile(r".+?(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\betc)(?<!\bno)(?
 
 
 # -- what a read printed -----------------------------------------------------------------------
-_DTYPE_LINE = re.compile(r"^(?P<name>\S(?:.*\S)?)\s{2,}(?P<dtype>[A-Za-z][\w\[\], ]*)$")
+# (a name may start with spaces: `' Sales'` prints as such, and every column after it must still be read)
+_DTYPE_LINE = re.compile(r"^(?P<name>\s*\S(?:.*\S)?)\s{2,}(?P<dtype>[A-Za-z][\w\[\], ]*)$")
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,9 @@ def describe_fix(code: str) -> str:
     m = re.search(r"\bencoding=(['\"])(.+?)\1", code)
     if m and m.group(2).lower().replace("-", "") not in ("utf8",):
         parts.append(f"encoding {m.group(2)}")
+    m = re.search(r"\bthousands=(['\"])(.)\1", code)
+    if m:
+        parts.append(f"thousands separator {m.group(2)!r}")
     m = re.search(r"\bskiprows=(\d+)|\bheader=(\d+)", code)
     if m:
         parts.append(f"the header on line {int(m.group(1) or m.group(2)) + 1}")
@@ -158,9 +162,36 @@ def describe_fix(code: str) -> str:
         return "the empty unnamed columns dropped"
     if "startswith('Unnamed: ')" in code:
         parts.append("the empty unnamed columns dropped")
+    if "keep_default_na=False" in code:
+        parts.append("only empty cells as missing (a label such as 'None' stays a label)")
+    if "' '.join(str(v).split())" in code or "str(c).strip() for c in df.columns" in code:
+        parts.append("the column names trimmed")
     if "str.strip()" in code:
         parts.append("text cells stripped")
     return ", ".join(parts) or "explicit reading options"
+
+
+def layout_problem(view: ReadView, output: str, fixed_read: str, columns: list[str]) -> str | None:
+    """What a clean-looking first read still gets wrong about the ``columns`` a task needs, where the corrected
+    read ``fixed_read`` changes it, quoted from the print: numbers written with thousands separators came out as
+    text ("5,350,380"), or a header carries spaces around its name (`' Sales'`, which `df['Sales']` misses)."""
+    sep = re.search(r"\bthousands=(['\"])(.)\1", fixed_read)
+    dtypes = dict(view.columns)
+    if sep:
+        shown = re.search(rf"(?<![\w.])\d{{1,3}}(?:{re.escape(sep.group(2))}\d{{3}})+(?!\w)", output)
+        texts = [c for c in columns if c in dtypes and is_text_dtype(dtypes[c])]
+        if shown and texts:
+            return (
+                f"`{texts[0]}` came out as text: its numbers are written with thousands separators, as in "
+                f"{shown.group(0)}, which a default read does not parse"
+            )
+    trims = "' '.join(str(v).split())" in fixed_read or "str(c).strip() for c in df.columns" in fixed_read
+    if trims:
+        for c in columns:
+            spaced = next((n for n in dtypes if n != c and n.strip() == c), None)
+            if spaced is not None:
+                return f"the header {spaced!r} carries spaces around its name, so `df[{c!r}]` would not find it"
+    return None
 
 
 # -- what a program uses ------------------------------------------------------------------------

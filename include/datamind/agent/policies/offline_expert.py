@@ -379,6 +379,7 @@ class OfflineExpertPolicy:
         self._known: list[str] = []  # column names the latest good read showed
         self._view: narration.ReadView | None = None  # the latest good read of the file
         self._missing: dict[str, int] | None = None
+        self._read_problem: str | None = None  # what the first look showed wrong with the read, in words
         self._schema = ""  # what the first look printed
         self._tables: dict[str, narration.DbTable] = {}
         self._cross_checked = cross_check is not None
@@ -403,6 +404,10 @@ class OfflineExpertPolicy:
         view = narration.read_view(output)
         ok = getattr(obs, "ok", False)
         problem = narration.read_problem(view) if self._data_format != "sqlite" else None
+        if ok and not problem and self._fixed_read and not self._reuse_first_read and self._data_format != "sqlite":
+            # a read that looks clean yet differs from the one every step needs: say what the print shows of it
+            problem = narration.layout_problem(view, output, self._fixed_read, self._chain_columns())
+        self._read_problem = problem
         budget = self._budget()
         reads_done = False  # whether `df` in the session is already the frame each step's own read would give
         # An empty column left by a trailing delimiter is dropped from the frame the session holds; a re-read
@@ -1119,7 +1124,7 @@ class OfflineExpertPolicy:
                 think, code = self._think_explore(), step.code
             elif step.kind == "fix":
                 view = narration.read_view(getattr(last_observation, "output", "") or "")
-                think, code = self._think_fix(narration.read_problem(view), view.error, step.code), step.code
+                think, code = self._think_fix(self._read_problem, view.error, step.code), step.code
             elif step.kind == "probe":
                 think, code = self._think_probe(step), step.code
             elif step.kind == "check":

@@ -90,6 +90,21 @@ def unique_top(values: pd.Series, ascending: bool = False) -> bool:
     return len(v) >= 2 and not np.isclose(v.iloc[0], v.iloc[1], rtol=1e-9, atol=1e-12)
 
 
+# A group's average is ranked only where it rests on this many values (or a quarter of a small table's rows):
+# "the highest average price" won by two records among hundreds says nothing about the group, and the chain's
+# next step (its median, its spread) would be computed over those same two rows.
+MIN_RANKED_GROUP = 5
+
+
+def ranked_mean(df: pd.DataFrame, g: str, m: str) -> bool:
+    """Whether "which ``g`` has the highest average ``m``" has one answer resting on enough values."""
+    stats = df.groupby(g)[m].agg(["mean", "count"]).dropna(subset=["mean"])
+    if not unique_top(stats["mean"]):
+        return False
+    need = min(MIN_RANKED_GROUP, max(2, len(df) // 4))
+    return int(stats.loc[stats["mean"].idxmax(), "count"]) >= need
+
+
 def fmt(v) -> str:
     """A value as it reads inside a question."""
     v = python_scalar(v)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from datamind.data_source import qi, ql
 from datamind.synth.offline.columns import TableView
-from datamind.synth.offline.generators import Task, an, c, iso_days, unique_top
+from datamind.synth.offline.generators import Task, an, c, iso_days, ranked_mean, unique_top
 
 NP = ("import numpy as np",)
 
@@ -99,7 +99,7 @@ def root_top_count(view, rng):
 
 
 def root_top_mean(view, rng):
-    pairs = [(g, m) for g in view.groups for m in view.measures if g != m and unique_top(view.df.groupby(g)[m].mean())]
+    pairs = [(g, m) for g in view.groups for m in view.measures if g != m and ranked_mean(view.df, g, m)]
     pick = _pick(pairs, rng)
     if pick is None:
         return None

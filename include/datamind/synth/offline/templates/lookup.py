@@ -19,6 +19,7 @@ from datamind.synth.offline.generators import (
     c,
     fmt,
     missing_counts,
+    ranked_mean,
     sample,
     template,
     two_values,
@@ -84,7 +85,7 @@ def agg_group_max(view, rng):
 def rank_top_mean(view, rng):
     df = view.df
     for m, g in sample(itertools.product(view.measures, view.groups), rng):
-        if m == g or not unique_top(df.groupby(g)[m].mean()):
+        if m == g or not ranked_mean(df, g, m):
             continue
         yield Task(
             "ranking",
