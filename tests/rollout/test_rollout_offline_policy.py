@@ -577,7 +577,7 @@ def test_only_a_whole_columns_mean_minus_its_median_is_read_as_the_columns_shape
     )
 
 
-def _first_look_then_steps(sandbox, tmp_path, name, options, reader, body, question):
+def _first_look_then_steps(sandbox, tmp_path, name, options, reader, body, question, probe_rate=0.0):
     """A chain of ``body`` steps over the file ``name``, read the way ``reader`` reads it, from a default first
     look."""
     fmt = options["format"]
@@ -588,6 +588,7 @@ def _first_look_then_steps(sandbox, tmp_path, name, options, reader, body, quest
     policy = OfflineExpertPolicy(
         hops=hops, inspect=inspect_code(fmt, name, sheet), data_format=fmt, file_name=name, variant_label="t",
         fixed_read=fixed, reuse_first_read=default_read_suffices(fixed, fmt, options, name), question=question,
+        probe_rate=probe_rate,
     )  # fmt: skip
     return _cells(_run_policy(sandbox, tmp_path / name, policy))
 
@@ -602,7 +603,7 @@ def test_numbers_with_thousands_separators_are_named_as_text_and_read_again_once
                "thousands": ","}  # fmt: skip
     body = [
         ("answer = round(float(df['Volume'].median()), 4)", "Median of Volume."),
-        ("answer = int((df['Volume'] > 1204455.0).sum())", "Use the previous result as a threshold on Volume."),
+        ("answer = int((df['Volume'] > 3277417.5).sum())", "Use the previous result as a threshold on Volume."),
     ]
     (tmp_path / "coin.csv").write_text(text)
     thinks, codes, outputs = _first_look_then_steps(
@@ -614,7 +615,17 @@ def test_numbers_with_thousands_separators_are_named_as_text_and_read_again_once
     )
     assert "thousands=','" in codes[1] and re.search(r"Volume\s+int64", outputs[1]), outputs[1]
     assert not any(re.search(r"read_csv\(", c) for c in codes[2:]), codes[2:]  # the frame the fix read is reused
-    assert outputs[2].strip() == str(float(sorted(volumes)[15] + sorted(volumes)[16]) / 2)
+    median = str(float(sorted(volumes)[15] + sorted(volumes)[16]) / 2)
+    assert outputs[2].strip() == median == "3277417.5" and "> median_volume" in codes[3], codes[3]
+    # on a trajectory that computes before noticing, the text refuses the median: the data's own error, then
+    # the same fix, quoted from the first look, and the same answer
+    thinks, codes, outputs = _first_look_then_steps(
+        sandbox, tmp_path, "coin.csv", options, "plain", body, "What is the median Volume? How many lie above it?", 1.0
+    )
+    assert "df['Volume'].median()" in codes[1] and "read_csv(" not in codes[1] and "TypeError" in outputs[1]
+    assert "text" not in thinks[1] and "median" in thinks[1]  # it does not know yet
+    assert thinks[2].lstrip().startswith("That failed with TypeError") and "`Volume` came out as text" in thinks[2]
+    assert "thousands=','" in codes[2] and outputs[3].strip() == median
 
 
 def test_a_header_with_spaces_around_its_name_is_named_before_it_is_trimmed(sandbox, tmp_path):
@@ -644,6 +655,12 @@ def test_a_header_with_spaces_around_its_name_is_named_before_it_is_trimmed(sand
     assert "'None' stays a label" in thinks[1]
     assert [o.strip() for o in outputs[2:]] == ["114.5", "15"]
     assert not any("read_excel(" in c for c in codes[2:]), codes[2:]
+    thinks, codes, outputs = _first_look_then_steps(
+        sandbox, tmp_path, "fin.xlsx", options, "repair", body, "What is the mean Sales? How many lie above it?", 1.0
+    )
+    assert "df['Sales']" in codes[1] and "KeyError" in outputs[1] and "'Sales'" in outputs[1]
+    assert thinks[2].lstrip().startswith("That failed with KeyError") and "' Sales' carries spaces" in thinks[2]
+    assert [o.strip() for o in outputs[3:]] == ["114.5", "15"]
 
 
 def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_path):

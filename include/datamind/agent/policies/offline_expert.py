@@ -404,9 +404,11 @@ class OfflineExpertPolicy:
         view = narration.read_view(output)
         ok = getattr(obs, "ok", False)
         problem = narration.read_problem(view) if self._data_format != "sqlite" else None
+        layout = False  # a problem a clean-looking read hides until a step uses the column
         if ok and not problem and self._fixed_read and not self._reuse_first_read and self._data_format != "sqlite":
             # a read that looks clean yet differs from the one every step needs: say what the print shows of it
             problem = narration.layout_problem(view, output, self._fixed_read, self._chain_columns())
+            layout = problem is not None
         self._read_problem = problem
         budget = self._budget()
         reads_done = False  # whether `df` in the session is already the frame each step's own read would give
@@ -425,6 +427,11 @@ class OfflineExpertPolicy:
         elif self._fixed_read and (problem or not ok) and not self._reuse_first_read and budget >= 1:
             # (a reading the first look already made is no fix: announcing one would teach a fix that changes nothing)
             missing = next((f for f in SHOW_MISSING_FORMS if f in self._plan[0].code), SHOW_MISSING)
+            probe = self._layout_probe() if layout and budget >= 2 else None
+            if probe is not None:
+                self._view, self._known = view, view.names
+                self._plan.append(_Step("probe", probe, self._hops[0], 1))
+                budget -= 1
             self._plan.append(_Step("fix", self._fixed_read.rstrip() + "\n" + SHOW_FRAME + "\n" + missing))
             budget -= 1
             reads_done = True  # the corrected read
@@ -486,6 +493,25 @@ class OfflineExpertPolicy:
         column = med.group(2).replace('"', '""')
         query = f'SELECT MEDIAN("{column}") FROM {table.group(1)}{table.group("rest")}'
         return f"execute_sql(sql={cells.sql_text(query)}, output_path='median.csv')"
+
+    def _layout_probe(self) -> str | None:
+        """On some trajectories, the first step run on the frame the first look loaded, before the read is
+        corrected: a column whose numbers came out as text refuses the arithmetic (TypeError), a name with spaces
+        around it is not found (KeyError). Only where the step is sure to fail that way."""
+        h = self._hops[0]
+        if not self._fixed_read or not narration.chance(self._seed, f"layout-{h.hop}", self._probe_rate):
+            return None
+        body = without_reading(h.program, self._fixed_read)
+        if body == h.program:
+            return None
+        problem = self._read_problem or ""
+        named = re.match(r"`(.+?)` came out as text", problem)
+        if named:  # text refuses these; a sum would concatenate, a maximum compare as text
+            col = re.escape(repr(named.group(1)))
+            numeric = rf"df\[{col}\]\.(?:mean|median|std|var|quantile|skew)\(|df\[{col}\]\s*[<>]=?\s*[-\d]"
+            return body if re.search(numeric, body) else None
+        spaced = re.search(r"so `df\[(.+?)\]` would not find it", problem)
+        return body if spaced and f"df[{spaced.group(1)}]" in body else None
 
     def _join_probe_for(self, h: HopProgram) -> str | None:
         """A join whose select list takes a column by its bare name where both tables have one: the first thing
@@ -901,6 +927,15 @@ class OfflineExpertPolicy:
     def _think_probe(self, step: _Step) -> str:
         h = step.hop
         assert h is not None
+        if self._plan[self._plan.index(step) + 1].kind == "fix":  # a layout probe: the first step, tried as read
+            view = self._view
+            shape = f"{view.shape[0]} rows and {view.shape[1]} columns" if view and view.shape else "The table loaded"
+            doing = narration.plan_text(h.description, None, f"{self._seed}-probe") or "compute the first step"
+            return narration.pick(
+                (f"{narration.cap(shape)}. First computation: {doing}.", f"{narration.cap(shape)}; so, {doing}."),
+                self._seed,
+                f"probe-{step.index}",
+            )
         dates = re.search(r"df\[(['\"])(.+?)\1\]\.dt\.", step.code) if self._data_format != "sqlite" else None
         if dates:
             prev = self._by_hop.get(step.index - 1)
@@ -1125,6 +1160,8 @@ class OfflineExpertPolicy:
             elif step.kind == "fix":
                 view = narration.read_view(getattr(last_observation, "output", "") or "")
                 think, code = self._think_fix(self._read_problem, view.error, step.code), step.code
+                if self._plan[step_no - 1].kind == "probe" and view.error:  # the data refused the first step
+                    think = f"That failed with {narration.short(view.error, 100)}. " + think.lstrip()
             elif step.kind == "probe":
                 think, code = self._think_probe(step), step.code
             elif step.kind == "check":
