@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 READERS = ("plain", "tidy", "repair")
-_TIDY = (
+# What the tidy reader adds to a plain read: trimmed names, empty unnamed columns and rows dropped, text cells trimmed
+TIDY = (
     "df.columns = [str(c).strip() for c in df.columns]\n"
     "df = df.loc[:, [c for c in df.columns if not (c.startswith('Unnamed: ') and df[c].isna().all())]]\n"
     "df = df.dropna(how='all').reset_index(drop=True)\n"
@@ -214,7 +215,7 @@ class Source:
         args = "".join(f", {k}={v!r}" for k, v in pandas_kwargs(self.fmt, self.read_options).items())
         reader = "pd.read_csv" if self.fmt == "csv" else "pd.read_excel"
         body = f"df = {reader}(DATA_PATH{args})\n"
-        return head + body + (_TIDY if self.reader == "tidy" else "") + leave_out
+        return head + body + (TIDY if self.reader == "tidy" else "") + leave_out
 
 
 # The first look a session takes at a file (``inspect_code``) reads it with pandas' defaults; these are they.
@@ -287,7 +288,7 @@ def repair_sheet_code(options: dict) -> str:
             "    df = df.iloc[:-1]",
         ]
     lines.append("df = df.reset_index(drop=True).infer_objects()")
-    return "\n".join(lines) + "\n" + _TIDY
+    return "\n".join(lines) + "\n" + TIDY
 
 
 def reading_block(program: str, fmt: str, options: dict, file_name: str) -> str | None:

@@ -663,6 +663,28 @@ def test_a_header_with_spaces_around_its_name_is_named_before_it_is_trimmed(sand
     assert [o.strip() for o in outputs[3:]] == ["114.5", "15"]
 
 
+def test_the_tidy_lines_run_once_where_they_matter_and_say_why(sandbox, tmp_path):
+    """A CSV whose text cells carry stray spaces is read by the tidy reader: a step over numbers alone does not
+    paste its six trimming lines in front of a skewness (380 of 1,793 shared-data samples did, unexplained);
+    a step grouping by the text runs them once, saying why, and the next step does not run them again."""
+    rows = [(" north ", 10.0 + i, 3 + i % 4) if i % 2 else ("south", 20.0 + i, 1 + i % 3) for i in range(30)]
+    (tmp_path / "t.csv").write_text("region,price,qty\n" + "".join(f"{r},{p},{q}\n" for r, p, q in rows))
+    options = {"format": "csv", "sep": ",", "encoding": "utf-8", "quotechar": '"', "decimal": ".", "header_rows": 1}
+    numeric = [("answer = round(float(df['price'].skew()), 4)", "Skewness of price.")]
+    thinks, codes, outputs = _first_look_then_steps(sandbox, tmp_path, "t.csv", options, "tidy", numeric, "price?")
+    assert "strip" not in codes[1] and "df['price'].skew()" in codes[1] and "trimmed" not in thinks[1]
+    grouped = [
+        ("answer = df.groupby('region')['price'].mean().idxmax()", "Group by region, rank by mean price."),
+        ("answer = round(float(df.loc[df['region'] == 'north', 'qty'].mean()), 4)", "Average qty in that group."),
+    ]
+    thinks, codes, outputs = _first_look_then_steps(
+        sandbox, tmp_path, "t.csv", options, "tidy", grouped, "Which region has the highest average price?"
+    )
+    assert "str.strip()" in codes[1] and "The text cells can carry stray spaces" in thinks[1], thinks[1]
+    assert outputs[1].strip() == "south"
+    assert "strip" not in codes[2] and outputs[2].strip() == "4.9333"  # ' north ' matches: the trim ran once, before
+
+
 def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_path):
     """A clean CSV whose days the default read leaves as text: on a trajectory that tries the `.dt` accessor
     first, the error is the data's (text has no accessor), the next thought quotes it and names the column,

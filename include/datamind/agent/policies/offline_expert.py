@@ -33,6 +33,7 @@ from typing import Any
 from datamind.agent import protocol
 from datamind.agent.loop import PolicyGaveUp, PolicyReply
 from datamind.agent.policies import cells, narration
+from datamind.data_source import TIDY
 
 OFFLINE_MODEL = "offline-expert"
 
@@ -312,6 +313,8 @@ _ALIASED_TABLE = re.compile(r'"((?:[^"]|"")+)"\s+AS\s+([A-Za-z_]\w*)\b')
 _QUALIFIED_COLUMN = re.compile(r'\b([A-Za-z_]\w*)\."((?:[^"]|"")+)"')
 JOIN_PROBE_OUTPUT = "joined.csv"  # where a join probe's rows would go: how its step is told apart
 
+# A use of the session's frame that is not a selection of columns (or of rows by a condition on them)
+_WHOLE_FRAME = re.compile(r"\bdf\b(?!\s*\[|\.loc\[|\.groupby\(|\.dropna\(subset=)")
 # The SQL aggregates SQLite lacks, which an analyst tries first and pandas then supplies.
 _NO_SQLITE_AGGREGATE = {"median": "MEDIAN"}
 
@@ -609,12 +612,27 @@ class OfflineExpertPolicy:
         for earlier in self._written:  # lines that leave out aggregate rows already ran on this session's df
             for m in _LEAVE_OUT.finditer(earlier):
                 code = code.replace(m.group(0), "", 1)
+        if TIDY in code and (any(TIDY in c for c in self._written) or self._tidy_changes_nothing(code, used)):
+            code = code.replace(TIDY, "", 1).lstrip("\n")  # (idempotent: once per session, and only where it matters)
         if prev is not None and prev.var:
             code = cells.use_variable(code, prev.value, prev.var, prev.kind_of_var, columns)
         step.var = cells.result_name(code)
         if step.var:
             self._taken.add(step.var)
         return code.strip() + "\n"
+
+    def _tidy_changes_nothing(self, code: str, used: list[str]) -> bool:
+        """Whether the tidy lines (trimmed names and text cells, empty unnamed columns and rows dropped) leave
+        this step's result as it is: no name the first look showed has spaces around it, every column the step
+        uses is numbers, and every use of the frame selects those columns (a whole-frame count, shape or dropna
+        sees the rows and columns the tidy lines drop)."""
+        view = self._view
+        if view is None or not used or any(n != n.strip() for n in view.names):
+            return False
+        dtypes = dict(view.columns)
+        if any(c not in dtypes or narration.is_text_dtype(dtypes[c]) for c in used):
+            return False
+        return not _WHOLE_FRAME.search(code.replace(TIDY, ""))
 
     # -- narration --------------------------------------------------------------------------------
     def _chain_columns(self) -> list[str]:
@@ -831,6 +849,11 @@ class OfflineExpertPolicy:
                 return f"`{c}` holds dates as text, so they have to be parsed first"
             if d and narration.is_text_dtype(d) and re.search(r"to_numeric|astype\(float\)", code):
                 return f"`{c}` came out as text although it holds numbers, so it is converted first"
+        if TIDY in code:
+            return (
+                "the text cells can carry stray spaces a print does not show, so names and text are trimmed first "
+                "(empty text counts as missing)"
+            )
         if _LEAVE_OUT.search(code):
             m = re.search(r"df\[~df\[(['\"])(.+?)\1\]\.isin\((\[.*?\])\)\]", code)
             if m:
