@@ -628,6 +628,23 @@ def test_numbers_with_thousands_separators_are_named_as_text_and_read_again_once
     assert "thousands=','" in codes[2] and outputs[3].strip() == median
 
 
+def test_a_read_problem_outside_the_tasks_columns_is_named_by_the_column_that_shows_it():
+    """The task needs `Open`, which reads fine; the corrected read exists for `Market Cap`'s separators, so the
+    thought names that column (the one whose cells printed the number), and a spaced header whatever its use."""
+    out = (
+        "shape: (241, 4)\nDate              str\nOpen          float64\nVolume        float64\nMarket Cap        str\n"
+        "           Date    Open   Volume   Market Cap\n0  Sep 17, 2017  109.75  53503.0  737,226,000\n"
+        "1  Sep 16, 2017  111.11  56835.0  744,652,000\nmissing values: {}\n"
+    )
+    view = narration.read_view(out)
+    problem = narration.layout_problem(view, out, "pd.read_csv(DATA_PATH, thousands=',')", ["Open"])
+    assert problem and problem.startswith("`Market Cap` came out as text") and "737,226,000" in problem
+    assert narration.layout_problem(view, out, "pd.read_csv(DATA_PATH)", ["Open"]) is None  # nothing to correct
+    spaced = narration.read_view("shape: (3, 2)\nSegment      str\n Sales    int64\n")
+    problem = narration.layout_problem(spaced, "", "df.columns = [str(c).strip() for c in df.columns]", ["Segment"])
+    assert problem == "the header ' Sales' carries spaces around its name"
+
+
 def test_a_header_with_spaces_around_its_name_is_named_before_it_is_trimmed(sandbox, tmp_path):
     """Financial Sample.xlsx calls a column ' Sales' and writes the discount band 'None': the first look prints the
     name with its space (every column after it is still read), and the thought says why the read that trims

@@ -180,6 +180,8 @@ def layout_problem(view: ReadView, output: str, fixed_read: str, columns: list[s
     if sep:
         shown = re.search(rf"(?<![\w.])\d{{1,3}}(?:{re.escape(sep.group(2))}\d{{3}})+(?!\w)", output)
         texts = [c for c in columns if c in dtypes and is_text_dtype(dtypes[c])]
+        if shown and not texts:  # the task's columns came out right; the column printing that number did not
+            texts = [c for c in dtypes if is_text_dtype(dtypes[c]) and _prints_in_column(output, c, shown.group(0))]
         if shown and texts:
             return (
                 f"`{texts[0]}` came out as text: its numbers are written with thousands separators, as in "
@@ -191,7 +193,25 @@ def layout_problem(view: ReadView, output: str, fixed_read: str, columns: list[s
             spaced = next((n for n in dtypes if n != c and n.strip() == c), None)
             if spaced is not None:
                 return f"the header {spaced!r} carries spaces around its name, so `df[{c!r}]` would not find it"
+        spaced = next((n for n in dtypes if n != n.strip()), None)
+        if spaced is not None:  # not a column of this task, yet a name no one can type as it reads
+            return f"the header {spaced!r} carries spaces around its name"
     return None
+
+
+def _prints_in_column(output: str, column: str, value: str) -> bool:
+    """Whether a ``df.head()`` print shows ``value`` under ``column`` (its header line, then rows whose text
+    under that header's span holds the value)."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        at = line.find(column)
+        if at < 0 or i + 1 >= len(lines) or not re.match(r"\s*0\s", lines[i + 1]):
+            continue
+        end = at + len(column)
+        for row in lines[i + 1 : i + 4]:
+            if value in row[max(0, at - 15) : end + 2]:
+                return True
+    return False
 
 
 # -- what a program uses ------------------------------------------------------------------------
