@@ -697,9 +697,14 @@ def test_the_tidy_lines_run_once_where_they_matter_and_say_why(sandbox, tmp_path
     thinks, codes, outputs = _first_look_then_steps(
         sandbox, tmp_path, "t.csv", options, "tidy", grouped, "Which region has the highest average price?"
     )
-    assert "str.strip()" in codes[1] and "The text cells can carry stray spaces" in thinks[1], thinks[1]
+    assert "str.strip()" in codes[1] and "trimmed" in thinks[1], thinks[1]
     assert outputs[1].strip() == "south"
     assert "strip" not in codes[2] and outputs[2].strip() == "4.9333"  # ' north ' matches: the trim ran once, before
+    # an empty column the first look printed as 'Unnamed: 1' is what the lines drop: a numeric step keeps them
+    (tmp_path / "t.csv").write_text("region,,price\n" + "".join(f"{r},,{p}\n" for r, p, _ in rows))
+    thinks, codes, outputs = _first_look_then_steps(sandbox, tmp_path, "t.csv", options, "tidy", numeric, "price?")
+    assert "Unnamed: 1" in outputs[0] and "Unnamed: 1" not in "".join(outputs[1:])
+    assert "str.strip()" in codes[1] and "`Unnamed: 1`" in thinks[1], thinks[1]
 
 
 def test_dates_read_as_text_fail_on_the_accessor_and_are_parsed(sandbox, tmp_path):

@@ -629,6 +629,8 @@ class OfflineExpertPolicy:
         view = self._view
         if view is None or not used or any(n != n.strip() for n in view.names):
             return False
+        if narration.placeholder_headers(view.names):  # the 'Unnamed: n' columns the lines drop were printed
+            return False
         dtypes = dict(view.columns)
         if any(c not in dtypes or narration.is_text_dtype(dtypes[c]) for c in used):
             return False
@@ -850,9 +852,28 @@ class OfflineExpertPolicy:
             if d and narration.is_text_dtype(d) and re.search(r"to_numeric|astype\(float\)", code):
                 return f"`{c}` came out as text although it holds numbers, so it is converted first"
         if TIDY in code:
-            return (
-                "the text cells can carry stray spaces a print does not show, so names and text are trimmed first "
-                "(empty text counts as missing)"
+            unnamed = narration.placeholder_headers(self._view.names) if self._view else []
+            if unnamed:
+                return narration.pick(
+                    (
+                        f"columns such as `{unnamed[0]}` hold nothing, so the empty unnamed columns go, and names and "
+                        "text cells are trimmed while I am at it",
+                        f"the empty `{unnamed[0]}`-style columns are dropped first, with the names and text cells "
+                        "trimmed",
+                    ),
+                    self._seed,
+                    "tidy",
+                )
+            return narration.pick(
+                (
+                    "the text cells can carry stray spaces a print does not show, so names and text are trimmed "
+                    "first (empty text counts as missing)",
+                    "labels are only compared once stray spaces are trimmed from names and text cells",
+                    "a label with a trailing space would not match its group, so names and text cells are trimmed "
+                    "first",
+                ),
+                self._seed,
+                "tidy",
             )
         if _LEAVE_OUT.search(code):
             m = re.search(r"df\[~df\[(['\"])(.+?)\1\]\.isin\((\[.*?\])\)\]", code)
