@@ -316,7 +316,9 @@ JOIN_PROBE_OUTPUT = "joined.csv"  # where a join probe's rows would go: how its 
 # A use of the session's frame that is not a selection of columns (or of rows by a condition on them)
 _WHOLE_FRAME = re.compile(r"\bdf\b(?!\s*\[|\.loc\[|\.groupby\(|\.dropna\(subset=)")
 # The SQL aggregates SQLite lacks, which an analyst tries first and pandas then supplies.
-_NO_SQLITE_AGGREGATE = {"median": "MEDIAN"}
+_NO_SQLITE_AGGREGATE = {"median": "MEDIAN", "std": "STDEV"}
+# what each is called in a thought
+_AGGREGATE_WORD = {"MEDIAN": "median", "STDEV": "standard deviation"}
 
 
 @dataclass
@@ -480,7 +482,7 @@ class OfflineExpertPolicy:
         if h.sql is not None:
             return self._join_probe_for(h)
         m = re.search(r"execute_sql\(sql=((?:.|\n)*?), output_path='[^']+'\)\ndf = pd\.read_csv", h.program)
-        med = re.search(r"df\[(['\"])(.+?)\1\]\.median\(\)", h.program)
+        med = re.search(r"df\[(['\"])(.+?)\1\]\.(median|std)\(\)", h.program)
         if not m or not med or not narration.chance(self._seed, f"probe-{h.hop}", self._probe_rate):
             return None
         try:
@@ -489,13 +491,14 @@ class OfflineExpertPolicy:
             return None
         body = h.program[m.end() :]
         if re.search(r"\bdf\s*=|\.loc\[|df\[df|groupby|dropna|drop_duplicates", body):
-            return None  # the median of a filtered or grouped frame is more than one aggregate
+            return None  # the statistic of a filtered or grouped frame is more than one aggregate
         table = re.match(r'^SELECT .+? FROM ("(?:[^"]|"")+")(?P<rest>(?: WHERE .*)?)$', sql, re.DOTALL)
         if not table:
             return None
         column = med.group(2).replace('"', '""')
-        query = f'SELECT MEDIAN("{column}") FROM {table.group(1)}{table.group("rest")}'
-        return f"execute_sql(sql={cells.sql_text(query)}, output_path='median.csv')"
+        func = _NO_SQLITE_AGGREGATE[med.group(3)]
+        query = f'SELECT {func}("{column}") FROM {table.group(1)}{table.group("rest")}'
+        return f"execute_sql(sql={cells.sql_text(query)}, output_path='{med.group(3)}.csv')"
 
     def _layout_probe(self) -> str | None:
         """On some trajectories, the first step run on the frame the first look loaded, before the read is
@@ -1026,8 +1029,9 @@ class OfflineExpertPolicy:
                 )
                 + why
             )
-        med = re.search(r"MEDIAN\(\"(.+?)\"\)", step.code)
-        col = med.group(1) if med else "the column"
+        med = re.search(r"(MEDIAN|STDEV)\(\"(.+?)\"\)", step.code)
+        col = med.group(2) if med else "the column"
+        word = _AGGREGATE_WORD[med.group(1)] if med else "median"
         prev = self._by_hop.get(step.index - 1)
         lead = ""
         if prev is not None:
@@ -1038,8 +1042,8 @@ class OfflineExpertPolicy:
             lead = f"{narration.cap(facts)}. " if facts else ""
         return lead + narration.pick(
             (
-                f"The median of `{col}` is one aggregate, so I ask the database for it directly.",
-                f"I try the median of `{col}` in SQL first; no need to pull rows for one number.",
+                f"The {word} of `{col}` is one aggregate, so I ask the database for it directly.",
+                f"I try the {word} of `{col}` in SQL first; no need to pull rows for one number.",
             ),
             self._seed,
             f"probe-{step.index}",
@@ -1083,10 +1087,12 @@ class OfflineExpertPolicy:
             )
         else:
             col = f"`{cols[0]}`" if cols else "the column"
+            func = next((f for f in _AGGREGATE_WORD if f"{f}(" in probe.code), "MEDIAN")
+            word = _AGGREGATE_WORD[func]
             options = (
-                f"The database refuses it ({error}): this SQLite has no median aggregate. So I fetch {col} and take "
-                "the median in pandas" + kept(", keeping it in"),
-                f"No MEDIAN in SQLite for {col} ({error}). Pulling the column into pandas is the simple way round"
+                f"The database refuses it ({error}): this SQLite has no {word} aggregate. So I fetch {col} and take "
+                f"the {word} in pandas" + kept(", keeping it in"),
+                f"No {func} in SQLite for {col} ({error}). Pulling the column into pandas is the simple way round"
                 + kept("; the result goes into"),
             )
         return narration.pick(options, self._seed, f"after-probe-{step.index}")
