@@ -1120,7 +1120,7 @@ class OfflineExpertPolicy:
         """The reaction to a printed result, with what it says about the data against the result before it."""
         reaction = narration.react(r, seed, salt)
         note = narration.skew_note(before, r)
-        return f"{reaction}. {narration.cap(note)}" if note else reaction
+        return f"{reaction}; {note}" if note else reaction
 
     def _settled(self) -> str | None:
         """Yes/No for the last hop, from the number the previous step printed; None when it printed more."""
@@ -1156,7 +1156,7 @@ class OfflineExpertPolicy:
         var = f"`{r.var}`" if r.var else None
         note = narration.skew_note(before, r)
         if note:  # the reading of the data comes before the value reported, so "that" cannot point at the median
-            return f"{reaction}. {narration.cap(note)}. Still, the gap itself is what I report: {var or a}."
+            return f"{reaction}; {note}. Still, the gap itself is what I report: {var or a}."
         if var and var in reaction:
             return narration.pick(
                 (f"{reaction}; nothing is left to compute.", f"{reaction}, and that is the answer.", f"{reaction}."),
