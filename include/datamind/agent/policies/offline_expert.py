@@ -313,8 +313,6 @@ _ALIASED_TABLE = re.compile(r'"((?:[^"]|"")+)"\s+AS\s+([A-Za-z_]\w*)\b')
 _QUALIFIED_COLUMN = re.compile(r'\b([A-Za-z_]\w*)\."((?:[^"]|"")+)"')
 JOIN_PROBE_OUTPUT = "joined.csv"  # where a join probe's rows would go: how its step is told apart
 
-# A use of the session's frame that is not a selection of columns (or of rows by a condition on them)
-_WHOLE_FRAME = re.compile(r"\bdf\b(?!\s*\[|\.loc\[|\.groupby\(|\.dropna\(subset=)")
 # The SQL aggregates SQLite lacks, which an analyst tries first and pandas then supplies.
 _NO_SQLITE_AGGREGATE = {"median": "MEDIAN", "std": "STDEV"}
 # what each is called in a thought
@@ -615,29 +613,16 @@ class OfflineExpertPolicy:
         for earlier in self._written:  # lines that leave out aggregate rows already ran on this session's df
             for m in _LEAVE_OUT.finditer(earlier):
                 code = code.replace(m.group(0), "", 1)
-        if TIDY in code and (any(TIDY in c for c in self._written) or self._tidy_changes_nothing(code, used)):
-            code = code.replace(TIDY, "", 1).lstrip("\n")  # (idempotent: once per session, and only where it matters)
+        # (idempotent: once per session. Never judged needless from the print: a name's trailing space is invisible
+        # in it, and 48 shared-data trajectories failed on one)
+        if TIDY in code and any(TIDY in c for c in self._written):
+            code = code.replace(TIDY, "", 1).lstrip("\n")
         if prev is not None and prev.var:
             code = cells.use_variable(code, prev.value, prev.var, prev.kind_of_var, columns)
         step.var = cells.result_name(code)
         if step.var:
             self._taken.add(step.var)
         return code.strip() + "\n"
-
-    def _tidy_changes_nothing(self, code: str, used: list[str]) -> bool:
-        """Whether the tidy lines (trimmed names and text cells, empty unnamed columns and rows dropped) leave
-        this step's result as it is: no name the first look showed has spaces around it, every column the step
-        uses is numbers, and every use of the frame selects those columns (a whole-frame count, shape or dropna
-        sees the rows and columns the tidy lines drop)."""
-        view = self._view
-        if view is None or not used or any(n != n.strip() for n in view.names):
-            return False
-        if narration.placeholder_headers(view.names):  # the 'Unnamed: n' columns the lines drop were printed
-            return False
-        dtypes = dict(view.columns)
-        if any(c not in dtypes or narration.is_text_dtype(dtypes[c]) for c in used):
-            return False
-        return not _WHOLE_FRAME.search(code.replace(TIDY, ""))
 
     # -- narration --------------------------------------------------------------------------------
     def _chain_columns(self) -> list[str]:
