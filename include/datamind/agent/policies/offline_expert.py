@@ -852,13 +852,17 @@ class OfflineExpertPolicy:
                     self._seed,
                     "tidy",
                 )
+            col = f"`{cols[0]}`" if cols else "the columns"  # (the step's own column: a reason about this data)
             return narration.pick(
                 (
-                    "the text cells can carry stray spaces a print does not show, so names and text are trimmed "
-                    "first (empty text counts as missing)",
-                    "labels are only compared once stray spaces are trimmed from names and text cells",
-                    "a label with a trailing space would not match its group, so names and text cells are trimmed "
-                    "first",
+                    f"stray spaces around {col} or its values would not show in a print, so names and text cells "
+                    "are trimmed first (empty text counts as missing)",
+                    f"{col} is only used once stray spaces are trimmed from the names and text cells",
+                    f"a trailing space in a name or a label would keep {col} from matching, so names and text "
+                    "cells are trimmed first",
+                    f"before {col} is touched, names and text cells are trimmed: a print hides stray spaces",
+                    f"names and text cells are trimmed ahead of using {col}, since stray spaces do not show in "
+                    "that output",
                 ),
                 self._seed,
                 "tidy",
@@ -926,7 +930,7 @@ class OfflineExpertPolicy:
                 "lead",
             )
             if why:
-                lead += f" {narration.cap(why)}."
+                lead += f" {narration.cap_word(why)}."  # (it starts with our own words or a `name`)
             if joins:
                 lead += f" {narration.cap(joins[0])}."
             action = narration.pick((f"Now: {doing}", f"First computation: {doing}", f"So, {doing}"), seed, "act")
