@@ -329,30 +329,27 @@ def test_a_median_asked_of_sqlite_fails_there_and_is_taken_in_pandas(sandbox, tm
         "\nanswer = round(float(df['spend'].median()), 4)\nprint(answer)\n"
     )
     assert "SELECT * FROM" in program
-    policy = OfflineExpertPolicy(
-        hops=[HopProgram("What is the median spend?", program, 1, "Median of spend.", "8.0")],
-        inspect="print(get_db_info())", data_format="sqlite", file_name="shop.sqlite", variant_label="t",
-        question="What is the median spend?", probe_rate=1.0,
-    )  # fmt: skip
-    result = _run_policy(sandbox, db, policy, "sql")
-    thinks, codes, outputs = _cells(result)
+
+    def run(question, body, description, answer):
+        policy = OfflineExpertPolicy(
+            hops=[HopProgram(question, body, 1, description, answer)], inspect="print(get_db_info())",
+            data_format="sqlite", file_name="shop.sqlite", variant_label="t", question=question, probe_rate=1.0,
+        )  # fmt: skip
+        result = _run_policy(sandbox, db, policy, "sql")
+        return (*_cells(result), result.final_answer)
+
+    thinks, codes, outputs, final = run("What is the median spend?", program, "Median of spend.", "8.0")
     assert 'MEDIAN("spend")' in codes[1] and "no such function: MEDIAN" in outputs[1]
     assert "SqlToolError" in thinks[2] and "`spend`" in thinks[2]
     assert 'SELECT "spend" FROM "customers"' in codes[2] and "SELECT *" not in codes[2]
-    assert outputs[2].strip() == "8.0" and result.final_answer == "8.0"
+    assert outputs[2].strip() == "8.0" and final == "8.0"
     # a standard deviation, which SQLite lacks too (an analyst used to another engine types STDEV)
-    program = program.replace(".median()", ".std()")
-    policy = OfflineExpertPolicy(
-        hops=[HopProgram("How much does spend vary?", program, 1, "Standard deviation of spend.", "3.4533")],
-        inspect="print(get_db_info())", data_format="sqlite", file_name="shop.sqlite", variant_label="t",
-        question="How much does spend vary?", probe_rate=1.0,
-    )  # fmt: skip
-    result = _run_policy(sandbox, db, policy, "sql")
-    thinks, codes, outputs = _cells(result)
+    std = program.replace(".median()", ".std()")
+    thinks, codes, outputs, final = run("How much does spend vary?", std, "Standard deviation of spend.", "3.4533")
     assert 'STDEV("spend")' in codes[1] and "no such function: STDEV" in outputs[1]
     assert "standard deviation" in thinks[1] and "STDEV" in thinks[2] and "median" not in thinks[2].lower()
     # (by hand: mean 8.15, squared deviations sum to 47.7, over 4, root)
-    assert outputs[2].strip() == "3.4533" and result.final_answer == "3.4533"
+    assert outputs[2].strip() == "3.4533" and final == "3.4533"
 
 
 def test_a_reaction_reads_a_value_against_what_it_was_computed_from():
